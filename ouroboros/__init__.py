@@ -1,0 +1,1 @@
+"""ouroboros: an unattended LLM agent harness for local models with small context windows."""

@@ -1,0 +1,3 @@
+from ouroboros.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,192 @@
+"""Settings: `config.toml`, overridden by `OUROBOROS_<SECTION>__<KEY>` env vars, then CLI flags.
+
+A bad value stops the program before anything starts, with one line naming the key (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+
+class ConfigError(Exception):
+    """A user error in the configuration: printed as one line, never as a traceback."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LLMSettings(_Section):
+    """How to reach the model server."""
+
+    base_url: str = "http://localhost:11434/v1"
+    """OpenAI-compatible endpoint (Ollama by default)."""
+    model: str = "qwen3:8b"
+    """Model name as the server knows it."""
+    api_key: str = "ollama"
+    """Sent as a bearer token; local servers ignore it."""
+    timeout_s: float = Field(600.0, gt=0)
+    """Per request; local prefill of a long prompt can take minutes."""
+    max_output_tokens: int = Field(1024, ge=16)
+    """`max_tokens` of every request, and the room reserved for it in the context budget."""
+    temperature: float = Field(0.7, ge=0, le=2)
+    """Always sent: Ollama's /v1 otherwise forces 1.0 over the Modelfile's value."""
+    retry_for_s: float = Field(0, ge=0)
+    """How long to keep retrying transient server errors; 0 = forever (unattended runs)."""
+    retry_initial_s: float = Field(1.0, gt=0)
+    """First backoff delay; doubles with jitter up to `retry_max_s`."""
+    retry_max_s: float = Field(300.0, gt=0)
+    """Longest single wait between retries."""
+
+
+class ContextSettings(_Section):
+    """How the context window is managed."""
+
+    limit: int = Field(0, ge=0)
+    """Context window in tokens; 0 = ask the server."""
+    soft_threshold: float = Field(0.70, gt=0, lt=1)
+    """Fraction of the limit where the oldest tool observations start to be masked."""
+    hard_threshold: float = Field(0.90, gt=0, le=1)
+    """Fraction of the limit where the agent is told to save its state; the session then ends."""
+    safety_margin: float = Field(0.05, ge=0, lt=0.5)
+    """Fraction of the limit kept free besides the output reserve, for estimate error."""
+    carryover_turns: int = Field(5, ge=0)
+    """Complete turns carried into the next session."""
+    max_tool_output_bytes: int = Field(30000, ge=256)
+    """Cap per tool output; also bounded to a quarter of the prompt budget."""
+    protected_observations: int = Field(3, ge=0)
+    """The newest tool results that are never masked."""
+    protected_max_fraction: float = Field(0.35, gt=0, le=1)
+    """Bound of the protected window, as a fraction of the limit."""
+    mask_min_tokens: int = Field(100, ge=0)
+    """Tool results this small are never masked."""
+    mask_hysteresis: float = Field(0.10, ge=0, lt=1)
+    """Masking goes on until the projection is this far below the soft threshold."""
+
+
+class SessionSettings(_Section):
+    """Limits of one session."""
+
+    max_turns: int = Field(0, ge=0)
+    """Model calls per session before a restart; 0 = unlimited."""
+    wind_down_turns: int = Field(2, ge=0)
+    """Model calls the agent gets after the wind-down message."""
+    shell_timeout_s: float = Field(120.0, gt=0)
+    """Default and upper bound of `shell_exec`'s timeout."""
+    repeat_nudge_after: int = Field(3, ge=2)
+    """Identical consecutive tool calls before the agent is told it is repeating itself."""
+
+
+class SupervisorSettings(_Section):
+    """The run as a whole."""
+
+    max_restarts: int | None = Field(None, ge=0)
+    """Restarts allowed (not sessions); unset = unlimited."""
+    auto_restart: bool = True
+    """False: wait for Enter or `python -m ouroboros resume` before each restart."""
+    max_total_turns: int = Field(0, ge=0)
+    """Model calls in the whole run; 0 = unlimited (`--max-turns` sets it)."""
+    max_total_tokens: int = Field(0, ge=0)
+    """Prompt + completion tokens in the whole run; 0 = unlimited."""
+    max_wall_time_s: float = Field(0, ge=0)
+    """Seconds since the run started; 0 = unlimited."""
+    allow_finish: bool = True
+    """Offer the `finish` tool that ends the run when the agent declares the task done."""
+
+
+class PathSettings(_Section):
+    """Where things live; relative paths resolve against the config file's folder."""
+
+    workspace: Path = Path("workspace")
+    system_prompt: Path = Path("SYSTEM_PROMPT.md")
+    state_dir: Path = Path(".ouroboros")
+
+
+class Settings(BaseSettings):
+    """Everything configurable, one model per component."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OUROBOROS_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    llm: LLMSettings = LLMSettings()
+    context: ContextSettings = ContextSettings()
+    session: SessionSettings = SessionSettings()
+    supervisor: SupervisorSettings = SupervisorSettings()
+    paths: PathSettings = PathSettings()
+
+    @model_validator(mode="after")
+    def _soft_below_hard(self) -> Settings:
+        if self.context.soft_threshold >= self.context.hard_threshold:
+            raise ValueError(
+                f"context.soft_threshold ({self.context.soft_threshold}) must be below "
+                f"context.hard_threshold ({self.context.hard_threshold})"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file arrives through init_settings (see `load_settings`), so env beats file.
+        return env_settings, init_settings
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def _describe(error: ValidationError, source: Path) -> str:
+    parts = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "config"
+        if item["type"] == "extra_forbidden":
+            parts.append(f"{key}: unknown key")
+        elif item["type"] == "value_error":
+            parts.append(str(item["msg"]).removeprefix("Value error, "))
+        else:
+            parts.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
+    return f"{source}: " + "; ".join(parts)
+
+
+def load_settings(
+    config_path: Path, overrides: dict[str, dict[str, Any]] | None = None
+) -> Settings:
+    """Load and validate; paths come back absolute, resolved against the config file's folder."""
+    data = _read_toml(config_path) if config_path.exists() else {}
+    try:
+        settings = Settings(**data)
+        # Command-line flags win over the environment, which wins over the file.
+        for section, values in (overrides or {}).items():
+            for key, value in values.items():
+                setattr(getattr(settings, section), key, value)
+    except ValidationError as e:
+        raise ConfigError(_describe(e, config_path)) from None
+    base = config_path.resolve().parent
+    paths = settings.paths
+    for name in ("workspace", "system_prompt", "state_dir"):
+        path: Path = getattr(paths, name)
+        setattr(paths, name, (base / path.expanduser()).resolve())
+    return settings

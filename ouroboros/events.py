@@ -1,0 +1,82 @@
+"""What people watch: `events.jsonl`, `token_usage.jsonl`, and the same news on the terminal.
+
+Record types and their fields are documented in docs/logs.md; fields are only ever added.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+
+from ouroboros.journal import JsonlWriter
+
+EventKind = Literal[
+    "run_start",
+    "run_end",
+    "session_start",
+    "session_end",
+    "session_restart",
+    "context_window",
+    "tool_call",
+    "truncation",
+    "context_mask",
+    "wind_down",
+    "silent_truncation",
+    "context_overflow",
+    "retry",
+    "blocked_command",
+    "warning",
+    "error",
+    "waiting",
+]
+
+_ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
+_QUIET = {"tool_call", "context_window"}
+
+
+def bar(fraction: float, width: int = 24) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return "█" * filled + "░" * (width - filled)
+
+
+class EventLog:
+    """Writes both JSONL files and echoes a readable line for each record to stderr."""
+
+    def __init__(self, state_dir: Path, console: Console | None = None):
+        self.events = JsonlWriter(state_dir / "events.jsonl")
+        self.usage = JsonlWriter(state_dir / "token_usage.jsonl")
+        self.console = console or Console(stderr=True, highlight=False)
+
+    def emit(self, kind: EventKind, **fields: Any) -> None:
+        record = self.events.append(kind, **fields)
+        self._show(record)
+
+    def token_usage(self, **fields: Any) -> None:
+        record = self.usage.append("token_usage", **fields)
+        zone = str(record.get("zone", "normal"))
+        fraction = float(record.get("fraction", 0.0))
+        self.console.print(
+            f"[dim]{record['ts'][11:19]}[/] s{record['session']} t{record['turn']:<4} "
+            f"[{_ZONE_STYLE.get(zone, 'white')}]{bar(fraction)} {fraction:4.0%}[/] "
+            f"prompt {record['prompt_tokens']:,} + out {record['completion_tokens']:,} "
+            f"/ {record['context_limit']:,} [dim]({record['source']})[/]"
+        )
+
+    def _show(self, record: dict[str, Any]) -> None:
+        kind = record["kind"]
+        if kind in _QUIET and not record.get("error"):
+            return
+        details = ", ".join(
+            f"{k}={v}" for k, v in record.items() if k not in ("v", "ts", "kind", "message")
+        )
+        style = "red" if kind in ("error", "context_overflow", "silent_truncation") else "cyan"
+        message = f" {record['message']}" if "message" in record else ""
+        self.console.print(
+            f"[dim]{record['ts'][11:19]}[/] [{style}]{kind}[/]{message} [dim]{details}[/]"
+        )
+
+    def close(self) -> None:
+        self.events.close()
+        self.usage.close()

@@ -1,0 +1,95 @@
+"""Append-only JSONL files: the durable journal the run resumes from, and the logs people tail."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import jsonlines
+
+RECORD_VERSION = 1
+"""Written in every line; bumped only if a field is renamed or removed (fields may be added)."""
+
+
+class JournalCorrupt(Exception):
+    """A line in the middle of a JSONL file does not parse: refuse rather than guess."""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    records: list[dict[str, Any]]
+    torn_line: bytes | None
+    """A last line cut short by a crash, dropped from `records`."""
+    good_bytes: int
+    """Where the last whole record ends."""
+
+
+def read_jsonl(path: Path) -> ReadResult:
+    """All records; a torn last line is tolerated, a bad line anywhere else is an error."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ReadResult([], None, 0)
+    lines = data.split(b"\n")
+    torn = None
+    if lines[-1] == b"":
+        lines.pop()
+    else:
+        torn = lines.pop()  # no newline at the end: the write never finished
+    records: list[dict[str, Any]] = []
+    reader = jsonlines.Reader(lines)
+    try:
+        for record in reader.iter(type=dict):
+            records.append(record)
+    except jsonlines.InvalidLineError as e:
+        if e.lineno == len(lines) and torn is None:
+            torn = lines[-1]
+        else:
+            raise JournalCorrupt(
+                f"{path}, line {e.lineno}: not a valid JSON record ({e}); the file was left "
+                "untouched: move it aside or repair that line, then run again"
+            ) from None
+    good_bytes = sum(len(line) + 1 for line in lines[: len(records)])
+    return ReadResult(records, torn, good_bytes)
+
+
+def repair_torn_tail(path: Path, read: ReadResult) -> Path | None:
+    """Move a torn last line aside (never lost) so appends continue on a clean line."""
+    if read.torn_line is None:
+        return None
+    aside = path.with_name(f"{path.name}.torn-{int(time.time() * 1000)}")
+    aside.write_bytes(read.torn_line)
+    with path.open("rb+") as f:
+        f.truncate(read.good_bytes)
+        os.fsync(f.fileno())
+    return aside
+
+
+class JsonlWriter:
+    """Appends one JSON object per line; `durable` files are fsync'ed after every record."""
+
+    def __init__(self, path: Path, durable: bool = False):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.durable = durable
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+
+    def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+        record = {"v": RECORD_VERSION, "ts": now_iso(), "kind": kind, **fields}
+        self._file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._file.flush()
+        if self.durable:
+            os.fsync(self._file.fileno())
+        return record
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,276 @@
+"""Stream one chat completion from any OpenAI-compatible server, and classify its failures.
+
+LLMError
+ ├── TransientError    connection, timeout, 408/409/429, 5xx, stream cut: retried with backoff
+ ├── ContextOverflow   the prompt does not fit (every server's wording): never retried unchanged
+ └── FatalError        401/403, model not found, other bad requests: the run stops
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import openai
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_never,
+    wait_random_exponential,
+)
+
+from ouroboros.config import LLMSettings
+from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
+
+ReportedBy = Literal["server", "timings"]
+
+
+class LLMError(Exception):
+    """Base of everything the model client raises."""
+
+
+class TransientError(LLMError):
+    """Worth retrying as it is: the server may be back or less busy later."""
+
+
+class FatalError(LLMError):
+    """Retrying cannot help; a person has to change something."""
+
+
+class ContextOverflow(LLMError):
+    """The server refused the prompt as too long for its window."""
+
+    def __init__(self, message: str, n_prompt_tokens: int | None = None, n_ctx: int | None = None):
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    source: ReportedBy
+
+
+@dataclass(frozen=True)
+class Completion:
+    message: AssistantMessage
+    finish_reason: str
+    usage: Usage | None
+    """None when the server reported nothing; the ledger then estimates."""
+
+
+# Overflow wordings of llama-server, vLLM, LM Studio, Ollama and OpenAI (see docs/servers.md).
+_OVERFLOW_PATTERNS = re.compile(
+    "|".join(
+        [
+            r"exceeds the available context size",
+            r"context size has been exceeded",
+            r"maximum context length is",
+            r"you passed \d+ input (tokens|characters)",
+            r"resulting in a maximum input length",
+            r"your request has \d+ input tokens",
+            r"n_keep: \d+\s*>= n_ctx",
+            r"context length of only",
+            r"mid-generation context overflow",
+            r"prompt is longer than the context length",
+            r"input length exceeds the context length",
+            r"context_length_exceeded",
+            r"larger than the max context size",
+        ]
+    ),
+    re.IGNORECASE,
+)
+
+
+def _body_text(body: object) -> str:
+    return body if isinstance(body, str) else json.dumps(body, default=str)
+
+
+def overflow_from(status: int | None, body: object, message: str) -> ContextOverflow | None:
+    """Recognise a context-overflow answer of any known server, or None."""
+    text = f"{message} {_body_text(body)}"
+    if isinstance(body, dict):
+        kind = body.get("type") or body.get("code")
+        if kind in ("exceed_context_size_error", "context_length_exceeded"):
+            return ContextOverflow(
+                str(body.get("message") or message),
+                _int_or_none(body.get("n_prompt_tokens")),
+                _int_or_none(body.get("n_ctx")),
+            )
+    if status not in (None, 200, 400, 413, 422, 500) or not _OVERFLOW_PATTERNS.search(text):
+        return None
+    numbers = re.search(
+        r"request \((\d+) tokens\) exceeds the available context size \((\d+)", text
+    )
+    if numbers:
+        return ContextOverflow(message, int(numbers[1]), int(numbers[2]))
+    return ContextOverflow(message)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def classify(error: Exception) -> LLMError:
+    """Turn an openai-client exception into our hierarchy."""
+    if isinstance(error, LLMError):
+        return error
+    if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
+        return TransientError(f"cannot reach the model server: {error}")
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        overflow = overflow_from(status, error.body, error.message)
+        if overflow:
+            return overflow
+        if status in (401, 403):
+            return FatalError(f"the server refused the API key (HTTP {status}): {error.message}")
+        if status == 404:
+            return FatalError(f"model or endpoint not found (HTTP 404): {error.message}")
+        if status in (408, 409, 429) or status >= 500:
+            return TransientError(f"HTTP {status}: {error.message}")
+        return FatalError(f"the server rejected the request (HTTP {status}): {error.message}")
+    if isinstance(error, openai.APIError):  # an error event inside an HTTP-200 stream
+        overflow = overflow_from(None, error.body, error.message)
+        return overflow or TransientError(f"error inside the stream: {error.message}")
+    raise error
+
+
+@dataclass
+class _ToolCallBuilder:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamState:
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _ToolCallBuilder] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: Usage | None = None
+
+    def add_chunk(self, chunk: Any) -> None:
+        if chunk.usage is not None and chunk.usage.prompt_tokens:
+            # Never trust a 0 prompt count: old Ollama reported 0 on a cache hit.
+            self.usage = Usage(
+                chunk.usage.prompt_tokens, chunk.usage.completion_tokens or 0, "server"
+            )
+        timings = (chunk.model_extra or {}).get("timings")
+        if isinstance(timings, dict) and "prompt_n" in timings:
+            prompt = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
+            self.timings = Usage(prompt, int(timings.get("predicted_n", 0)), "timings")
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if delta is not None:
+                if delta.content:
+                    self.text.append(delta.content)
+                for call in delta.tool_calls or ():
+                    builder = self.calls.setdefault(call.index, _ToolCallBuilder())
+                    builder.id = builder.id or (call.id or "")
+                    if call.function is not None:
+                        builder.name = builder.name or (call.function.name or "")
+                        builder.arguments.append(call.function.arguments or "")
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+
+    def completion(self) -> Completion:
+        if self.finish_reason is None:
+            raise TransientError("the stream ended without a finish reason (cut or server error)")
+        calls = tuple(
+            ToolCall(
+                id=b.id or f"call_{i}_{secrets.token_hex(4)}",
+                name=b.name,
+                arguments="".join(b.arguments),
+            )
+            for i, b in sorted(self.calls.items())
+        )
+        message = AssistantMessage(content="".join(self.text), tool_calls=calls)
+        return Completion(message, self.finish_reason, self.usage or self.timings)
+
+
+class LLMClient:
+    """One streamed chat completion per call; no retries here (see `retrying`)."""
+
+    def __init__(self, settings: LLMSettings):
+        self.settings = settings
+        self.client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            max_retries=0,
+            timeout=settings.timeout_s,
+        )
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        state = _StreamState()
+        try:
+            request: dict[str, Any] = {
+                "model": self.settings.model,
+                "messages": [to_wire(m) for m in messages],
+                "max_tokens": self.settings.max_output_tokens,
+                "temperature": self.settings.temperature,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            if tools:
+                request["tools"] = tools
+            stream = await self.client.chat.completions.create(**request)
+            # Read to the very end: usage arrives after the finish chunk.
+            async for chunk in stream:
+                state.add_chunk(chunk)
+        except openai.OpenAIError as e:
+            raise classify(e) from e
+        return state.completion()
+
+    async def get_json(self, url: str) -> Any:
+        """GET an absolute URL on the same server (discovery endpoints outside /v1)."""
+        try:
+            return await self.client.get(url, cast_to=object)
+        except openai.OpenAIError as e:
+            raise classify(e) from e
+
+    async def post_json(self, url: str, body: dict[str, Any]) -> Any:
+        try:
+            return await self.client.post(url, body=body, cast_to=object)
+        except openai.OpenAIError as e:
+            raise classify(e) from e
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+T = TypeVar("T")
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    settings: LLMSettings,
+    on_retry: Callable[[int, float, BaseException], None],
+) -> T:
+    """The one retry layer: transient errors only, exponential backoff with jitter."""
+
+    def report(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        if error is not None:
+            on_retry(state.attempt_number, wait, error)
+
+    stop = stop_after_delay(settings.retry_for_s) if settings.retry_for_s else stop_never
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(TransientError),
+        wait=wait_random_exponential(multiplier=settings.retry_initial_s, max=settings.retry_max_s),
+        stop=stop,
+        before_sleep=report,
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity either returns or raises")

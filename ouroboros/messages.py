@@ -1,0 +1,88 @@
+"""Typed conversation records that round-trip through JSON, and their OpenAI wire form."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(_Record):
+    id: str
+    name: str
+    arguments: str
+    """The raw JSON text the model produced (may be invalid: the tool runner says so)."""
+
+
+class SystemMessage(_Record):
+    kind: Literal["system"] = "system"
+    content: str
+
+
+class UserMessage(_Record):
+    kind: Literal["user"] = "user"
+    content: str
+    origin: Literal["user", "continue", "restart", "wind_down", "nudge", "notice"] = "user"
+    """Who put it there: the harness injects every message except `user`."""
+
+
+class AssistantMessage(_Record):
+    kind: Literal["assistant"] = "assistant"
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class ToolMessage(_Record):
+    kind: Literal["tool"] = "tool"
+    tool_call_id: str
+    name: str
+    content: str
+    exit_code: int | None = None
+    """For `shell_exec`: kept so a masked placeholder can still say how the command ended."""
+    arguments: str = ""
+    """The call's arguments, kept so a placeholder can name the file it read."""
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="kind")
+]
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+def to_wire(message: Message) -> dict[str, Any]:
+    """The OpenAI chat-completions form of one message."""
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if isinstance(message, AssistantMessage):
+        wire: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            wire["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in message.tool_calls
+            ]
+        return wire
+    return {"role": message.kind, "content": message.content}
+
+
+def tool_call_pairs_valid(messages: list[Message]) -> bool:
+    """Every assistant tool call is followed by exactly its results, and no result is orphaned."""
+    pending: set[str] = set()
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            if message.tool_call_id not in pending:
+                return False
+            pending.discard(message.tool_call_id)
+            continue
+        if pending:
+            return False
+        if isinstance(message, AssistantMessage):
+            pending = {c.id for c in message.tool_calls}
+    return not pending

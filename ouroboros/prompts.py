@@ -1,0 +1,87 @@
+"""Every text the harness itself says to the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PREAMBLE = """\
+You are an autonomous agent running unattended under the ouroboros harness. Nobody is watching \
+in real time: keep working towards your purpose, one tool call at a time.
+
+Tools: file_read, file_write, list_dir and shell_exec work inside your workspace ({workspace}); \
+relative paths start there and nothing outside it is reachable, except your own instructions \
+file {system_prompt}, which you may read and improve.{finish}
+
+Your context window is small ({limit:,} tokens). Old tool results are replaced by short \
+placeholders when it fills up (read the file again if you need it), and when it is nearly full \
+the session ends and a fresh one starts with only your last few turns. Keep your progress, \
+findings and plan in workspace files (for example NOTES.md) as you go, so a restart loses nothing.
+
+Your instructions follow.
+
+"""
+
+FINISH_SENTENCE = (
+    " When the whole task is done, call finish with a summary: it ends the run for good."
+)
+
+
+def system_prompt(
+    instructions: str, workspace: Path, prompt_path: Path, limit: int, finish: bool
+) -> str:
+    return (
+        PREAMBLE.format(
+            workspace=workspace,
+            system_prompt=prompt_path,
+            limit=limit,
+            finish=FINISH_SENTENCE if finish else "",
+        )
+        + instructions
+    )
+
+
+FIRST_MESSAGE = (
+    "Session 1 of a new run. Read your instructions above and start. Your workspace may already "
+    "hold files from earlier work: look before you begin."
+)
+
+CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
+
+
+def restart_marker(session: int, previous_turns: int, reason: str, carried: int) -> str:
+    why = {
+        "context_full": "the context was full",
+        "context_overflow": "the prompt no longer fitted the server's window",
+        "max_turns": "it reached its turn limit",
+    }.get(reason, reason)
+    carried_text = (
+        f"The last {carried} messages of that session follow."
+        if carried
+        else "Nothing was carried over."
+    )
+    return (
+        f"Session {session}. The previous session ran {previous_turns} turns and ended because "
+        f"{why}. Your workspace files hold your progress; your instructions above were re-read "
+        f"from disk. {carried_text}"
+    )
+
+
+def wind_down(used: int, limit: int, turns_left: int) -> str:
+    return (
+        f"Context is {used / limit:.0%} full ({limit - used:,} tokens left). Save what matters to "
+        f"your workspace files and SYSTEM_PROMPT.md now: progress, findings, next steps. The "
+        f"session restarts after {turns_left} more replies, with only your last few turns."
+    )
+
+
+def repeated(count: int) -> str:
+    return (
+        f"You have run this same tool call {count} times in a row with the same arguments. "
+        "It will not give a different result: change approach."
+    )
+
+
+CRASH_INTERRUPTED = (
+    "error: this call was interrupted when the harness process died; whether it took effect is "
+    "unknown. Check before repeating it."
+)

@@ -1,0 +1,127 @@
+"""Find out what is on the other end: which server, whether the model is there, its real window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ouroboros.llm import FatalError, LLMClient, LLMError, TransientError
+
+ServerKind = Literal["ollama", "llama-server", "vllm", "lmstudio", "unknown"]
+CONSERVATIVE_CONTEXT = 4096
+"""Used when the server does not say: Ollama's own default on small machines."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    kind: ServerKind
+    context_window: int | None
+    """What the server really runs with, or None if it would not say."""
+    detail: str
+    """Where the window figure came from, for the log."""
+
+
+def root_url(base_url: str) -> str:
+    """`http://host:port/v1` → `http://host:port` (native endpoints live at the root)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+async def _get(client: LLMClient, url: str) -> Any:
+    try:
+        return await client.get_json(url)
+    except LLMError:
+        return None
+
+
+async def _ollama_window(client: LLMClient, root: str, model: str) -> tuple[int | None, str]:
+    async def loaded() -> int | None:
+        ps = await _get(client, f"{root}/api/ps")
+        for entry in (ps or {}).get("models", []) if isinstance(ps, dict) else []:
+            if entry.get("name") == model or entry.get("model") == model:
+                value = entry.get("context_length")
+                return value if isinstance(value, int) and value > 0 else None
+        return None
+
+    window = await loaded()
+    if window is None:
+        # /api/ps only knows loaded models; an empty generate request loads it.
+        try:
+            await client.post_json(f"{root}/api/generate", {"model": model})
+        except LLMError:
+            pass
+        window = await loaded()
+    if window is not None:
+        return window, "ollama /api/ps context_length"
+    try:
+        show = await client.post_json(f"{root}/api/show", {"model": model})
+    except LLMError:
+        return None, "ollama did not report a window"
+    trained = next(
+        (v for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")),
+        None,
+    )
+    for line in str(show.get("parameters", "")).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
+            num_ctx = int(parts[1])
+            return (min(num_ctx, trained) if trained else num_ctx), "ollama Modelfile num_ctx"
+    return None, "ollama did not report a window"
+
+
+async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
+    """Probe the native endpoints of each known server, cheapest first."""
+    root = root_url(base_url)
+    try:
+        models = await client.get_json(f"{base_url.rstrip('/')}/models")
+    except TransientError as e:
+        raise TransientError(
+            f"cannot reach a model server at {base_url} ({e}): start it "
+            "(for Ollama: `ollama serve`) or set llm.base_url"
+        ) from e
+    except LLMError:
+        models = None
+    version = await _get(client, f"{root}/api/version")
+    if isinstance(version, dict) and "version" in version:
+        tags = await _get(client, f"{root}/api/tags")
+        names = {m.get("name") for m in (tags or {}).get("models", [])} if tags else set()
+        if tags is not None and model not in names and f"{model}:latest" not in names:
+            raise FatalError(
+                f"model {model!r} is not pulled on this Ollama server: run `ollama pull {model}`"
+            )
+        window, detail = await _ollama_window(client, root, model)
+        return ServerInfo("ollama", window, f"{detail} (Ollama {version['version']})")
+    props = await _get(client, f"{root}/props")
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        n_ctx = props["default_generation_settings"].get("n_ctx")
+        return ServerInfo("llama-server", n_ctx, "llama-server /props n_ctx")
+    lmstudio = await _get(client, f"{root}/api/v1/models")
+    if isinstance(lmstudio, dict) and "models" in lmstudio:
+        for entry in lmstudio["models"]:
+            for instance in entry.get("loaded_instances") or []:
+                if model in (entry.get("key"), instance.get("id")):
+                    window = (instance.get("config") or {}).get("context_length")
+                    return ServerInfo("lmstudio", window, "LM Studio loaded context_length")
+        return ServerInfo("lmstudio", None, "LM Studio: model not loaded")
+    for entry in (models or {}).get("data", []) if isinstance(models, dict) else []:
+        if "max_model_len" in entry and entry.get("id") == model:
+            return ServerInfo("vllm", entry["max_model_len"], "vLLM /v1/models max_model_len")
+    return ServerInfo("unknown", None, "the server does not report its window")
+
+
+def choose_window(configured: int, info: ServerInfo) -> tuple[int, str | None]:
+    """The window to budget for, and a warning when the configuration and the server disagree."""
+    real = info.context_window
+    if configured == 0:
+        if real is None:
+            return CONSERVATIVE_CONTEXT, (
+                f"{info.kind} server did not report its context window; assuming "
+                f"{CONSERVATIVE_CONTEXT} tokens (set context.limit to override)"
+            )
+        return real, None
+    if real is not None and real < configured:
+        return real, (
+            f"context.limit is {configured} but the server runs a {real}-token window "
+            f"({info.detail}); using {real}"
+        )
+    return configured, None

@@ -1,0 +1,308 @@
+"""One session: call the model, record, run tools, record, manage the context; until it must end.
+
+Control flow leaves the loop only as `SessionEnded` (the supervisor decides what follows) or as a
+fatal `LLMError`; everything else that can go wrong inside a step becomes a message to the model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from ouroboros import prompts
+from ouroboros.config import Settings
+from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.view import ContextView
+from ouroboros.events import EventLog
+from ouroboros.llm import Completion, ContextOverflow, LLMClient, retrying
+from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from ouroboros.state import Journal
+from ouroboros.tokens import Ledger, raw_estimate, tools_estimate
+from ouroboros.tools import ToolRunner
+
+
+class SessionEnded(Exception):
+    """The session is over; `reason` tells the supervisor whether to restart or stop."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Harness:
+    """The components a session works with (built once per run by the supervisor)."""
+
+    settings: Settings
+    llm: LLMClient
+    tools: ToolRunner
+    journal: Journal
+    log: EventLog
+    ledger: Ledger
+    mask_policy: MaskPolicy
+
+
+class Session:
+    def __init__(self, harness: Harness):
+        self.h = harness
+        self.state = state = harness.journal.state
+        self.view = ContextView(state.messages, state.masked)
+        self.schemas = harness.tools.schemas()
+        self.schema_raw = tools_estimate(self.schemas)
+        self._pending_mask: dict[str, Any] | None = None
+        self._last_calls = ""
+        self._repeats = 0
+
+    async def run(self) -> None:
+        """The loop. Returns never: it ends by raising SessionEnded."""
+        await self.settle_interrupted_calls()
+        while True:
+            self.check_limits()
+            completion = await self.call_model()
+            self.record_reply(completion)
+            for call in completion.message.tool_calls:
+                await self.run_tool(call)
+            if not completion.message.tool_calls:
+                self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+            self.nudge_if_repeating(completion.message.tool_calls)
+            self.manage_context()
+
+    # --- recording -------------------------------------------------------------------------
+
+    def append(self, message: Message) -> None:
+        """Journal first (fsync'ed), then the in-memory view: the journal is the truth."""
+        self.h.journal.record("message", session=self.state.session, message=message.model_dump())
+        self.view.append(message)
+
+    def record_reply(self, completion: Completion) -> None:
+        self.append(completion.message)
+
+    # --- the model call ---------------------------------------------------------------------
+
+    async def call_model(self) -> Completion:
+        """One completion; an overflow masks everything unprotected and retries exactly once."""
+        for attempt in (1, 2):
+            raw_prompt = self.view.raw_total + self.schema_raw
+            messages = list(self.view.view)
+            try:
+                completion = await retrying(
+                    partial(self.h.llm.complete, messages, self.schemas),
+                    self.h.settings.llm,
+                    self._on_retry,
+                )
+            except ContextOverflow as e:
+                self.h.log.emit(
+                    "context_overflow",
+                    message=str(e)[:300],
+                    session=self.state.session,
+                    n_prompt_tokens=e.n_prompt_tokens,
+                    n_ctx=e.n_ctx,
+                    projected=self.h.ledger.project(raw_prompt),
+                    attempt=attempt,
+                )
+                if e.n_prompt_tokens:
+                    self.h.ledger.calibrate_overflow(e.n_prompt_tokens, raw_prompt)
+                if attempt == 2 or not self.mask(
+                    self.view.mask_all_but_protected(self.h.mask_policy, self.h.ledger.calibration),
+                    reason="overflow",
+                ):
+                    raise SessionEnded("context_overflow", str(e)[:200]) from e
+                continue
+            self.measure(completion, raw_prompt)
+            return completion
+        raise AssertionError("unreachable")
+
+    def _on_retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
+        self.h.log.emit(
+            "retry",
+            message=str(error)[:300],
+            session=self.state.session,
+            attempt=attempt,
+            wait_s=round(wait_s, 2),
+        )
+
+    def measure(self, completion: Completion, raw_prompt: int) -> None:
+        usage = completion.usage
+        reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
+        estimate = self.h.ledger.calibration.tokens(raw_prompt)
+        m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
+        self.h.journal.record(
+            "usage", session=self.state.session, turn=self.state.session_turns + 1, **m.__dict__
+        )
+        budget = self.h.ledger.budget
+        used = m.prompt_tokens + m.completion_tokens
+        self.h.log.token_usage(
+            session=self.state.session,
+            turn=self.state.session_turns + 1,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=m.completion_tokens,
+            total_tokens=used,
+            source=m.source,
+            estimated_prompt_tokens=estimate,
+            context_limit=budget.limit,
+            fraction=round(used / budget.limit, 4),
+            zone=budget.zone(used),
+            finish_reason=completion.finish_reason,
+        )
+        if m.silent_truncation:
+            self.h.log.emit(
+                "silent_truncation",
+                message="the server counted far fewer prompt tokens than were sent: it probably "
+                "cut the prompt (Ollama does so silently); treating the context as full",
+                session=self.state.session,
+                reported_prompt_tokens=m.prompt_tokens,
+                estimated_prompt_tokens=estimate,
+                context_limit=budget.limit,
+            )
+        if self._pending_mask is not None:
+            self.h.log.emit(
+                "context_mask", **self._pending_mask, measured_prompt_tokens=m.prompt_tokens
+            )
+            self._pending_mask = None
+
+    # --- tools ------------------------------------------------------------------------------
+
+    async def run_tool(self, call: ToolCall) -> None:
+        self.h.journal.record(
+            "tool_started", session=self.state.session, call_id=call.id, name=call.name
+        )
+        outcome = await self.h.tools.run(call)
+        self.append(outcome.message)
+        kept = len(outcome.message.content.encode())
+        self.h.log.emit(
+            "tool_call",
+            session=self.state.session,
+            turn=self.state.session_turns,
+            name=call.name,
+            arguments_bytes=len(call.arguments.encode()),
+            duration_s=round(outcome.duration_s, 3),
+            exit_code=outcome.message.exit_code,
+            output_bytes=outcome.original_bytes,
+            error=outcome.error,
+        )
+        if kept < outcome.original_bytes:
+            self.h.log.emit(
+                "truncation",
+                session=self.state.session,
+                name=call.name,
+                original_bytes=outcome.original_bytes,
+                kept_bytes=kept,
+            )
+        if outcome.blocked:
+            self.h.log.emit(
+                "blocked_command",
+                session=self.state.session,
+                rule=outcome.blocked,
+                arguments=call.arguments[:500],
+            )
+        if outcome.finish_summary is not None:
+            raise SessionEnded("finish", outcome.finish_summary)
+
+    async def settle_interrupted_calls(self) -> None:
+        """After a crash: started calls get an 'interrupted' result, unstarted ones run now."""
+        last = next(
+            (m for m in reversed(self.state.messages) if isinstance(m, AssistantMessage)), None
+        )
+        if last is None:
+            return
+        done = {m.tool_call_id for m in self.state.messages if isinstance(m, ToolMessage)}
+        for call in last.tool_calls:
+            if call.id in done:
+                continue
+            if call.id in self.state.started_calls:
+                self.append(
+                    ToolMessage(
+                        tool_call_id=call.id,
+                        name=call.name,
+                        content=prompts.CRASH_INTERRUPTED,
+                        arguments=call.arguments,
+                    )
+                )
+            else:
+                await self.run_tool(call)
+
+    def nudge_if_repeating(self, calls: tuple[ToolCall, ...]) -> None:
+        if not calls:
+            return
+        signature = repr([(c.name, c.arguments) for c in calls])
+        self._repeats = self._repeats + 1 if signature == self._last_calls else 1
+        self._last_calls = signature
+        if self._repeats >= self.h.settings.session.repeat_nudge_after:
+            self.append(UserMessage(content=prompts.repeated(self._repeats), origin="nudge"))
+
+    # --- context ----------------------------------------------------------------------------
+
+    def mask(self, call_ids: list[str], reason: str) -> bool:
+        if not call_ids:
+            return False
+        before = self.h.ledger.project(self.view.raw_total + self.schema_raw)
+        self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
+        self.view.mask(call_ids)
+        after = self.h.ledger.project(self.view.raw_total + self.schema_raw)
+        self._pending_mask = {
+            "session": self.state.session,
+            "masked": len(call_ids),
+            "reason": reason,
+            "total_masked": len(self.view.masked_ids),
+            "projected_before": before,
+            "projected_after": after,
+            "estimated_reclaimed": before - after,
+        }
+        return True
+
+    def projected(self) -> int:
+        return self.h.ledger.project(self.view.raw_total + self.schema_raw)
+
+    def manage_context(self) -> None:
+        """Mask past the soft line; wind down past the hard one; end when out of room."""
+        c = self.h.settings.context
+        budget = self.h.ledger.budget
+        projected = self.projected()
+        if projected >= budget.soft_line:
+            target = budget.soft_line - int(c.mask_hysteresis * budget.limit)
+            chosen = self.view.choose_masks(
+                self.h.mask_policy, self.h.ledger.calibration, projected - max(target, 0)
+            )
+            self.mask(chosen, reason="soft_threshold")
+            projected = self.projected()
+        zone = self.h.ledger.zone(projected)
+        replies = self.state.wind_down_replies
+        if zone == "over":
+            raise SessionEnded(
+                "context_full",
+                f"next prompt ~{projected:,} tokens > budget {budget.prompt_budget:,}",
+            )
+        if replies is not None and replies >= self.h.settings.session.wind_down_turns:
+            raise SessionEnded("context_full", "wind-down replies used")
+        if zone == "hard" and replies is None:
+            turns = self.h.settings.session.wind_down_turns
+            self.h.log.emit(
+                "wind_down",
+                session=self.state.session,
+                projected=projected,
+                hard_line=budget.hard_line,
+                turns_left=turns,
+            )
+            if turns == 0:
+                raise SessionEnded("context_full", "hard threshold reached")
+            self.append(
+                UserMessage(
+                    content=prompts.wind_down(projected, budget.limit, turns), origin="wind_down"
+                )
+            )
+
+    def check_limits(self) -> None:
+        s = self.h.settings
+        st = self.state
+        if s.session.max_turns and st.session_turns >= s.session.max_turns:
+            raise SessionEnded("max_turns", f"{st.session_turns} turns in this session")
+        if s.supervisor.max_total_turns and st.total_turns >= s.supervisor.max_total_turns:
+            raise SessionEnded("max_total_turns", f"{st.total_turns} turns in the run")
+        if s.supervisor.max_total_tokens and st.total_tokens >= s.supervisor.max_total_tokens:
+            raise SessionEnded("max_total_tokens", f"{st.total_tokens:,} tokens in the run")
+        elapsed = time.time() - (st.started_at or time.time())
+        if s.supervisor.max_wall_time_s and elapsed >= s.supervisor.max_wall_time_s:
+            raise SessionEnded("max_wall_time", f"{elapsed:.0f} s since the run started")

@@ -1,0 +1,109 @@
+"""Rebuild where a run stands from its journal: the journal is the truth, this is a fold over it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ouroboros.journal import JsonlWriter, read_jsonl, repair_torn_tail
+from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
+from ouroboros.tokens import Measurement
+
+RESTARTING_REASONS = ("context_full", "context_overflow", "max_turns")
+"""Session ends after which the supervisor starts another session."""
+
+
+@dataclass
+class RunState:
+    started_at: float | None = None
+    session: int = 0
+    session_open: bool = False
+    session_turns: int = 0
+    total_turns: int = 0
+    total_prompt_tokens: int = 0
+    total_completion_tokens: int = 0
+    restarts: int = 0
+    messages: list[Message] = field(default_factory=list)
+    """The current (or just ended) session's messages."""
+    masked: set[str] = field(default_factory=set)
+    started_calls: set[str] = field(default_factory=set)
+    measurements: list[Measurement] = field(default_factory=list)
+    """Every model call of the run, oldest first (they calibrate the estimator)."""
+    ended_reason: str | None = None
+    """Why the last session ended, while no next session has started."""
+    run_end: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.total_prompt_tokens + self.total_completion_tokens
+
+    @property
+    def wind_down_replies(self) -> int | None:
+        """Replies the agent gave since the wind-down message, or None if it was not sent."""
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            if isinstance(message, UserMessage) and message.origin == "wind_down":
+                return sum(isinstance(m, AssistantMessage) for m in self.messages[index:])
+        return None
+
+
+def _apply(state: RunState, record: dict[str, Any]) -> None:
+    kind = record["kind"]
+    if kind == "run_start" and state.started_at is None:
+        state.started_at = datetime.fromisoformat(record["ts"]).timestamp()
+    elif kind == "session_start":
+        if state.session:
+            state.restarts += 1
+        state.session = record["session"]
+        state.session_open = True
+        state.session_turns = 0
+        state.messages = []
+        state.masked = set()
+        state.started_calls = set()
+        state.ended_reason = None
+    elif kind == "message":
+        message = MESSAGE_ADAPTER.validate_python(record["message"])
+        state.messages.append(message)
+        if isinstance(message, AssistantMessage):
+            state.session_turns += 1
+            state.total_turns += 1
+    elif kind == "tool_started":
+        state.started_calls.add(record["call_id"])
+    elif kind == "mask":
+        state.masked.update(record["call_ids"])
+    elif kind == "usage":
+        m = Measurement(**{k: record[k] for k in Measurement.__dataclass_fields__})
+        state.measurements.append(m)
+        state.total_prompt_tokens += m.prompt_tokens
+        state.total_completion_tokens += m.completion_tokens
+    elif kind == "session_end":
+        state.session_open = False
+        state.ended_reason = record["reason"]
+    elif kind == "run_end":
+        state.run_end = record["reason"]
+
+
+def replay(records: list[dict[str, Any]]) -> RunState:
+    state = RunState()
+    for record in records:
+        _apply(state, record)
+    return state
+
+
+class Journal:
+    """The durable record of the run and the state folded from it, always in step."""
+
+    def __init__(self, path: Path):
+        read = read_jsonl(path)
+        self.torn_aside = repair_torn_tail(path, read)
+        self.state = replay(read.records)
+        self._writer = JsonlWriter(path, durable=True)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        """Write (and fsync) first, then apply: nothing depends on a step before it is on disk."""
+        _apply(self.state, self._writer.append(kind, **fields))
+
+    def close(self) -> None:
+        self._writer.close()

@@ -1,0 +1,356 @@
+"""The run: one supervisor per state folder, sessions in a loop, restarts, resume after a crash."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from ouroboros import prompts
+from ouroboros.config import Settings
+from ouroboros.context.carryover import select_carryover
+from ouroboros.context.mask import MaskPolicy
+from ouroboros.events import EventLog
+from ouroboros.llm import FatalError, LLMClient, LLMError, retrying
+from ouroboros.messages import AssistantMessage, Message, SystemMessage, UserMessage
+from ouroboros.servers import choose_window, discover
+from ouroboros.session import Harness, Session, SessionEnded
+from ouroboros.state import RESTARTING_REASONS, Journal
+from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate, tools_estimate
+from ouroboros.tools import ToolRunner
+from ouroboros.tools.workspace import Workspace
+
+BYTES_PER_TOKEN = 4
+TOOL_OUTPUT_SHARE = 0.25
+"""No single tool output may take more than this share of the prompt budget."""
+MARKER_ALLOWANCE = 120
+"""Raw tokens kept for the restart marker and a continuation message."""
+
+
+class RunError(Exception):
+    """A run-time problem a person must fix; printed as one line, exit code 1."""
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    reason: str
+    exit_code: int
+
+
+@contextmanager
+def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
+    """flock is released by the kernel when the owner dies, so only a live owner blocks us."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "lock"
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise RunError(
+            f"another supervisor (pid {owner}) is running on {state_dir}; stop it first"
+        ) from None
+    handle.seek(0)
+    previous = handle.read().strip()
+    if previous and log is not None:
+        log.emit("warning", message=f"took over a stale lock left by pid {previous}")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    try:
+        yield
+    finally:
+        handle.seek(0)
+        handle.truncate()
+        handle.close()
+
+
+def fresh_state(state_dir: Path) -> Path | None:
+    """Move an old run aside (never delete it) so the next run starts from nothing."""
+    if not state_dir.exists() or not any(state_dir.iterdir()):
+        return None
+    aside = state_dir.with_name(f"{state_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+    state_dir.rename(aside)
+    return aside
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, log: EventLog):
+        self.settings = settings
+        self.log = log
+        self.journal = Journal(settings.paths.state_dir / "journal.jsonl")
+        if self.journal.torn_aside:
+            log.emit(
+                "warning",
+                message=f"dropped a torn last journal line (kept in "
+                f"{self.journal.torn_aside.name})",
+            )
+        self.llm = LLMClient(settings.llm)
+
+    async def run(self) -> RunOutcome:
+        state = self.journal.state
+        if state.run_end:
+            return RunOutcome(f"this run already ended ({state.run_end}); use --fresh", 0)
+        harness = await self.build_harness()
+        if state.started_at is None:
+            self.journal.record(
+                "run_start", model=self.settings.llm.model, base_url=self.settings.llm.base_url
+            )
+        self.log.emit(
+            "run_start",
+            model=self.settings.llm.model,
+            session=state.session or 1,
+            resumed=state.session > 0,
+        )
+        while True:
+            if not state.session_open:
+                outcome = await self.next_session(harness)
+                if outcome:
+                    return outcome
+            try:
+                await Session(harness).run()
+            except SessionEnded as end:
+                outcome = self.session_ended(end)
+                if outcome:
+                    return outcome
+
+    async def build_harness(self) -> Harness:
+        s = self.settings
+        info = await retrying(
+            lambda: discover(self.llm, s.llm.base_url, s.llm.model), s.llm, self._on_retry
+        )
+        limit, warning = choose_window(s.context.limit, info)
+        if warning:
+            self.log.emit("warning", message=warning)
+        self.log.emit("context_window", server=info.kind, context_limit=limit, detail=info.detail)
+        budget = Budget.for_window(
+            limit,
+            s.context.soft_threshold,
+            s.context.hard_threshold,
+            s.llm.max_output_tokens,
+            s.context.safety_margin,
+        )
+        calibration = Calibration()
+        ledger = Ledger(budget, calibration)
+        for m in self.journal.state.measurements:
+            ledger.apply(m)
+        max_output = min(
+            s.context.max_tool_output_bytes,
+            int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN),
+        )
+        s.paths.workspace.mkdir(parents=True, exist_ok=True)
+        tools = ToolRunner(
+            Workspace(s.paths.workspace, s.paths.system_prompt),
+            s.session.shell_timeout_s,
+            max_output,
+            s.supervisor.allow_finish,
+        )
+        policy = MaskPolicy(
+            s.context.protected_observations,
+            int(s.context.protected_max_fraction * limit),
+            s.context.mask_min_tokens,
+        )
+        return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy)
+
+    def _on_retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
+        self.log.emit("retry", message=str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
+
+    def session_ended(self, end: SessionEnded) -> RunOutcome | None:
+        state = self.journal.state
+        self.log.emit(
+            "session_end",
+            session=state.session,
+            reason=end.reason,
+            detail=end.detail,
+            turns=state.session_turns,
+        )
+        if end.reason == "finish":
+            self.journal.record("run_end", reason="finish", summary=end.detail)
+            return self.finished("finish")
+        if end.reason not in RESTARTING_REASONS:
+            # Run limits leave the session open: raising the limit and running again continues it.
+            return self.finished(end.reason)
+        if state.session_turns == 0:
+            raise RunError(
+                "a fresh session does not fit the context window: the system prompt and tools "
+                f"alone exceed the budget ({end.detail}); shorten SYSTEM_PROMPT.md or get a larger "
+                "window"
+            )
+        self.journal.record(
+            "session_end", session=state.session, reason=end.reason, turns=state.session_turns
+        )
+        return None
+
+    def finished(self, reason: str) -> RunOutcome:
+        self.log.emit(
+            "run_end",
+            reason=reason,
+            session=self.journal.state.session,
+            turns=self.journal.state.total_turns,
+        )
+        return RunOutcome(reason, 0)
+
+    async def next_session(self, harness: Harness) -> RunOutcome | None:
+        state = self.journal.state
+        if state.session == 0:
+            self.start_session(harness, 1, "fresh", [], [])
+            return None
+        limit = self.settings.supervisor.max_restarts
+        if limit is not None and state.restarts >= limit:
+            return self.finished("max_restarts")
+        if not self.settings.supervisor.auto_restart:
+            await self.wait_for_resume()
+        previous = list(state.messages)
+        carry = self.carryover(harness, previous)
+        self.start_session(
+            harness, state.session + 1, state.ended_reason or "restart", previous, carry
+        )
+        return None
+
+    def carryover(self, harness: Harness, previous: list[Message]) -> list[Message]:
+        ledger = harness.ledger
+
+        def tokens(m: Message) -> int:
+            return ledger.calibration.tokens(raw_estimate(m))
+
+        fixed = tokens(self.system_message(harness)) + ledger.calibration.tokens(
+            tools_estimate(harness.tools.schemas()) + MARKER_ALLOWANCE
+        )
+        room = ledger.budget.soft_line - fixed
+        return select_carryover(
+            previous,
+            self.settings.context.carryover_turns,
+            room,
+            tokens,
+            self.settings.context.mask_min_tokens,
+        )
+
+    def system_message(self, harness: Harness) -> SystemMessage:
+        s = self.settings
+        try:
+            instructions = s.paths.system_prompt.read_text()
+        except OSError as e:
+            raise RunError(
+                f"cannot read paths.system_prompt {s.paths.system_prompt}: {e.strerror}"
+            ) from None
+        return SystemMessage(
+            content=prompts.system_prompt(
+                instructions,
+                s.paths.workspace,
+                s.paths.system_prompt,
+                harness.ledger.budget.limit,
+                s.supervisor.allow_finish,
+            )
+        )
+
+    def start_session(
+        self,
+        harness: Harness,
+        number: int,
+        reason: str,
+        previous: list[Message],
+        carried: list[Message],
+    ) -> None:
+        state = self.journal.state
+        previous_turns = sum(isinstance(m, AssistantMessage) for m in previous)
+        system = self.system_message(harness)
+        self.journal.record(
+            "session_start",
+            session=number,
+            reason=reason,
+            previous_turns=previous_turns,
+            carried=len(carried),
+        )
+        first = (
+            prompts.FIRST_MESSAGE
+            if number == 1
+            else prompts.restart_marker(number, previous_turns, reason, len(carried))
+        )
+        opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
+        if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
+            opening.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+        for message in opening:
+            self.journal.record("message", session=number, message=message.model_dump())
+        if number > 1:
+            self.log.emit(
+                "session_restart",
+                session=number,
+                previous_turns=previous_turns,
+                carried_messages=len(carried),
+                reason=reason,
+                restarts=state.restarts,
+            )
+        self.log.emit("session_start", session=number, reason=reason)
+
+    async def wait_for_resume(self) -> None:
+        flag = self.settings.paths.state_dir / "resume"
+        self.log.emit(
+            "waiting",
+            message="auto_restart is off: press Enter here, or run "
+            "`python -m ouroboros resume`, to start the next session",
+        )
+        async with anyio.create_task_group() as tg:
+            if sys.stdin is not None and sys.stdin.isatty():
+
+                async def enter() -> None:
+                    await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(enter)
+            while not flag.exists():
+                await anyio.sleep(0.2)
+            tg.cancel_scope.cancel()
+        flag.unlink(missing_ok=True)
+
+
+async def run(settings: Settings, log: EventLog) -> RunOutcome:
+    """Run until a limit, a finish, a stop signal or a fatal error."""
+    with state_lock(settings.paths.state_dir, log):
+        supervisor = Supervisor(settings, log)
+        outcome = RunOutcome("stopped", 0)
+        failure: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def stop_on_signal() -> None:
+                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                        async for signum in signals:
+                            log.emit(
+                                "run_end",
+                                reason="stopped",
+                                message=f"stop requested ({signal.Signals(signum).name})",
+                            )
+                            tg.cancel_scope.cancel()
+                            return
+
+                async def supervise() -> None:
+                    nonlocal outcome, failure
+                    try:
+                        outcome = await supervisor.run()
+                    except (LLMError, RunError) as e:
+                        failure = e
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_on_signal)
+                tg.start_soon(supervise)
+        finally:
+            await supervisor.llm.aclose()
+            supervisor.journal.close()
+        if failure is not None:
+            message = str(failure)
+            if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
+                message = f"gave up on the model server: {message}"
+            log.emit("error", message=message)
+            raise RunError(message)
+        return outcome

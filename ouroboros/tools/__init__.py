@@ -1,0 +1,154 @@
+"""The tool registry: schemas for the model, and a runner that never lets bad input escape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from ouroboros.context.truncate import cap_output
+from ouroboros.messages import ToolCall, ToolMessage
+from ouroboros.tools import builtin
+from ouroboros.tools.blocklist import blocked_reason
+from ouroboros.tools.builtin import Output, ToolFailed
+from ouroboros.tools.workspace import PathRefused, Workspace
+
+SPILL_FACTOR = 2
+"""Outputs over this many times the cap are also saved in full to the workspace."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    message: ToolMessage
+    duration_s: float
+    original_bytes: int
+    error: str | None = None
+    blocked: str | None = None
+    finish_summary: str | None = None
+
+
+@dataclass(frozen=True)
+class _Tool:
+    args: type[BaseModel]
+    run: Callable[[Any], Awaitable[Output]]
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        workspace: Workspace,
+        shell_timeout_s: float,
+        max_output_bytes: int,
+        allow_finish: bool,
+    ):
+        self.workspace = workspace
+        self.max_output_bytes = max_output_bytes
+        ws = workspace
+
+        def threaded(fn: Callable[[Workspace, Any], Output]) -> Callable[[Any], Awaitable[Output]]:
+            async def run(args: Any) -> Output:
+                return await anyio.to_thread.run_sync(fn, ws, args)
+
+            return run
+
+        async def shell(args: builtin.ShellExecArgs) -> Output:
+            return await builtin.shell_exec(ws, args, shell_timeout_s)
+
+        async def finish(args: builtin.FinishArgs) -> Output:
+            return Output(f"run finished: {args.summary}")
+
+        self.tools: dict[str, _Tool] = {
+            "file_read": _Tool(builtin.FileReadArgs, threaded(builtin.file_read)),
+            "file_write": _Tool(builtin.FileWriteArgs, threaded(builtin.file_write)),
+            "list_dir": _Tool(builtin.ListDirArgs, threaded(builtin.list_dir)),
+            "shell_exec": _Tool(builtin.ShellExecArgs, shell),
+        }
+        if allow_finish:
+            self.tools["finish"] = _Tool(builtin.FinishArgs, finish)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        result = []
+        for name, tool in self.tools.items():
+            parameters = tool.args.model_json_schema()
+            parameters.pop("title", None)
+            for prop in parameters.get("properties", {}).values():
+                prop.pop("title", None)
+            result.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": tool.args.__doc__ or name,
+                        "parameters": parameters,
+                    },
+                }
+            )
+        return result
+
+    def _parse(self, call: ToolCall) -> tuple[_Tool, BaseModel]:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            raise ToolFailed(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
+        try:
+            raw = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as e:
+            raise ToolFailed(
+                f"the arguments are not valid JSON ({e.msg} at character {e.pos}): "
+                f"{call.arguments[:200]!r}. Send a JSON object."
+            ) from None
+        if not isinstance(raw, dict):
+            raise ToolFailed(f"the arguments must be a JSON object, not {type(raw).__name__}")
+        try:
+            return tool, tool.args.model_validate(raw)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in e.errors()
+            )
+            raise ToolFailed(f"bad arguments for {call.name}: {problems}") from None
+
+    async def run(self, call: ToolCall) -> ToolOutcome:
+        """Run one call; every failure becomes a result the model can read."""
+        started = time.monotonic()
+        error = blocked = summary = None
+        try:
+            tool, args = self._parse(call)
+            if isinstance(args, builtin.ShellExecArgs):
+                blocked = blocked_reason(args.command)
+                if blocked:
+                    raise ToolFailed(f"refused: this command is blocked ({blocked})")
+            output = await tool.run(args)
+            if isinstance(args, builtin.FinishArgs):
+                summary = args.summary
+        except (ToolFailed, PathRefused) as e:
+            output, error = Output(f"error: {e}"), str(e)
+        except OSError as e:
+            output, error = Output(f"error: {e.strerror or e}"), str(e)
+        capped = await self._cap(call.name, output.text)
+        message = ToolMessage(
+            tool_call_id=call.id,
+            name=call.name,
+            content=capped.text,
+            exit_code=output.exit_code,
+            arguments=call.arguments,
+        )
+        return ToolOutcome(
+            message, time.monotonic() - started, capped.original_bytes, error, blocked, summary
+        )
+
+    async def _cap(self, name: str, text: str) -> Any:
+        size = len(text.encode())
+        spill_path = None
+        if size > self.max_output_bytes * SPILL_FACTOR:
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            path = await anyio.to_thread.run_sync(
+                builtin.spill, self.workspace, f"{digest}-{name}.txt", text
+            )
+            spill_path = self.workspace.display(path)
+        return cap_output(text, self.max_output_bytes, spill_path)
