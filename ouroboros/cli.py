@@ -61,7 +61,7 @@ def _run(settings: Settings, args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         settings = _settings(args)
         if args.command == "resume":

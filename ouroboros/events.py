@@ -47,7 +47,7 @@ class EventLog:
     def __init__(self, state_dir: Path, console: Console | None = None):
         self.events = JsonlWriter(state_dir / "events.jsonl")
         self.usage = JsonlWriter(state_dir / "token_usage.jsonl")
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         record = self.events.append(kind, **fields)

@@ -1,0 +1,317 @@
+"""A scripted model behind a real HTTP server on loopback, for tests and the demo.
+
+It speaks OpenAI streaming chat completions the way the real servers do (docs/servers.md):
+- `ollama`: whole tool calls in one chunk, a separate finish chunk, a usage chunk with empty
+  `choices` (only when asked), the native `/api/*` endpoints, and **silent truncation** of a
+  prompt longer than its window (oldest messages dropped, the smaller count reported);
+- `llama`: tool-call arguments in fragments, `timings` on the last chunks, `/props`, and an HTTP
+  400 `exceed_context_size_error` for a prompt that does not fit, as llama-server does.
+Every request body is recorded so tests can assert on what the harness sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+Dialect = Literal["ollama", "llama"]
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_CALL_IDS = itertools.count(1)
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """A word-level stand-in for a real tokenizer: deliberately not bytes/4, so the harness's
+    estimator has something to calibrate against."""
+    total = 0
+    for message in body.get("messages", []):
+        total += 4 + len(_TOKEN.findall(str(message.get("content") or "")))
+        for call in message.get("tool_calls") or []:
+            total += 6 + len(_TOKEN.findall(call["function"]["name"] + call["function"]["arguments"]))
+    if body.get("tools"):
+        total += len(_TOKEN.findall(json.dumps(body["tools"])))
+    return total
+
+
+@dataclass
+class Reply:
+    """One scripted answer. Defaults make a plain text reply with honest usage."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    status: int = 200
+    error_body: dict[str, Any] | str | None = None
+    """With a non-200 status: the JSON body to send."""
+    cut: bool = False
+    """End the stream after the content, with no finish chunk, no usage, no [DONE]."""
+    stream_error: dict[str, Any] | None = None
+    """An `{"error": ...}` event inside an HTTP-200 stream (older llama-server, LM Studio)."""
+    usage: bool = True
+    """Send usage at all (old servers did not)."""
+    prompt_tokens: int | None = None
+    """Report this instead of the real count (a lying or truncating server)."""
+    completion_tokens: int | None = None
+    delay_s: float = 0.0
+
+
+def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    return name, arguments
+
+
+Responder = Callable[[dict[str, Any]], Reply]
+
+
+class ScriptedServer:
+    def __init__(
+        self,
+        script: Iterable[Reply] | Responder = (),
+        dialect: Dialect = "ollama",
+        n_ctx: int | None = None,
+        model: str = "scripted",
+    ):
+        self.dialect = dialect
+        self.n_ctx = n_ctx
+        self.model = model
+        self._responder: Responder | None = script if callable(script) else None
+        self._queue: deque[Reply] = deque() if callable(script) else deque(script)
+        self.requests: list[dict[str, Any]] = []
+        self.reported: list[dict[str, int]] = []
+        """The usage figures sent back, one per completed chat request."""
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self.port = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, port: int | None = None) -> str:
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port or self.port or 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self.url
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> ScriptedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def add(self, *replies: Reply) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.requests)
+
+    # --- behaviour ---------------------------------------------------------------------------
+
+    def next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            if self._responder is not None:
+                return self._responder(body)
+            if self._queue:
+                return self._queue.popleft()
+        return Reply(text="(the script has no more replies)")
+
+    def fit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        """Prompt tokens as this server would count them, or the error it would send."""
+        tokens = count_tokens(body)
+        if self.n_ctx is None or tokens < self.n_ctx:
+            return tokens, None
+        if self.dialect == "llama":
+            return tokens, {
+                "code": 400,
+                "message": f"request ({tokens} tokens) exceeds the available context size "
+                f"({self.n_ctx} tokens), try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": tokens,
+                "n_ctx": self.n_ctx,
+            }
+        # Ollama: drop the oldest non-system messages until it fits, keep the last one; say nothing.
+        messages = list(body["messages"])
+        while count_tokens({**body, "messages": messages}) >= self.n_ctx and len(messages) > 2:
+            drop = next(i for i, m in enumerate(messages) if m.get("role") != "system")
+            if drop == len(messages) - 1:
+                break
+            messages.pop(drop)
+        return min(count_tokens({**body, "messages": messages}), self.n_ctx), None
+
+    def native(self, path: str) -> dict[str, Any] | None:
+        """The non-OpenAI endpoints each server has (context discovery)."""
+        if path == "/v1/models":
+            return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        if self.dialect == "llama":
+            if path == "/props":
+                return {"default_generation_settings": {"n_ctx": self.n_ctx or 4096},
+                        "total_slots": 1}
+            if path == "/health":
+                return {"status": "ok"}
+            return None
+        if path == "/api/version":
+            return {"version": "0.33.0"}
+        if path == "/api/tags":
+            return {"models": [{"name": self.model}]}
+        if path == "/api/ps":
+            return {"models": [{"name": self.model, "context_length": self.n_ctx or 4096}]}
+        return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ScriptedServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _json(self, status: int, payload: object) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        payload = self.owner.native(self.path)
+        if payload is None:
+            self._json(404, {"error": {"message": f"not found: {self.path}", "type": "not_found"}})
+        else:
+            self._json(200, payload)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/api/generate":
+            self._json(200, {"done": True})
+        elif self.path == "/api/show":
+            self._json(200, {"parameters": "", "model_info": {"test.context_length": 131072}})
+        elif self.path == "/v1/chat/completions":
+            self._chat(body)
+        else:
+            self._json(404, {"error": {"message": f"not found: {self.path}"}})
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        owner = self.owner
+        reply = owner.next_reply(body)
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.status != 200:
+            error = reply.error_body if reply.error_body is not None else {"message": "error"}
+            self._json(reply.status, {"error": error})
+            return
+        messages = body.get("messages", [])
+        if owner.dialect == "llama" and len(messages) >= 2 and all(
+            m.get("role") == "assistant" for m in messages[-2:]
+        ):
+            self._json(400, {"error": {"code": 400, "type": "invalid_request_error", "message":
+                                       "Cannot have 2 or more assistant messages at the end of "
+                                       "the list."}})
+            return
+        prompt, overflow = owner.fit(body)
+        if overflow is not None:
+            self._json(400, {"error": overflow})
+            return
+        _Stream(self, owner, body, reply, prompt).send()
+
+
+class _Stream:
+    def __init__(self, handler: _Handler, owner: ScriptedServer, body: dict[str, Any],
+                 reply: Reply, prompt: int):
+        self.h = handler
+        self.owner = owner
+        self.body = body
+        self.reply = reply
+        self.prompt = prompt
+        self.base = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                     "created": int(time.time()), "model": owner.model}
+
+    def event(self, payload: object) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        data = f"data: {text}\n\n".encode()
+        self.h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.h.wfile.flush()
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        self.event({**self.base, "choices": [choice], **extra})
+
+    def send(self) -> None:
+        h, reply = self.h, self.reply
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        self.chunk({"role": "assistant", "content": ""})
+        for start in range(0, len(reply.text), 7):
+            self.chunk({"content": reply.text[start : start + 7]})
+        if reply.stream_error is not None:
+            self.event({"error": reply.stream_error})
+            self.end()
+            return
+        self.tool_calls()
+        if reply.cut:
+            self.end(done=False)
+            return
+        completion = reply.completion_tokens
+        if completion is None:
+            completion = len(_TOKEN.findall(reply.text)) + sum(
+                6 + len(_TOKEN.findall(json.dumps(a))) for _, a in reply.tool_calls
+            )
+        prompt = reply.prompt_tokens if reply.prompt_tokens is not None else self.prompt
+        timings = {"cache_n": 0, "prompt_n": prompt, "predicted_n": completion,
+                   "prompt_ms": 1.0, "predicted_ms": 1.0}
+        extra = {"timings": timings} if self.owner.dialect == "llama" else {}
+        self.chunk({}, "tool_calls" if reply.tool_calls else "stop", **extra)
+        wants_usage = (self.body.get("stream_options") or {}).get("include_usage")
+        if reply.usage and wants_usage:
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+            self.event({**self.base, "choices": [], "usage": usage, **extra})
+        with self.owner._lock:
+            self.owner.reported.append({"prompt_tokens": prompt, "completion_tokens": completion})
+        self.end()
+
+    def tool_calls(self) -> None:
+        for index, (name, arguments) in enumerate(self.reply.tool_calls):
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            call_id = f"call_{next(_CALL_IDS):08d}"
+            head = {"index": index, "id": call_id, "type": "function"}
+            if self.owner.dialect == "ollama":
+                self.chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": raw}}]})
+                continue
+            self.chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]})
+            for start in range(0, len(raw), 9):
+                fragment = {"index": index, "function": {"arguments": raw[start : start + 9]}}
+                self.chunk({"tool_calls": [fragment]})
+
+    def end(self, done: bool = True) -> None:
+        if done:
+            self.event("[DONE]")
+        self.h.wfile.write(b"0\r\n\r\n")
+        self.h.wfile.flush()
+        self.h.close_connection = True
