@@ -1,0 +1,97 @@
+"""Shared fixtures: a project folder, the scripted loopback server, and the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ouroboros.scripted import ScriptedServer
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Project:
+    """A throwaway project folder laid out like the real one."""
+
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / ".ouroboros"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    def configure(self, base_url: str, **sections: dict[str, Any]) -> None:
+        config: dict[str, dict[str, Any]] = {
+            "llm": {
+                "base_url": base_url,
+                "model": "scripted",
+                "retry_initial_s": 0.05,
+                "retry_max_s": 0.2,
+                "retry_for_s": 5,
+                "max_output_tokens": 256,
+            },
+            "context": {},
+            "session": {"shell_timeout_s": 10},
+            "supervisor": {},
+        }
+        for name, values in sections.items():
+            config.setdefault(name, {}).update(values)
+        lines = []
+        for name, values in config.items():
+            lines.append(f"[{name}]")
+            lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items())
+        (self.root / "config.toml").write_text("\n".join(lines) + "\n")
+
+    def run(self, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ouroboros", *args],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
+        )
+
+    def records(self, name: str) -> list[dict[str, Any]]:
+        path = self.state / name
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in self.records("events.jsonl") if kind is None or r["kind"] == kind]
+
+    def usage(self) -> list[dict[str, Any]]:
+        return self.records("token_usage.jsonl")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    root = tmp_path / "project"
+    (root / "workspace").mkdir(parents=True)
+    (root / "SYSTEM_PROMPT.md").write_text("# Purpose\nTest the harness.\n")
+    return Project(root)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as s:
+        yield s
+
+
+@pytest.fixture
+def llama_server() -> Iterator[ScriptedServer]:
+    with ScriptedServer(dialect="llama", n_ctx=8192) as s:
+        yield s

@@ -1,0 +1,190 @@
+"""`python -m ouroboros run` end to end, as a subprocess, against the scripted loopback server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from tests.conftest import Project
+
+
+@pytest.mark.parametrize("dialect", ["ollama", "llama"])
+def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
+    script = [
+        Reply(text="Looking around.", tool_calls=[tool("list_dir", path=".")]),
+        Reply(
+            tool_calls=[
+                tool("file_write", path="notes/NOTES.md", content="step one done\n"),
+                tool("shell_exec", command="cat notes/NOTES.md; exit 3"),
+            ]
+        ),
+        Reply(text="Progress saved."),
+        Reply(tool_calls=[tool("file_read", path="notes/NOTES.md")]),
+    ]
+    with ScriptedServer(script, dialect=dialect) as server:  # type: ignore[arg-type]
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "4")
+        requests = server.chat_requests()
+        reported = server.reported
+
+    assert result.returncode == 0, result.stderr
+    assert (project.workspace / "notes" / "NOTES.md").read_text() == "step one done\n"
+    assert len(requests) == 4
+    for body in requests:
+        assert body["stream"] is True
+        assert body["stream_options"] == {"include_usage": True}
+        assert {t["function"]["name"] for t in body["tools"]} >= {
+            "file_read", "file_write", "list_dir", "shell_exec"
+        }
+    # The second request carries the first call and its result; the fourth the whole history.
+    second = requests[1]["messages"]
+    assert second[0]["role"] == "system" and "Test the harness." in second[0]["content"]
+    assert second[-2]["tool_calls"][0]["function"]["name"] == "list_dir"
+    assert second[-1]["role"] == "tool" and "README" not in second[-1]["content"]
+    fourth = requests[3]["messages"]
+    shell_result = next(m for m in fourth if m["role"] == "tool" and "exit code" in m["content"])
+    assert shell_result["content"].startswith("exit code 3\nstep one done")
+    # A reply without tool calls is followed by a continuation message, never a second assistant.
+    assert fourth[-1]["role"] == "user"
+
+    usage = project.usage()
+    assert [(u["prompt_tokens"], u["completion_tokens"]) for u in usage] == [
+        (r["prompt_tokens"], r["completion_tokens"]) for r in reported
+    ]
+    assert all(u["source"] == "server" for u in usage)
+    assert [u["turn"] for u in usage] == [1, 2, 3, 4]
+    assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usage)
+    tool_events = project.events("tool_call")
+    assert [e["name"] for e in tool_events] == ["list_dir", "file_write", "shell_exec", "file_read"]
+    assert tool_events[2]["exit_code"] == 3
+    assert "max_total_turns" in result.stderr
+
+
+def test_usage_without_server_figures_is_estimated(project: Project) -> None:
+    with ScriptedServer([Reply(text="hi", usage=False)] * 2) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "2")
+    assert result.returncode == 0, result.stderr
+    assert [u["source"] for u in project.usage()] == ["estimate", "estimate"]
+    assert all(u["prompt_tokens"] > 0 for u in project.usage())
+
+
+def test_llama_timings_used_when_usage_missing(project: Project) -> None:
+    with ScriptedServer([Reply(text="hi", usage=False)], dialect="llama") as server:
+        project.configure(server.url)
+        project.run("run", "--max-turns", "1")
+        reported = server.reported
+    usage = project.usage()
+    assert usage[0]["source"] == "timings"
+    assert usage[0]["prompt_tokens"] == reported[0]["prompt_tokens"]
+
+
+def test_malformed_tool_arguments_become_a_result(project: Project) -> None:
+    script = [
+        Reply(tool_calls=[("shell_exec", '{"command": "ls')]),
+        Reply(tool_calls=[("shell_exec", '{"cmd": "ls"}')]),
+        Reply(tool_calls=[("no_such_tool", "{}")]),
+        Reply(tool_calls=[("file_read", '["a"]')]),
+    ]
+    with ScriptedServer(script, dialect="llama") as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "5")
+        last = server.chat_requests()[-1]["messages"]
+    assert result.returncode == 0, result.stderr
+    results = [m["content"] for m in last if m["role"] == "tool"]
+    assert "not valid JSON" in results[0]
+    assert "command: Field required" in results[1]
+    assert "unknown tool 'no_such_tool'" in results[2]
+    assert "must be a JSON object" in results[3]
+
+
+def test_blocked_command_is_refused_and_logged(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("shell_exec", command="sudo rm -rf / --no-preserve-root")])]
+    with ScriptedServer(script) as server:
+        project.configure(server.url)
+        project.run("run", "--max-turns", "2")
+        last = server.chat_requests()[-1]["messages"]
+    assert "refused" in last[-2]["content"] or "refused" in last[-1]["content"]
+    blocked = project.events("blocked_command")
+    assert blocked and blocked[0]["rule"] == "sudo"
+
+
+def test_server_down_gives_one_line_and_nonzero_exit(project: Project) -> None:
+    project.configure("http://127.0.0.1:9/v1", llm={"retry_for_s": 0.5})
+    result = project.run("run", "--max-turns", "1")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "cannot reach a model server" in last and "ollama serve" in last
+
+
+def test_model_not_pulled_on_ollama(project: Project) -> None:
+    with ScriptedServer(model="other-model") as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "1")
+    assert result.returncode == 1
+    assert "ollama pull scripted" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_fatal_http_error_stops_with_message(project: Project) -> None:
+    error = {"message": "invalid api key", "type": "invalid_request_error"}
+    with ScriptedServer([Reply(status=401, error_body=error)]) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "3")
+    assert result.returncode == 1
+    assert "refused the API key" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_transient_errors_are_retried(project: Project) -> None:
+    script = [
+        Reply(status=503, error_body={"message": "server busy, please try again."}),
+        Reply(text="partial", cut=True),
+        Reply(stream_error={"message": "slot unavailable", "type": "server_error"}),
+        Reply(text="fine"),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "1")
+    assert result.returncode == 0, result.stderr
+    retries = project.events("retry")
+    assert len(retries) == 3
+    assert "503" in retries[0]["message"]
+    assert "without a finish reason" in retries[1]["message"]
+    assert len(project.usage()) == 1
+
+
+def test_bad_config_is_one_line(project: Project) -> None:
+    project.configure("http://127.0.0.1:9/v1", context={"soft_threshold": 1.5})
+    result = project.run("run")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "context.soft_threshold" in result.stderr
+
+
+def test_stop_signal_is_clean(project: Project) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with ScriptedServer([Reply(text="slow", delay_s=30)]) as server:
+        project.configure(server.url)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run"], cwd=project.root,
+            stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.time() + 20
+        while not server.chat_requests() and time.time() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    assert "stop requested (SIGTERM)" in stderr
+    ends = project.events("run_end")
+    assert ends and ends[-1]["reason"] == "stopped"
+    journal = [json.loads(line) for line in (project.state / "journal.jsonl").read_text().splitlines()]
+    assert journal[-1]["kind"] == "message"

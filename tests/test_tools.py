@@ -1,0 +1,144 @@
+"""The built-in tools: workspace confinement, timeouts that kill whole process groups, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from ouroboros.messages import ToolCall
+from ouroboros.tools import ToolOutcome, ToolRunner
+from ouroboros.tools.blocklist import blocked_reason
+from ouroboros.tools.workspace import Workspace
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> ToolRunner:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "SYSTEM_PROMPT.md").write_text("prompt")
+    (tmp_path / "secret.txt").write_text("secret")
+    return ToolRunner(Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md"), 2.0, 2000, True)
+
+
+def call(runner: ToolRunner, name: str, **arguments: object) -> ToolOutcome:
+    tool_call = ToolCall(id="c1", name=name, arguments=json.dumps(arguments))
+    return anyio.run(runner.run, tool_call)
+
+
+@pytest.mark.parametrize(
+    "path", ["../secret.txt", "/etc/passwd", "sub/../../secret.txt", "~/x", "\x00"]
+)
+def test_paths_outside_the_workspace_are_refused(runner: ToolRunner, path: str) -> None:
+    for name, extra in (("file_read", {}), ("file_write", {"content": "x"}), ("list_dir", {})):
+        outcome = call(runner, name, path=path, **extra)
+        assert outcome.error is not None, (name, path)
+        assert outcome.message.content.startswith("error:")
+    assert (runner.workspace.root.parent / "secret.txt").read_text() == "secret"
+
+
+def test_symlink_pointing_out_is_refused(runner: ToolRunner) -> None:
+    (runner.workspace.root / "link").symlink_to(runner.workspace.root.parent)
+    (runner.workspace.root / "file-link").symlink_to(runner.workspace.root.parent / "secret.txt")
+    assert "outside the workspace" in call(runner, "file_read", path="link/secret.txt").message.content
+    assert "outside the workspace" in call(runner, "file_read", path="file-link").message.content
+    assert call(runner, "file_write", path="link/new.txt", content="x").error
+    assert not (runner.workspace.root.parent / "new.txt").exists()
+
+
+def test_system_prompt_is_reachable(runner: ToolRunner) -> None:
+    outcome = call(runner, "file_write", path="../SYSTEM_PROMPT.md", content="improved")
+    assert outcome.error is None
+    assert runner.workspace.system_prompt.read_text() == "improved"
+    by_absolute = call(runner, "file_read", path=str(runner.workspace.system_prompt))
+    assert by_absolute.message.content == "improved"
+
+
+def test_file_tools_round_trip(runner: ToolRunner) -> None:
+    lines = "\n".join(f"line {i}" for i in range(1, 11))
+    assert call(runner, "file_write", path="a/b.txt", content=lines).error is None
+    window = call(runner, "file_read", path="a/b.txt", offset=3, limit=2).message.content
+    assert window == "line 3\nline 4\n[lines 3-4 of 10; read more with offset=5]"
+    assert call(runner, "list_dir", path="a").message.content == "b.txt  70 bytes"
+    assert "no such file" in call(runner, "file_read", path="missing.txt").message.content
+
+
+def test_shell_exec_reports_exit_code_and_output(runner: ToolRunner) -> None:
+    outcome = call(runner, "shell_exec", command="echo out; echo err >&2; exit 4")
+    assert outcome.message.exit_code == 4
+    assert outcome.message.content == "exit code 4\nout\nerr\n"
+
+
+def test_timeout_kills_the_whole_process_group(runner: ToolRunner, tmp_path: Path) -> None:
+    pid_file = runner.workspace.root / "child.pid"
+    started = time.monotonic()
+    outcome = call(runner, "shell_exec", command=f"sleep 60 & echo $! > {pid_file}; sleep 60",
+                   timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert "timed out after 1 s" in outcome.message.content
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child), "the background child survived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def test_large_output_is_capped_and_spilled(runner: ToolRunner) -> None:
+    outcome = call(runner, "shell_exec", command="seq 1 20000")
+    content = outcome.message.content
+    assert len(content.encode()) <= 2000
+    assert content.startswith("exit code 0\n1\n2\n")
+    assert content.rstrip().endswith("20000")
+    assert outcome.original_bytes > 100_000
+    spilled = next((runner.workspace.root / ".outputs").iterdir())
+    assert f"Full output: .outputs/{spilled.name}" in content
+    assert spilled.read_text().endswith("19999\n20000\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ("sudo apt-get install x", "sudo"),
+        ("rm -rf /", "rm -rf of / or home"),
+        ("rm -rf ~", "rm -rf of / or home"),
+        ("cd /tmp && rm -fr / ", "rm -rf of / or home"),
+        ("mkfs.ext4 /dev/sda1", "mkfs"),
+        ("dd if=/dev/zero of=/dev/sda bs=1M", "dd to a device"),
+        ("shutdown -h now", "shutdown or reboot"),
+        ("reboot", "shutdown or reboot"),
+        (":(){ :|:& };:", "fork bomb"),
+        ("echo x > /etc/hosts", "write to a system folder"),
+        ("cp evil /usr/bin/ls", "change a system folder"),
+    ],
+)
+def test_destructive_commands_are_blocked(command: str, rule: str) -> None:
+    assert blocked_reason(command) == rule
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["rm -rf build/", "rm -rf ./node_modules", "ls /etc", "cat /usr/share/dict/words | head",
+     "echo sudoku", "python -m pytest", "dd if=a of=b"],
+)
+def test_ordinary_commands_pass(command: str) -> None:
+    assert blocked_reason(command) is None
+
+
+def test_blocked_command_never_runs(runner: ToolRunner) -> None:
+    marker = runner.workspace.root / "ran"
+    outcome = call(runner, "shell_exec", command=f"touch {marker}; sudo true")
+    assert outcome.blocked == "sudo"
+    assert not marker.exists()
