@@ -34,7 +34,9 @@ def count_tokens(body: dict[str, Any]) -> int:
     for message in body.get("messages", []):
         total += 4 + len(_TOKEN.findall(str(message.get("content") or "")))
         for call in message.get("tool_calls") or []:
-            total += 6 + len(_TOKEN.findall(call["function"]["name"] + call["function"]["arguments"]))
+            total += 6 + len(
+                _TOKEN.findall(call["function"]["name"] + call["function"]["arguments"])
+            )
     if body.get("tools"):
         total += len(_TOKEN.findall(json.dumps(body["tools"])))
     return total
@@ -167,8 +169,10 @@ class ScriptedServer:
             return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
         if self.dialect == "llama":
             if path == "/props":
-                return {"default_generation_settings": {"n_ctx": self.n_ctx or 4096},
-                        "total_slots": 1}
+                return {
+                    "default_generation_settings": {"n_ctx": self.n_ctx or 4096},
+                    "total_slots": 1,
+                }
             if path == "/health":
                 return {"status": "ok"}
             return None
@@ -225,12 +229,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(reply.status, {"error": error})
             return
         messages = body.get("messages", [])
-        if owner.dialect == "llama" and len(messages) >= 2 and all(
-            m.get("role") == "assistant" for m in messages[-2:]
+        if (
+            owner.dialect == "llama"
+            and len(messages) >= 2
+            and all(m.get("role") == "assistant" for m in messages[-2:])
         ):
-            self._json(400, {"error": {"code": 400, "type": "invalid_request_error", "message":
-                                       "Cannot have 2 or more assistant messages at the end of "
-                                       "the list."}})
+            self._json(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "type": "invalid_request_error",
+                        "message": "Cannot have 2 or more assistant messages at the end of "
+                        "the list.",
+                    }
+                },
+            )
             return
         prompt, overflow = owner.fit(body)
         if overflow is not None:
@@ -240,15 +254,25 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Stream:
-    def __init__(self, handler: _Handler, owner: ScriptedServer, body: dict[str, Any],
-                 reply: Reply, prompt: int):
+    def __init__(
+        self,
+        handler: _Handler,
+        owner: ScriptedServer,
+        body: dict[str, Any],
+        reply: Reply,
+        prompt: int,
+    ):
         self.h = handler
         self.owner = owner
         self.body = body
         self.reply = reply
         self.prompt = prompt
-        self.base = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
-                     "created": int(time.time()), "model": owner.model}
+        self.base = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": owner.model,
+        }
 
     def event(self, payload: object) -> None:
         text = payload if isinstance(payload, str) else json.dumps(payload)
@@ -283,14 +307,22 @@ class _Stream:
                 6 + len(_TOKEN.findall(json.dumps(a))) for _, a in reply.tool_calls
             )
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else self.prompt
-        timings = {"cache_n": 0, "prompt_n": prompt, "predicted_n": completion,
-                   "prompt_ms": 1.0, "predicted_ms": 1.0}
+        timings = {
+            "cache_n": 0,
+            "prompt_n": prompt,
+            "predicted_n": completion,
+            "prompt_ms": 1.0,
+            "predicted_ms": 1.0,
+        }
         extra = {"timings": timings} if self.owner.dialect == "llama" else {}
         self.chunk({}, "tool_calls" if reply.tool_calls else "stop", **extra)
         wants_usage = (self.body.get("stream_options") or {}).get("include_usage")
         if reply.usage and wants_usage:
-            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                     "total_tokens": prompt + completion}
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
             self.event({**self.base, "choices": [], "usage": usage, **extra})
         with self.owner._lock:
             self.owner.reported.append({"prompt_tokens": prompt, "completion_tokens": completion})

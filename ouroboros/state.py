@@ -59,16 +59,12 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
         state.session = record["session"]
         state.session_open = True
         state.session_turns = 0
-        state.messages = []
+        state.messages = [MESSAGE_ADAPTER.validate_python(m) for m in record["messages"]]
         state.masked = set()
         state.started_calls = set()
         state.ended_reason = None
     elif kind == "message":
-        message = MESSAGE_ADAPTER.validate_python(record["message"])
-        state.messages.append(message)
-        if isinstance(message, AssistantMessage):
-            state.session_turns += 1
-            state.total_turns += 1
+        state.messages.append(MESSAGE_ADAPTER.validate_python(record["message"]))
     elif kind == "tool_started":
         state.started_calls.add(record["call_id"])
     elif kind == "mask":
@@ -76,6 +72,9 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
     elif kind == "usage":
         m = Measurement(**{k: record[k] for k in Measurement.__dataclass_fields__})
         state.measurements.append(m)
+        # A turn is a model call: carried-over assistant messages are not new turns.
+        state.session_turns += 1
+        state.total_turns += 1
         state.total_prompt_tokens += m.prompt_tokens
         state.total_completion_tokens += m.completion_tokens
     elif kind == "session_end":

@@ -31,6 +31,9 @@ from ouroboros.tools.workspace import Workspace
 BYTES_PER_TOKEN = 4
 TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
+CARRYOVER_SHARE = 0.5
+"""Of the room under the soft line, what carry-over may fill: a new session that starts nearly
+at the soft line would mask at once and restart again soon."""
 MARKER_ALLOWANCE = 120
 """Raw tokens kept for the restart marker and a continuation message."""
 
@@ -204,18 +207,15 @@ class Supervisor:
     async def next_session(self, harness: Harness) -> RunOutcome | None:
         state = self.journal.state
         if state.session == 0:
-            self.start_session(harness, 1, "fresh", [], [])
+            self.start_session(harness, 1, "fresh", [])
             return None
         limit = self.settings.supervisor.max_restarts
         if limit is not None and state.restarts >= limit:
             return self.finished("max_restarts")
         if not self.settings.supervisor.auto_restart:
             await self.wait_for_resume()
-        previous = list(state.messages)
-        carry = self.carryover(harness, previous)
-        self.start_session(
-            harness, state.session + 1, state.ended_reason or "restart", previous, carry
-        )
+        carry = self.carryover(harness, state.messages)
+        self.start_session(harness, state.session + 1, state.ended_reason or "restart", carry)
         return None
 
     def carryover(self, harness: Harness, previous: list[Message]) -> list[Message]:
@@ -227,7 +227,7 @@ class Supervisor:
         fixed = tokens(self.system_message(harness)) + ledger.calibration.tokens(
             tools_estimate(harness.tools.schemas()) + MARKER_ALLOWANCE
         )
-        room = ledger.budget.soft_line - fixed
+        room = int((ledger.budget.soft_line - fixed) * CARRYOVER_SHARE)
         return select_carryover(
             previous,
             self.settings.context.carryover_turns,
@@ -259,19 +259,12 @@ class Supervisor:
         harness: Harness,
         number: int,
         reason: str,
-        previous: list[Message],
         carried: list[Message],
     ) -> None:
+        """Record the new session and its opening messages in one journal line (atomic)."""
         state = self.journal.state
-        previous_turns = sum(isinstance(m, AssistantMessage) for m in previous)
+        previous_turns = state.session_turns
         system = self.system_message(harness)
-        self.journal.record(
-            "session_start",
-            session=number,
-            reason=reason,
-            previous_turns=previous_turns,
-            carried=len(carried),
-        )
         first = (
             prompts.FIRST_MESSAGE
             if number == 1
@@ -280,8 +273,14 @@ class Supervisor:
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
             opening.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-        for message in opening:
-            self.journal.record("message", session=number, message=message.model_dump())
+        self.journal.record(
+            "session_start",
+            session=number,
+            reason=reason,
+            previous_turns=previous_turns,
+            carried=len(carried),
+            messages=[m.model_dump() for m in opening],
+        )
         if number > 1:
             self.log.emit(
                 "session_restart",

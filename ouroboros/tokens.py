@@ -38,8 +38,13 @@ def tools_estimate(tools: list[dict[str, Any]]) -> int:
 
 @dataclass(frozen=True)
 class Budget:
-    """Token lines of one window. Thresholds are fractions of the limit, but never above what
-    still leaves room for the reply and the safety margin."""
+    """Token lines of one window.
+
+    The prompt budget is the limit less the reply's reserve (`max_output_tokens`) and a safety
+    margin: vLLM refuses prompt + max_tokens > window, Ollama cuts the prompt to the window. The
+    soft and hard thresholds are fractions of that usable budget, so the room above the hard line
+    is left for the wind-down replies whatever the window and reserve.
+    """
 
     limit: int
     prompt_budget: int
@@ -51,9 +56,7 @@ class Budget:
         cls, limit: int, soft: float, hard: float, max_output: int, safety_margin: float
     ) -> Budget:
         prompt_budget = max(1, limit - max_output - int(limit * safety_margin))
-        hard_line = min(int(limit * hard), prompt_budget)
-        soft_line = min(int(limit * soft), int(hard_line * soft / hard))
-        return cls(limit, prompt_budget, soft_line, hard_line)
+        return cls(limit, prompt_budget, int(prompt_budget * soft), int(prompt_budget * hard))
 
     def zone(self, tokens: int) -> Zone:
         if tokens > self.prompt_budget:

@@ -54,7 +54,9 @@ class Project:
             lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items())
         (self.root / "config.toml").write_text("\n".join(lines) + "\n")
 
-    def run(self, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "ouroboros", *args],
             cwd=self.root,

@@ -36,13 +36,18 @@ def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
         assert body["stream"] is True
         assert body["stream_options"] == {"include_usage": True}
         assert {t["function"]["name"] for t in body["tools"]} >= {
-            "file_read", "file_write", "list_dir", "shell_exec"
+            "file_read",
+            "file_write",
+            "list_dir",
+            "shell_exec",
         }
     # The second request carries the first call and its result; the fourth the whole history.
     second = requests[1]["messages"]
-    assert second[0]["role"] == "system" and "Test the harness." in second[0]["content"]
+    assert second[0]["role"] == "system"
+    assert "Test the harness." in second[0]["content"]
     assert second[-2]["tool_calls"][0]["function"]["name"] == "list_dir"
-    assert second[-1]["role"] == "tool" and "README" not in second[-1]["content"]
+    assert second[-1]["role"] == "tool"
+    assert "README" not in second[-1]["content"]
     fourth = requests[3]["messages"]
     shell_result = next(m for m in fourth if m["role"] == "tool" and "exit code" in m["content"])
     assert shell_result["content"].startswith("exit code 3\nstep one done")
@@ -108,7 +113,8 @@ def test_blocked_command_is_refused_and_logged(project: Project) -> None:
         last = server.chat_requests()[-1]["messages"]
     assert "refused" in last[-2]["content"] or "refused" in last[-1]["content"]
     blocked = project.events("blocked_command")
-    assert blocked and blocked[0]["rule"] == "sudo"
+    assert blocked
+    assert blocked[0]["rule"] == "sudo"
 
 
 def test_server_down_gives_one_line_and_nonzero_exit(project: Project) -> None:
@@ -117,7 +123,8 @@ def test_server_down_gives_one_line_and_nonzero_exit(project: Project) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert "cannot reach a model server" in last and "ollama serve" in last
+    assert "cannot reach a model server" in last
+    assert "ollama serve" in last
 
 
 def test_model_not_pulled_on_ollama(project: Project) -> None:
@@ -174,8 +181,10 @@ def test_stop_signal_is_clean(project: Project) -> None:
     with ScriptedServer([Reply(text="slow", delay_s=30)]) as server:
         project.configure(server.url)
         process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run"], cwd=project.root,
-            stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "ouroboros", "run"],
+            cwd=project.root,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.time() + 20
         while not server.chat_requests() and time.time() < deadline:
@@ -185,6 +194,9 @@ def test_stop_signal_is_clean(project: Project) -> None:
     assert process.returncode == 0, stderr
     assert "stop requested (SIGTERM)" in stderr
     ends = project.events("run_end")
-    assert ends and ends[-1]["reason"] == "stopped"
-    journal = [json.loads(line) for line in (project.state / "journal.jsonl").read_text().splitlines()]
+    assert ends
+    assert ends[-1]["reason"] == "stopped"
+    journal = [
+        json.loads(line) for line in (project.state / "journal.jsonl").read_text().splitlines()
+    ]
     assert journal[-1]["kind"] == "message"

@@ -43,7 +43,9 @@ def test_paths_outside_the_workspace_are_refused(runner: ToolRunner, path: str) 
 def test_symlink_pointing_out_is_refused(runner: ToolRunner) -> None:
     (runner.workspace.root / "link").symlink_to(runner.workspace.root.parent)
     (runner.workspace.root / "file-link").symlink_to(runner.workspace.root.parent / "secret.txt")
-    assert "outside the workspace" in call(runner, "file_read", path="link/secret.txt").message.content
+    assert (
+        "outside the workspace" in call(runner, "file_read", path="link/secret.txt").message.content
+    )
     assert "outside the workspace" in call(runner, "file_read", path="file-link").message.content
     assert call(runner, "file_write", path="link/new.txt", content="x").error
     assert not (runner.workspace.root.parent / "new.txt").exists()
@@ -75,8 +77,9 @@ def test_shell_exec_reports_exit_code_and_output(runner: ToolRunner) -> None:
 def test_timeout_kills_the_whole_process_group(runner: ToolRunner, tmp_path: Path) -> None:
     pid_file = runner.workspace.root / "child.pid"
     started = time.monotonic()
-    outcome = call(runner, "shell_exec", command=f"sleep 60 & echo $! > {pid_file}; sleep 60",
-                   timeout_s=1)
+    outcome = call(
+        runner, "shell_exec", command=f"sleep 60 & echo $! > {pid_file}; sleep 60", timeout_s=1
+    )
     assert time.monotonic() - started < 10
     assert "timed out after 1 s" in outcome.message.content
     child = int(pid_file.read_text())
@@ -130,8 +133,15 @@ def test_destructive_commands_are_blocked(command: str, rule: str) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    ["rm -rf build/", "rm -rf ./node_modules", "ls /etc", "cat /usr/share/dict/words | head",
-     "echo sudoku", "python -m pytest", "dd if=a of=b"],
+    [
+        "rm -rf build/",
+        "rm -rf ./node_modules",
+        "ls /etc",
+        "cat /usr/share/dict/words | head",
+        "echo sudoku",
+        "python -m pytest",
+        "dd if=a of=b",
+    ],
 )
 def test_ordinary_commands_pass(command: str) -> None:
     assert blocked_reason(command) is None

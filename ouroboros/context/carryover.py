@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from ouroboros.context.mask import masked
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
-_NOT_CARRIED = ("restart",)
-"""The previous restart marker: the next session gets its own. Other injected messages stay, as
-dropping one could leave two assistant messages in a row, which llama-server rejects."""
+_NOT_CARRIED = ("restart", "wind_down")
+"""The old restart marker (the next session gets its own) and the wind-down request (it would end
+the new session at once). Both always follow a tool result or a user message, so dropping them
+never leaves two assistant messages in a row, which llama-server rejects."""
 
 
 def settled(messages: Sequence[Message]) -> list[Message]:
@@ -29,19 +30,27 @@ def settled(messages: Sequence[Message]) -> list[Message]:
     return result
 
 
-def _valid_starts(messages: Sequence[Message]) -> tuple[list[int], list[int]]:
-    """Indices where a carried suffix may start: turn starts, then any assistant message."""
-    turns = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
-    steps = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage)]
-    return turns, steps
-
-
 def _shrink_results(
-    messages: Sequence[Message], min_tokens: int, tokens: Callable[[Message], int]
+    messages: Sequence[Message],
+    budget_tokens: int,
+    min_tokens: int,
+    tokens: Callable[[Message], int],
+    keep_newest: bool,
 ) -> list[Message]:
-    return [
-        masked(m) if isinstance(m, ToolMessage) and tokens(m) > min_tokens else m for m in messages
-    ]
+    """Placeholders for big results, oldest first, until the messages fit (or none is left)."""
+    result = list(messages)
+    results = [i for i, m in enumerate(result) if isinstance(m, ToolMessage)]
+    if keep_newest and results:
+        results.pop()
+    total = sum(tokens(m) for m in result)
+    for index in results:
+        if total <= budget_tokens:
+            break
+        message = result[index]
+        if tokens(message) > min_tokens:
+            result[index] = masked(message)  # type: ignore[arg-type]
+            total += tokens(result[index]) - tokens(message)
+    return result
 
 
 def select_carryover(
@@ -53,8 +62,9 @@ def select_carryover(
 ) -> list[Message]:
     """The last `max_turns` complete turns that fit `budget_tokens`, shrunk if they do not.
 
-    Shrinking goes: fewer turns; then placeholders for big results in the last turn; then the
-    largest valid suffix that fits. With no turn start at all, the largest valid suffix.
+    Shrinking goes: fewer turns; then, within the last turn (or the whole session if no turn
+    ever started), the longest suffix that fits once its older big results are placeholders,
+    keeping the newest result whole; at last the final step with every result a placeholder.
     """
     if max_turns <= 0:
         return []
@@ -70,16 +80,19 @@ def select_carryover(
     def size(ms: Sequence[Message]) -> int:
         return sum(tokens(m) for m in ms)
 
-    turns, steps = _valid_starts(messages)
+    turns = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
     for start in turns[-max_turns:]:  # earliest first: the most turns that fit
         if size(messages[start:]) <= budget_tokens:
             return messages[start:]
-    last_turn = messages[turns[-1] :] if turns else messages
-    shrunk = _shrink_results(last_turn, min_mask_tokens, tokens)
-    if turns and size(shrunk) <= budget_tokens:
-        return shrunk
-    offset = len(messages) - len(shrunk)
-    for start in steps:
-        if start >= offset and size(shrunk[start - offset :]) <= budget_tokens:
-            return shrunk[start - offset :]
+    first = turns[-1] if turns else 0
+    starts = [first] + [
+        i for i, m in enumerate(messages) if i > first and isinstance(m, AssistantMessage)
+    ]
+    for keep_newest in (True, False):
+        for start in starts:
+            shrunk = _shrink_results(
+                messages[start:], budget_tokens, min_mask_tokens, tokens, keep_newest
+            )
+            if size(shrunk) <= budget_tokens:
+                return shrunk
     return []

