@@ -128,15 +128,16 @@ class Session:
         usage = completion.usage
         reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
         estimate = self.h.ledger.calibration.tokens(raw_prompt)
+        turn = self.state.session_turns + 1
         m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
         self.h.journal.record(
-            "usage", session=self.state.session, turn=self.state.session_turns + 1, **m.__dict__
+            "usage", session=self.state.session, turn=turn, **m.__dict__
         )
         budget = self.h.ledger.budget
         used = m.prompt_tokens + m.completion_tokens
         self.h.log.token_usage(
             session=self.state.session,
-            turn=self.state.session_turns + 1,
+            turn=turn,
             prompt_tokens=m.prompt_tokens,
             completion_tokens=m.completion_tokens,
             total_tokens=used,

