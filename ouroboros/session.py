@@ -298,8 +298,6 @@ class Session:
     def check_limits(self) -> None:
         s = self.h.settings
         st = self.state
-        if s.session.max_turns and st.session_turns >= s.session.max_turns:
-            raise SessionEnded("max_turns", f"{st.session_turns} turns in this session")
         if s.supervisor.max_total_turns and st.total_turns >= s.supervisor.max_total_turns:
             raise SessionEnded("max_total_turns", f"{st.total_turns} turns in the run")
         if s.supervisor.max_total_tokens and st.total_tokens >= s.supervisor.max_total_tokens:
@@ -307,3 +305,6 @@ class Session:
         elapsed = time.time() - (st.started_at or time.time())
         if s.supervisor.max_wall_time_s and elapsed >= s.supervisor.max_wall_time_s:
             raise SessionEnded("max_wall_time", f"{elapsed:.0f} s since the run started")
+        # After the run's limits: a run at its end must not restart for a session limit.
+        if s.session.max_turns and st.session_turns >= s.session.max_turns:
+            raise SessionEnded("max_turns", f"{st.session_turns} turns in this session")

@@ -1,0 +1,268 @@
+"""The run outlives sessions, crashes and outages: restarts, resume, locks, budgets."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from tests.conftest import Project
+
+
+def journal(project: Project) -> list[dict[str, Any]]:
+    return project.records("journal.jsonl")
+
+
+def test_restarts_reload_an_edited_system_prompt(project: Project) -> None:
+    prompt = project.root / "SYSTEM_PROMPT.md"
+    versions = itertools.count(2)
+
+    def agent(body: dict[str, Any]) -> Reply:
+        # The agent improves its own instructions every reply, as SYSTEM_PROMPT.md invites.
+        return Reply(
+            tool_calls=[tool("file_write", path=str(prompt), content=f"# Version {next(versions)}")]
+        )
+
+    with ScriptedServer(agent) as server:
+        project.configure(server.url, session={"max_turns": 2}, supervisor={"max_restarts": 2})
+        result = project.run("run")
+        requests = server.chat_requests()
+    assert result.returncode == 0, result.stderr
+    assert "max_restarts" in result.stderr
+    starts = [r for r in journal(project) if r["kind"] == "session_start"]
+    assert [s["session"] for s in starts] == [1, 2, 3]
+    # Each new session's system message holds the text as it was on disk when it started.
+    systems = [b["messages"][0]["content"] for b in requests]
+    assert "Test the harness." in systems[0]
+    assert systems[2].endswith("# Version 3")  # session 2 starts after versions 2 and 3
+    assert systems[4].endswith("# Version 5")
+    marker = requests[2]["messages"][1]["content"]
+    assert marker.startswith("Session 2. The previous session ran 2 turns")
+    assert "turn limit" in marker
+    restarts = project.events("session_restart")
+    assert [(r["session"], r["previous_turns"], r["reason"]) for r in restarts] == [
+        (2, 2, "max_turns"),
+        (3, 2, "max_turns"),
+    ]
+
+
+def test_finish_ends_the_run_for_good(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("finish", summary="wrote the report")])]
+    with ScriptedServer(script) as server:
+        project.configure(server.url)
+        first = project.run("run")
+        again = project.run("run")
+        assert len(server.chat_requests()) == 1
+    assert first.returncode == 0
+    assert "run stopped: finish" in first.stderr
+    assert again.returncode == 0
+    assert "already ended (finish)" in again.stderr
+    assert journal(project)[-1] == {**journal(project)[-1], "kind": "run_end", "reason": "finish"}
+
+
+def test_finish_is_not_offered_when_disallowed(project: Project) -> None:
+    with ScriptedServer([Reply(text="hi")]) as server:
+        project.configure(server.url, supervisor={"allow_finish": False, "max_total_turns": 1})
+        project.run("run")
+        tools = {t["function"]["name"] for t in server.chat_requests()[0]["tools"]}
+    assert "finish" not in tools
+
+
+def test_repeated_identical_calls_get_a_nudge(project: Project) -> None:
+    same = Reply(tool_calls=[tool("list_dir", path=".")])
+    with ScriptedServer([same, same, same, Reply(text="ok")]) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 4})
+        project.run("run")
+        last = server.chat_requests()[-1]["messages"]
+    nudges = [m for m in last if "same tool call 3 times" in str(m.get("content"))]
+    assert len(nudges) == 1
+
+
+def test_budgets_survive_resume_and_raising_them_continues(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(server.url)
+        assert project.run("run", "--max-turns", "2").returncode == 0
+        assert project.run("run", "--max-turns", "2").returncode == 0  # nothing left to do
+        assert len(server.chat_requests()) == 2
+        assert project.run("run", "--max-turns", "3").returncode == 0
+        assert len(server.chat_requests()) == 3
+    usage = project.usage()
+    assert [(u["session"], u["turn"]) for u in usage] == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_auto_restart_off_waits_for_resume(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(
+            server.url,
+            session={"max_turns": 1},
+            supervisor={"auto_restart": False, "max_total_turns": 2},
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run"],
+            cwd=project.root,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        deadline = time.time() + 20
+        while not project.events("waiting") and time.time() < deadline:
+            time.sleep(0.05)
+        assert project.events("waiting"), "the supervisor did not say it waits"
+        time.sleep(0.5)
+        assert len(server.chat_requests()) == 1, "restarted without confirmation"
+        assert project.run("resume").returncode == 0
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    assert len(server.chat_requests()) == 2
+    assert "python -m ouroboros resume" in stderr
+
+
+def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project) -> None:
+    with ScriptedServer([Reply(text="slow", delay_s=30)]) as server:
+        project.configure(server.url)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run"],
+            cwd=project.root,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.time() + 20
+        while not server.chat_requests() and time.time() < deadline:
+            time.sleep(0.05)
+        second = project.run("run")
+        assert second.returncode == 1
+        assert f"another supervisor (pid {first.pid}) is running" in second.stderr
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+    with ScriptedServer([Reply(text="hi")]) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 1})
+        third = project.run("run")
+    assert third.returncode == 0, third.stderr
+    assert f"took over a stale lock left by pid {first.pid}" in third.stderr
+
+
+def test_torn_last_line_is_dropped_and_kept_aside(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(server.url)
+        project.run("run", "--max-turns", "2")
+        path = project.state / "journal.jsonl"
+        path.write_bytes(path.read_bytes() + b'{"v":1,"kind":"message","sess')
+        result = project.run("run", "--max-turns", "3")
+    assert result.returncode == 0, result.stderr
+    assert "dropped a torn last journal line" in result.stderr
+    aside = list(project.state.glob("journal.jsonl.torn-*"))
+    assert [p.read_bytes() for p in aside] == [b'{"v":1,"kind":"message","sess']
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+    assert len(project.usage()) == 3
+
+
+def test_corruption_in_the_middle_is_refused(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(server.url)
+        project.run("run", "--max-turns", "2")
+        path = project.state / "journal.jsonl"
+        lines = path.read_text().splitlines()
+        lines[2] = lines[2][:20] + "#garbage#"
+        before = "\n".join(lines) + "\n"
+        path.write_text(before)
+        result = project.run("run", "--max-turns", "3")
+    assert result.returncode == 1
+    assert f"{path}, line 3: not a valid JSON record" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert path.read_text() == before
+
+
+def test_fresh_moves_the_old_run_aside(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(server.url)
+        project.run("run", "--max-turns", "1")
+        result = project.run("run", "--fresh", "--max-turns", "1")
+    assert result.returncode == 0
+    old = [p for p in project.root.iterdir() if p.name.startswith(".ouroboros.")]
+    assert len(old) == 1
+    assert (old[0] / "journal.jsonl").exists()
+    assert len(project.usage()) == 1
+
+
+def test_server_down_for_a_while_then_back(project: Project) -> None:
+    server = ScriptedServer(lambda body: Reply(text="working"))
+    server.start()
+    port = server.port
+    project.configure(server.url, llm={"retry_for_s": 30})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "run", "--max-turns", "4"],
+        cwd=project.root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 20
+        while not server.chat_requests() and time.time() < deadline:
+            time.sleep(0.02)
+        server.stop()
+        time.sleep(1.5)
+        server.start(port)
+        _, stderr = process.communicate(timeout=40)
+    finally:
+        server.stop()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    assert len(project.usage()) == 4
+    assert project.events("retry"), "expected retries while the server was down"
+
+
+def test_kill_nine_at_random_moments_loses_nothing(project: Project, tmp_path: Path) -> None:
+    """Chaos: kill -9 the run at random moments; every completed turn survives, no tool call
+    runs twice, every JSONL line parses, and the run reaches its configured end."""
+    counter = project.workspace / "runs.log"
+    turns = itertools.count()
+
+    def agent(body: dict[str, Any]) -> Reply:
+        n = next(turns)
+        # Each call appends a unique line: a duplicate line means a call was executed twice.
+        return Reply(
+            tool_calls=[tool("shell_exec", command=f"echo call-{n} >> runs.log; sleep 0.05")],
+            delay_s=0.02,
+        )
+
+    target = 30
+    kills = 0
+    rng = __import__("random").Random(7)
+    with ScriptedServer(agent) as server:
+        project.configure(server.url, session={"max_turns": 7})
+        for _ in range(60):
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ouroboros", "run", "--max-turns", str(target)],
+                cwd=project.root,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(rng.uniform(0.3, 1.2))
+            if process.poll() is not None:
+                break
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            kills += 1
+        final = project.run("run", "--max-turns", str(target), timeout=120)
+    assert final.returncode == 0, final.stderr
+    assert kills >= 8
+    lines = counter.read_text().splitlines()
+    assert len(lines) == len(set(lines)), "a tool call was executed twice"
+    for name in ("journal.jsonl", "events.jsonl", "token_usage.jsonl"):
+        for line in (project.state / name).read_text().splitlines():
+            json.loads(line)
+    records = journal(project)
+    turns_recorded = [r for r in records if r["kind"] == "usage"]
+    assert len(turns_recorded) == target
+    # Every executed call has a result in the journal (or an 'interrupted' one if cut mid-way).
+    results = [
+        r["message"] for r in records if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+    assert len(lines) <= len(results) + 1
