@@ -42,6 +42,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import anyio
+
 from ouroboros import prompts
 from ouroboros.config import (
     ContextSettings,
@@ -51,11 +53,10 @@ from ouroboros.config import (
     Settings,
     SupervisorSettings,
 )
-from ouroboros.context.carryover import select_carryover
 from ouroboros.context.mask import MaskPolicy, masked
 from ouroboros.context.truncate import cap_output
 from ouroboros.events import EventLog
-from ouroboros.llm import LLMClient
+from ouroboros.llm import Completion, ContextOverflow, LLMClient, Usage
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -68,16 +69,16 @@ from ouroboros.messages import (
 from ouroboros.scripted import count_tokens
 from ouroboros.session import Harness, Session, SessionEnded
 from ouroboros.state import Journal, RunState
-from ouroboros.supervisor import BYTES_PER_TOKEN, MARKER_ALLOWANCE, TOOL_OUTPUT_SHARE
+from ouroboros.state import _apply as fold_record
+from ouroboros.supervisor import BYTES_PER_TOKEN, TOOL_OUTPUT_SHARE, Supervisor
 from ouroboros.tokens import (
     MESSAGE_OVERHEAD,
     Budget,
     Calibration,
     Ledger,
     raw_estimate,
-    tools_estimate,
 )
-from ouroboros.tools import SPILL_FACTOR, ToolRunner
+from ouroboros.tools import SPILL_FACTOR, ToolOutcome, ToolRunner
 from ouroboros.tools.workspace import Workspace
 
 SEED = 20240611
@@ -90,7 +91,7 @@ RECENT = 3
 """How many of the newest observations the intact-share metric looks at."""
 PERF_SIZES = (1_000, 5_000)
 PERF_TURNS = 150
-PERF_REPEATS = 3
+PERF_REPEATS = 5
 PERF_MAX_RATIO = 1.5
 PERF_MAX_US = 1_000.0
 
@@ -341,7 +342,7 @@ class ScriptBuilder:
         return steps
 
 
-# --- the server and the harness around a scripted model -------------------------------------
+# --- the server, the model and the tools around the real harness -----------------------------
 
 
 class TokenServer:
@@ -367,21 +368,35 @@ class TokenServer:
         return self.message_tokens(reply) - MESSAGE_OVERHEAD
 
 
+@dataclass
+class Outcome:
+    policy: Policy
+    limit: int
+    sessions: int = 0
+    overflows: int = 0
+    calls: int = 0
+    prompt_tokens: int = 0
+    fills: list[float] = field(default_factory=list)
+    intact: int = 0
+    """Calls whose prompt held the newest observations exactly as the tools printed them."""
+    eligible: int = 0
+    """Calls where those were whole in the session and fit the protected window (real tokens)."""
+    violations: int = 0
+    """Eligible calls where one of them was masked anyway."""
+    eligible_estimated: int = 0
+    """The same, judged by the harness's own calibrated estimate at the time of the call."""
+    violations_estimated: int = 0
+
+
 class MemoryJournal:
-    """Stands in for the journal: same run state, no disk (messages arrive via ReplaySession)."""
+    """The journal without the disk: records fold into the run state by the journal's own fold,
+    so turns, wind-down replies and carried messages are exactly what a real run would have."""
 
     def __init__(self) -> None:
         self.state = RunState()
 
     def record(self, kind: str, **fields: Any) -> None:
-        if kind == "mask":
-            self.state.masked.update(fields["call_ids"])
-
-    def start_session(self, number: int, opening: list[Message]) -> None:
-        state = self.state
-        state.restarts += number > 1
-        state.session, state.session_open, state.session_turns = number, True, 0
-        state.messages, state.masked, state.started_calls = list(opening), set(), set()
+        fold_record(self.state, {"kind": kind, **fields})
 
 
 class NullLog:
@@ -392,47 +407,67 @@ class NullLog:
         pass
 
 
-class ReplaySession(Session):
-    """The real Session with its journal write left out of `append`."""
-
-    def append(self, message: Message) -> None:
-        self.state.messages.append(message)
-        if isinstance(message, AssistantMessage):
-            self.state.session_turns += 1
-            self.state.total_turns += 1
-        self.view.append(message)
+FINISH = AssistantMessage(
+    content="Everything in the plan is done.",
+    tool_calls=(ToolCall(id="call_finish", name="finish", arguments='{"summary": "done"}'),),
+)
 
 
-def default_settings() -> Settings:
-    # model_construct: the defaults only, whatever OUROBOROS_* variables this shell has.
-    return Settings.model_construct(
-        llm=LLMSettings(),
-        context=ContextSettings(),
-        session=SessionSettings(),
-        supervisor=SupervisorSettings(),
-        paths=PathSettings(workspace=WORKSPACE, system_prompt=PROMPT_PATH),
-    )
+class ScriptedModel(LLMClient):
+    """The model is the script; the server counts the prompt, refuses what does not fit."""
+
+    def __init__(self, replay: Replay):
+        # No super().__init__(): there is no HTTP client to make.
+        self.settings = replay.settings.llm
+        self.r = replay
+        self.next = 0
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        r = self.r
+        reply = r.script[self.next].reply if self.next < len(r.script) else FINISH
+        prompt = r.server.prompt_tokens(messages)
+        completion = r.server.completion_tokens(reply)
+        r.out.fills.append(prompt / r.limit)
+        # The reply must fit too: llama-server refuses, vLLM refuses, Ollama cuts silently.
+        if prompt + completion > r.limit:
+            r.out.overflows += 1
+            raise ContextOverflow(
+                f"request ({prompt} tokens) exceeds the available context size ({r.limit} tokens)",
+                prompt,
+                r.limit,
+            )
+        r.out.calls += 1
+        r.out.prompt_tokens += prompt
+        if r.track_recent and r.recent:
+            r.check_recent(messages)
+        self.next += 1
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        return Completion(reply, finish, Usage(prompt, completion, "server"))
 
 
-def output_cap(settings: Settings, budget: Budget) -> int:
-    """The per-output cap `Supervisor.build_harness` gives the tool runner."""
-    return min(
-        settings.context.max_tool_output_bytes,
-        int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN),
-    )
+class ScriptedTools(ToolRunner):
+    """The tools print what the script says; the output is capped as ToolRunner caps it."""
 
+    def __init__(self, replay: Replay, cap: int | None):
+        super().__init__(Workspace(WORKSPACE, PROMPT_PATH), 120, cap or 1 << 30, True)
+        self.r = replay
+        self.cap = cap
+        self.observations = {o.call.id: o for s in replay.script for o in s.observations}
 
-def system_message(limit: int) -> SystemMessage:
-    return SystemMessage(
-        content=prompts.system_prompt(INSTRUCTIONS, WORKSPACE, PROMPT_PATH, limit, True)
-    )
+    async def run(self, call: ToolCall) -> ToolOutcome:
+        if call.name == "finish":
+            message = ToolMessage(tool_call_id=call.id, name=call.name, content="run finished")
+            return ToolOutcome(message, 0.0, 12, finish_summary="done")
+        observation = self.observations[call.id]
+        self.r.recent.append(observation)
+        return ToolOutcome(tool_message(observation, self.cap), 0.0, len(observation.text))
 
 
 _RESULTS: dict[tuple[str, int | None], ToolMessage] = {}
 
 
 def tool_message(observation: Observation, cap: int | None) -> ToolMessage:
-    """The result as the tool runner would append it: capped (with a spill marker) or not."""
+    """The result as `ToolRunner.run` makes it: capped, with the spill marker, or not at all."""
     key = (observation.call.id, cap)
     if key not in _RESULTS:
         text = observation.text
@@ -453,21 +488,93 @@ def tool_message(observation: Observation, cap: int | None) -> ToolMessage:
     return _RESULTS[key]
 
 
-@dataclass
-class Outcome:
-    policy: Policy
-    limit: int
-    sessions: int = 0
-    overflows: int = 0
-    calls: int = 0
-    prompt_tokens: int = 0
-    fills: list[float] = field(default_factory=list)
-    intact: int = 0
-    """Calls whose prompt held the newest observations exactly as the tools printed them."""
-    eligible: int = 0
-    """Calls where those observations were whole in the history and fit the protected window."""
-    violations: int = 0
-    """Eligible calls where one of them was masked anyway."""
+# --- the policies: the real Session, or one with another context management -----------------
+
+
+class RefusalEndsSession(Session):
+    """`call_model` without our overflow response: a refused prompt just ends the session."""
+
+    async def call_model(self) -> Completion:
+        raw_prompt = self.view.raw_total + self.schema_raw
+        try:
+            completion = await self.h.llm.complete(list(self.view.view), self.schemas)
+        except ContextOverflow as e:
+            raise SessionEnded("context_overflow", str(e)) from e
+        self.measure(completion, raw_prompt)
+        return completion
+
+    def end_at_hard(self) -> None:
+        projected = self.projected()
+        if self.h.ledger.zone(projected) in ("hard", "over"):
+            raise SessionEnded("context_full", f"next prompt ~{projected:,} tokens")
+
+
+class NoManagement(RefusalEndsSession):
+    def manage_context(self) -> None:
+        pass
+
+
+class TruncationOnly(RefusalEndsSession):
+    def manage_context(self) -> None:
+        self.end_at_hard()
+
+
+class RustOriginal(RefusalEndsSession):
+    def manage_context(self) -> None:
+        if self.projected() > RUST_MASK_AT * self.h.ledger.budget.limit:
+            oldest = (
+                m.tool_call_id
+                for m in self.view.history
+                if isinstance(m, ToolMessage) and m.tool_call_id not in self.view.masked_ids
+            )
+            self.mask(list(islice(oldest, RUST_MASK_PER_ROUND)), reason="rust_original")
+        self.end_at_hard()
+
+
+SESSIONS: dict[Policy, type[Session]] = {
+    "none": NoManagement,
+    "truncate": TruncationOnly,
+    "ours": Session,
+    "rust": RustOriginal,
+}
+
+
+class ReplaySupervisor(Supervisor):
+    """The real supervisor's session starts, carry-over and session ends, without disk or HTTP."""
+
+    def __init__(self, settings: Settings, journal: MemoryJournal, system: SystemMessage):
+        # No super().__init__(): it opens the on-disk journal and an HTTP client.
+        self.settings = settings
+        self.journal = cast(Journal, journal)
+        self.log = cast(EventLog, NullLog())
+        self.system = system
+
+    def system_message(self, harness: Harness) -> SystemMessage:
+        return self.system
+
+
+def default_settings() -> Settings:
+    # model_construct: the defaults only, whatever OUROBOROS_* variables this shell has.
+    return Settings.model_construct(
+        llm=LLMSettings(),
+        context=ContextSettings(),
+        session=SessionSettings(),
+        supervisor=SupervisorSettings(),
+        paths=PathSettings(workspace=WORKSPACE, system_prompt=PROMPT_PATH),
+    )
+
+
+def budget_for(settings: Settings, limit: int) -> Budget:
+    c = settings.context
+    return Budget.for_window(
+        limit, c.soft_threshold, c.hard_threshold, settings.llm.max_output_tokens, c.safety_margin
+    )
+
+
+def system_message(limit: int) -> SystemMessage:
+    return SystemMessage(
+        content=prompts.system_prompt(INSTRUCTIONS, WORKSPACE, PROMPT_PATH, limit, True)
+    )
 
 
 class Replay:
@@ -476,173 +583,73 @@ class Replay:
     def __init__(self, policy: Policy, limit: int, script: list[Step], server: TokenServer):
         self.policy, self.limit, self.script, self.server = policy, limit, script, server
         self.settings = s = default_settings()
-        c = s.context
-        budget = Budget.for_window(
-            limit, c.soft_threshold, c.hard_threshold, s.llm.max_output_tokens, c.safety_margin
-        )
+        budget = budget_for(s, limit)
         self.ledger = Ledger(budget, Calibration())
-        self.cap = None if policy == "none" else output_cap(s, budget)
-        self.journal = MemoryJournal()
-        tools = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, output_cap(s, budget), True)
-        policy_mask = MaskPolicy(
-            c.protected_observations, int(c.protected_max_fraction * limit), c.mask_min_tokens
+        # What Supervisor.build_harness gives the tool runner.
+        cap = min(
+            s.context.max_tool_output_bytes,
+            int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN),
         )
+        self.cap = None if policy == "none" else cap
+        self.journal = MemoryJournal()
+        self.mask_policy = MaskPolicy(
+            s.context.protected_observations,
+            int(s.context.protected_max_fraction * limit),
+            s.context.mask_min_tokens,
+        )
+        self.out = Outcome(policy, limit)
+        self.recent: deque[Observation] = deque(maxlen=RECENT)
+        self.track_recent = True
+        self.model = ScriptedModel(self)
         self.harness = Harness(
             s,
-            cast(LLMClient, None),  # never called: the script is the model
-            tools,
+            self.model,
+            ScriptedTools(self, self.cap),
             cast(Journal, self.journal),
             cast(EventLog, NullLog()),
             self.ledger,
-            policy_mask,
+            self.mask_policy,
         )
-        self.system = system_message(limit)
-        self.out = Outcome(policy, limit)
-        self.step = 0
-        self.recent: deque[Observation] = deque(maxlen=RECENT)
-        self.track_recent = True
+        self.supervisor = ReplaySupervisor(s, self.journal, system_message(limit))
 
-    # --- sessions ----------------------------------------------------------------------------
-
-    def run(self) -> Outcome:
-        end = len(self.script)
-        previous: list[Message] = []
-        reason = "fresh"
-        while self.step < end:
-            session = self.open_session(previous, reason)
+    async def run(self) -> Outcome:
+        """`Supervisor.run`'s loop, with the policy's session class."""
+        state, harness, supervisor = self.journal.state, self.harness, self.supervisor
+        while True:
+            if not state.session_open and await supervisor.next_session(harness):
+                break
             try:
-                self.run_session(session, end)
-            except SessionEnded as ended:
-                reason = ended.reason
-                if self.journal.state.session_turns == 0:
-                    raise RuntimeError(f"{self.policy} at {self.limit}: stuck ({ended})") from None
-            previous = list(self.journal.state.messages)
+                await SESSIONS[self.policy](harness).run()
+            except SessionEnded as end:
+                if supervisor.session_ended(end):
+                    break
+        self.out.sessions = state.session
         return self.out
 
-    def open_session(self, previous: list[Message], reason: str) -> ReplaySession:
-        """What `Supervisor.next_session` and `start_session` lay out for a session."""
-        self.out.sessions += 1
-        number = self.out.sessions
-        carried = self.carryover(previous) if number > 1 else []
-        turns = sum(isinstance(m, AssistantMessage) for m in previous)
-        first = (
-            prompts.FIRST_MESSAGE
-            if number == 1
-            else prompts.restart_marker(number, turns, reason, len(carried))
-        )
-        opening: list[Message] = [
-            self.system,
-            UserMessage(content=first, origin="restart"),
-            *carried,
-        ]
-        if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
-            opening.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-        self.journal.start_session(number, opening)
-        return ReplaySession(self.harness)
-
-    def carryover(self, previous: list[Message]) -> list[Message]:
-        """`Supervisor.carryover`, line for line."""
-        ledger, c = self.ledger, self.settings.context
-
-        def tokens(m: Message) -> int:
-            return ledger.calibration.tokens(raw_estimate(m))
-
-        fixed = tokens(self.system) + ledger.calibration.tokens(
-            tools_estimate(self.harness.tools.schemas()) + MARKER_ALLOWANCE
-        )
-        room = ledger.budget.soft_line - fixed
-        return select_carryover(previous, c.carryover_turns, room, tokens, c.mask_min_tokens)
-
-    def run_session(self, session: ReplaySession, end: int) -> None:
-        while self.step < end:
-            step = self.script[self.step]
-            self.call_model(session, step)
-            session.append(step.reply)
-            for observation in step.observations:
-                session.append(tool_message(observation, self.cap))
-                self.recent.append(observation)
-            if not step.observations:
-                session.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-            session.nudge_if_repeating(step.reply.tool_calls)
-            self.step += 1
-            self.manage(session)
-
-    # --- one call ----------------------------------------------------------------------------
-
-    def call_model(self, session: ReplaySession, step: Step) -> None:
-        """`Session.call_model` against the counting server; raises SessionEnded on overflow."""
-        for attempt in (1, 2):
-            sent = list(session.view.view)
-            raw_prompt = session.view.raw_total + session.schema_raw
-            prompt = self.server.prompt_tokens(sent)
-            completion = self.server.completion_tokens(step.reply)
-            self.out.fills.append(prompt / self.limit)
-            if prompt + completion <= self.limit:
-                self.accepted(session, sent, prompt)
-                self.ledger.measure(
-                    raw_prompt, raw_estimate(step.reply), (prompt, completion, "server")
-                )
-                return
-            self.out.overflows += 1
-            if self.policy == "ours":
-                # llama-server's refusal carries the exact count; the harness learns from it.
-                self.ledger.calibrate_overflow(prompt, raw_prompt)
-                if attempt == 1 and session.mask(
-                    session.view.mask_all_but_protected(
-                        self.harness.mask_policy, self.ledger.calibration
-                    ),
-                    reason="overflow",
-                ):
-                    continue
-            raise SessionEnded("context_overflow", f"{prompt} + {completion} > {self.limit}")
-
-    def accepted(self, session: ReplaySession, sent: list[Message], prompt: int) -> None:
-        self.out.calls += 1
-        self.out.prompt_tokens += prompt
-        if self.track_recent and self.recent:
-            self.check_recent(session, sent)
-
-    def check_recent(self, session: ReplaySession, sent: list[Message]) -> None:
+    def check_recent(self, sent: list[Message]) -> None:
         in_prompt = {m.tool_call_id: m.content for m in sent if isinstance(m, ToolMessage)}
         intact = all(in_prompt.get(o.call.id) == o.text for o in self.recent)
         self.out.intact += intact
-        # Eligible: whole in this session's history (not capped, not shrunk by a carry-over) and,
-        # together, within the protected window's token bound, in real (server) tokens.
-        whole = {
-            m.tool_call_id: m
-            for m in session.view.history
-            if isinstance(m, ToolMessage) and m.tool_call_id in {o.call.id for o in self.recent}
-        }
-        if not all(o.call.id in whole and whole[o.call.id].content == o.text for o in self.recent):
+        # Eligible: whole in this session's history (not capped, not shrunk by a carry-over) and
+        # together within the protected window's bound.
+        ids = {o.call.id for o in self.recent}
+        whole = [
+            m
+            for m in self.journal.state.messages
+            if isinstance(m, ToolMessage) and m.tool_call_id in ids
+        ]
+        if len(whole) != len(self.recent) or any(
+            m.content != o.text for m, o in zip(whole, self.recent, strict=True)
+        ):
             return
-        cost = sum(self.server.message_tokens(m) for m in whole.values())
-        if cost <= self.harness.mask_policy.protected_tokens:
+        bound = self.mask_policy.protected_tokens
+        if sum(self.server.message_tokens(m) for m in whole) <= bound:
             self.out.eligible += 1
             self.out.violations += not intact
-
-    # --- the policies ------------------------------------------------------------------------
-
-    def manage(self, session: ReplaySession) -> None:
-        if self.policy == "ours":
-            session.manage_context()
-        elif self.policy == "truncate":
-            self.end_at_hard(session)
-        elif self.policy == "rust":
-            if session.projected() > RUST_MASK_AT * self.limit:
-                view = session.view
-                oldest = (
-                    m.tool_call_id
-                    for m in view.history
-                    if isinstance(m, ToolMessage) and m.tool_call_id not in view.masked_ids
-                )
-                chosen = list(islice(oldest, RUST_MASK_PER_ROUND))
-                session.mask(chosen, reason="rust_original")
-            self.end_at_hard(session)
-
-    def end_at_hard(self, session: ReplaySession) -> None:
-        projected = session.projected()
-        if self.ledger.zone(projected) in ("hard", "over"):
-            raise SessionEnded("context_full", f"next prompt ~{projected:,} tokens")
+        calibration = self.ledger.calibration
+        if sum(calibration.tokens(raw_estimate(m)) for m in whole) <= bound:
+            self.out.eligible_estimated += 1
+            self.out.violations_estimated += not intact
 
 
 # --- derived figures --------------------------------------------------------------------------
@@ -650,11 +657,7 @@ class Replay:
 
 def lower_bound(limit: int, script: list[Step], server: TokenServer) -> tuple[int, int, int]:
     """(unmaskable tokens, usable tokens per session, sessions they force at the least)."""
-    s = default_settings()
-    c = s.context
-    budget = Budget.for_window(
-        limit, c.soft_threshold, c.hard_threshold, s.llm.max_output_tokens, c.safety_margin
-    )
+    budget = budget_for(default_settings(), limit)
     continue_tokens = server.message_tokens(UserMessage(content=prompts.CONTINUE))
     unmaskable = 0
     for step in script:
@@ -675,7 +678,7 @@ def lower_bound(limit: int, script: list[Step], server: TokenServer) -> tuple[in
 
 
 def cycled(script: list[Step]) -> Iterator[Step]:
-    """The script again and again, with fresh call ids so every round's results are distinct."""
+    """The script again and again, with fresh call ids so every lap's results are distinct."""
     for lap in range(1_000):
         for step in script:
             observations = tuple(
@@ -690,8 +693,12 @@ def cycled(script: list[Step]) -> Iterator[Step]:
             yield Step(reply, observations)
 
 
-def time_context_work(script: list[Step], server: TokenServer, size: int) -> float:
-    """Microseconds of harness context work per turn around `size` messages in one session.
+PARTS = ("view copy", "ledger", "view append", "manage_context")
+
+
+async def time_context_work(script: list[Step], server: TokenServer, size: int) -> dict[str, float]:
+    """Microseconds per turn of each part of the harness's context work, around `size` messages
+    in one session, plus the share of `manage_context` spent in `RunState.wind_down_replies`.
 
     The window is sized so that the session never ends: its unmaskable part stays near half the
     window, so masking goes on every few turns as in any long session.
@@ -700,38 +707,57 @@ def time_context_work(script: list[Step], server: TokenServer, size: int) -> flo
     steps = list(islice(cycled(script), int((size + PERF_TURNS * per_step) / per_step) + 1))
     unmaskable, _, _ = lower_bound(UNLIMITED, steps, server)
     replay = Replay("ours", 2 * unmaskable, steps, server)
-    session = replay.open_session([], "fresh")
+    replay.track_recent = False
+    await replay.supervisor.next_session(replay.harness)
+    session = Session(replay.harness)
     while len(session.view.history) < size - PERF_TURNS * per_step / 2:
         one_turn(replay, session, None)
     gc.collect()
-    times: list[float] = []
+    spent = dict.fromkeys(PARTS, 0.0)
     for _ in range(PERF_TURNS):
-        one_turn(replay, session, times)
-    return statistics.fmean(times) * 1e6
+        one_turn(replay, session, spent)
+    started = time.perf_counter()
+    for _ in range(PERF_TURNS):
+        _ = replay.journal.state.wind_down_replies
+    result = {part: seconds / PERF_TURNS * 1e6 for part, seconds in spent.items()}
+    result["wind-down scan"] = (time.perf_counter() - started) / PERF_TURNS * 1e6
+    result["total"] = sum(result[part] for part in PARTS)
+    return result
 
 
-def one_turn(replay: Replay, session: ReplaySession, times: list[float] | None) -> None:
-    """One model call's worth of context work, timed without the server's token counting."""
-    step = replay.script[replay.step]
-    start = time.perf_counter()
-    sent = list(session.view.view)
+def one_turn(replay: Replay, session: Session, spent: dict[str, float] | None) -> None:
+    """One turn's context work, timed apart from the server's counting and the journal write."""
+    step = replay.script[replay.model.next]
+    replay.model.next += 1
+    results = [tool_message(o, replay.cap) for o in step.observations]
+    messages: list[Message] = [step.reply, *results]
+    if not results:
+        messages.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+    clock = time.perf_counter
+    appending = 0.0
+    t0 = clock()
+    sent = list(session.view.view)  # what call_model hands the client
     raw_prompt = session.view.raw_total + session.schema_raw
-    middle = time.perf_counter()
+    t1 = clock()
     prompt = replay.server.prompt_tokens(sent)
     completion = replay.server.completion_tokens(step.reply)
-    results = [tool_message(o, replay.cap) for o in step.observations]
-    resume = time.perf_counter()
+    t2 = clock()
     replay.ledger.measure(raw_prompt, raw_estimate(step.reply), (prompt, completion, "server"))
-    session.append(step.reply)
-    for result in results:
-        session.append(result)
-    if not results:
-        session.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+    t3 = clock()
+    for message in messages:
+        # Session.append's two halves: the journal (disk, not timed) and the view.
+        replay.journal.record("message", message=message.model_dump())
+        start = clock()
+        session.view.append(message)
+        appending += clock() - start
+    t4 = clock()
     session.manage_context()
-    end = time.perf_counter()
-    replay.step += 1
-    if times is not None:
-        times.append((middle - start) + (end - resume))
+    t5 = clock()
+    if spent is not None:
+        spent["view copy"] += t1 - t0
+        spent["ledger"] += t3 - t2
+        spent["view append"] += appending
+        spent["manage_context"] += t5 - t4
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -759,7 +785,7 @@ def verdict(ok: bool, text: str) -> bool:
     return ok
 
 
-def main() -> int:
+async def main() -> int:
     started = time.perf_counter()
     script = ScriptBuilder(SEED).build()
     schemas = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, 30_000, True).schemas()
@@ -778,7 +804,7 @@ def main() -> int:
         print(f"| {window_label(limit)} | {unmaskable:,} | {usable:,} | {bound} |")
     print()
 
-    baseline = Replay("none", UNLIMITED, script, server).run()
+    baseline = await Replay("none", UNLIMITED, script, server).run()
     results: dict[tuple[Policy, int], Outcome] = {}
     print(
         "| Policy | Window | Sessions (lower bound) | Overflows | Prompt tokens | Mean fill "
@@ -788,20 +814,25 @@ def main() -> int:
     print(row(baseline, None))
     for policy in POLICIES:
         for limit in WINDOWS:
-            results[policy, limit] = outcome = Replay(policy, limit, script, server).run()
+            results[policy, limit] = outcome = await Replay(policy, limit, script, server).run()
             print(row(outcome, bounds[limit][2]))
     print()
 
-    perf = {
-        size: [time_context_work(script, server, size) for _ in range(PERF_REPEATS)]
-        for size in PERF_SIZES
-    }
-    per_turn = {size: statistics.median(values) for size, values in perf.items()}
-    ratio = per_turn[PERF_SIZES[1]] / per_turn[PERF_SIZES[0]]
-    print("| Messages in the session | Context work per turn |")
-    print("|---:|---:|")
-    for size, micros in per_turn.items():
-        print(f"| {size:,} | {micros:.0f} µs |")
+    # The best of a few runs: this measures the code, not whatever else the machine is doing.
+    per_turn: dict[int, dict[str, float]] = {}
+    for size in PERF_SIZES:
+        runs = [await time_context_work(script, server, size) for _ in range(PERF_REPEATS)]
+        per_turn[size] = min(runs, key=lambda r: r["total"])
+    ratio = per_turn[PERF_SIZES[1]]["total"] / per_turn[PERF_SIZES[0]]["total"]
+    print(
+        "| Messages in the session | Context work per turn | "
+        + " | ".join(PARTS)
+        + " | of which RunState.wind_down_replies |"
+    )
+    print("|---:|---:|" + "---:|" * (len(PARTS) + 1))
+    for size, parts in per_turn.items():
+        cells = " | ".join(f"{parts[p]:.0f} µs" for p in (*PARTS, "wind-down scan"))
+        print(f"| {size:,} | {parts['total']:.0f} µs | {cells} |")
     print(f"\nRatio {PERF_SIZES[1]:,}/{PERF_SIZES[0]:,}: {ratio:.2f}\n")
 
     ok = report_targets(results, baseline, bounds, per_turn, ratio)
@@ -813,7 +844,7 @@ def report_targets(
     results: dict[tuple[Policy, int], Outcome],
     baseline: Outcome,
     bounds: dict[int, tuple[int, int, int]],
-    per_turn: dict[int, float],
+    per_turn: dict[int, dict[str, float]],
     ratio: float,
 ) -> bool:
     checks: list[bool] = []
@@ -837,11 +868,14 @@ def report_targets(
                 f"{trunc.sessions}",
             )
         )
+        kept = ours.eligible - ours.violations
+        kept_estimated = ours.eligible_estimated - ours.violations_estimated
         checks.append(
             verdict(
                 ours.violations == 0,
-                f"{window_label(w)}: ours kept the last 3 results intact at every call where they "
-                f"fit the protected window ({ours.eligible - ours.violations}/{ours.eligible})",
+                f"{window_label(w)}: ours kept the last 3 results intact wherever they fit the "
+                f"protected window: {kept}/{ours.eligible} calls in server tokens "
+                f"({kept_estimated}/{ours.eligible_estimated} by the harness's own estimate)",
             )
         )
         checks.append(
@@ -851,7 +885,7 @@ def report_targets(
                 f"unlimited no-management's {baseline.prompt_tokens:,}",
             )
         )
-    worst = max(per_turn.values())
+    worst = max(parts["total"] for parts in per_turn.values())
     checks.append(verdict(worst < PERF_MAX_US, f"context work {worst:.0f} µs per turn < 1 ms"))
     checks.append(
         verdict(ratio <= PERF_MAX_RATIO, f"context work ratio {ratio:.2f} <= {PERF_MAX_RATIO}")
@@ -860,4 +894,4 @@ def report_targets(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(anyio.run(main))

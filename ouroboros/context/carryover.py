@@ -81,6 +81,9 @@ def select_carryover(
         return sum(tokens(m) for m in ms)
 
     turns = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+    if messages and turns[:1] != [0]:
+        # The session's first turn began with the restart marker, which is not carried.
+        turns.insert(0, 0)
     for start in turns[-max_turns:]:  # earliest first: the most turns that fit
         if size(messages[start:]) <= budget_tokens:
             return messages[start:]

@@ -1,0 +1,369 @@
+"""The context policies as pure functions, over many generated histories."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ouroboros.context.carryover import select_carryover, settled
+from ouroboros.context.mask import MaskPolicy, apply_masks, choose_masks, placeholder, protected_ids
+from ouroboros.context.truncate import cap_output
+from ouroboros.context.view import ContextView
+from ouroboros.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    tool_call_pairs_valid,
+)
+from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate
+
+POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
+
+
+def tokens(message: Message) -> int:
+    return raw_estimate(message)
+
+
+@st.composite
+def histories(draw: st.DrawFn, complete: bool = True) -> list[Message]:
+    ids = itertools.count()
+    messages: list[Message] = [SystemMessage(content="system"), UserMessage(content="go")]
+    for _ in range(draw(st.integers(0, 25))):
+        kind = draw(st.sampled_from(["user", "text", "tools", "tools", "tools"]))
+        if kind == "user":
+            messages.append(UserMessage(content="more", origin="continue"))
+        elif kind == "text":
+            messages.append(AssistantMessage(content="thinking " * draw(st.integers(0, 40))))
+            messages.append(UserMessage(content="continue", origin="continue"))
+        else:
+            calls = [
+                ToolCall(
+                    id=f"c{next(ids)}",
+                    name=draw(st.sampled_from(["file_read", "shell_exec"])),
+                    arguments='{"path": "a.py"}',
+                )
+                for _ in range(draw(st.integers(1, 3)))
+            ]
+            messages.append(AssistantMessage(content="", tool_calls=tuple(calls)))
+            for call in calls:
+                size = draw(st.integers(0, 6000))
+                messages.append(
+                    ToolMessage(
+                        tool_call_id=call.id,
+                        name=call.name,
+                        content="x = 1\n" * (size // 6),
+                        exit_code=0,
+                        arguments=call.arguments,
+                    )
+                )
+    if not complete and draw(st.booleans()):
+        messages.append(
+            AssistantMessage(tool_calls=(ToolCall(id="dangling", name="list_dir", arguments="{}"),))
+        )
+    return messages
+
+
+@given(histories(), st.integers(0, 200_000))
+@settings(max_examples=200, deadline=None)
+def test_masking_keeps_pairs_and_order(history: list[Message], excess: int) -> None:
+    chosen = choose_masks(history, set(), POLICY, tokens, excess)
+    view = apply_masks(history, chosen)
+    assert tool_call_pairs_valid(view)
+    assert len(view) == len(history)
+    protected = protected_ids(history, POLICY, tokens)
+    assert not protected & set(chosen)
+    order = [m.tool_call_id for m in history if isinstance(m, ToolMessage)]
+    assert chosen == sorted(chosen, key=order.index), "not oldest first"
+    for original, shown in zip(history, view, strict=True):
+        if not isinstance(original, ToolMessage):
+            assert original is shown, "only tool results may change"
+        elif original.tool_call_id in chosen:
+            assert tokens(original) > POLICY.min_tokens
+            assert shown.content == placeholder(original)
+    # Oldest first: every eligible result older than the newest chosen one was chosen too.
+    if chosen:
+        last = order.index(chosen[-1])
+        for message in history:
+            if isinstance(message, ToolMessage) and order.index(message.tool_call_id) < last:
+                eligible = (
+                    message.tool_call_id not in protected
+                    and tokens(message) > POLICY.min_tokens
+                    and tokens(message)
+                    > tokens(
+                        ToolMessage(**{**message.model_dump(), "content": placeholder(message)})
+                    )
+                )
+                assert message.tool_call_id in chosen or not eligible
+
+
+@given(histories())
+@settings(max_examples=100, deadline=None)
+def test_protected_window_is_the_newest_results_within_bounds(history: list[Message]) -> None:
+    protected = protected_ids(history, POLICY, tokens)
+    results = [m for m in history if isinstance(m, ToolMessage)]
+    assert len(protected) <= POLICY.protected_count
+    if results:
+        assert results[-1].tool_call_id in protected, "the newest result is always protected"
+        newest = [m.tool_call_id for m in results[-len(protected) :]]
+        assert set(newest) == protected
+        if len(protected) > 1:
+            assert sum(tokens(m) for m in results if m.tool_call_id in protected) <= (
+                POLICY.protected_tokens
+            )
+
+
+@given(histories(), st.lists(st.integers(0, 300_000), max_size=4))
+@settings(max_examples=100, deadline=None)
+def test_incremental_view_equals_the_pure_function(
+    history: list[Message], rounds: list[int]
+) -> None:
+    view = ContextView(history[:2])
+    calibration = Calibration()
+    for message in history[2:]:
+        view.append(message)
+    for excess in rounds:
+        view.mask(view.choose_masks(POLICY, calibration, excess))
+    assert view.view == apply_masks(history, view.masked_ids)
+    assert view.raw_total == sum(raw_estimate(m) for m in view.view)
+
+
+@given(histories(complete=False), st.integers(1, 6), st.integers(0, 5000))
+@settings(max_examples=300, deadline=None)
+def test_carryover_is_valid_and_fits(history: list[Message], turns: int, budget: int) -> None:
+    carried = select_carryover(history, turns, budget, tokens)
+    assert sum(tokens(m) for m in carried) <= budget
+    assert tool_call_pairs_valid(carried)
+    assert not any(isinstance(m, SystemMessage) for m in carried)
+    if carried:
+        assert not isinstance(carried[0], ToolMessage)
+        assert not (isinstance(carried[-1], AssistantMessage) and carried[-1].tool_calls)
+    # Shrinking never invents content: each carried message is an original or its placeholder.
+    originals = {id(m) for m in history}
+    for message in carried:
+        assert id(message) in originals or (
+            isinstance(message, ToolMessage) and message.content.endswith("]")
+        )
+
+
+@given(st.text(min_size=0, max_size=3000), st.integers(256, 2000))
+@settings(max_examples=300, deadline=None)
+def test_cap_output_bounds_and_utf8(text: str, limit: int) -> None:
+    capped = cap_output(text, limit, spill_path=".outputs/abc.txt")
+    data = capped.text.encode()
+    assert len(data) <= limit
+    assert capped.original_bytes == len(text.encode())
+    if len(text.encode()) <= limit:
+        assert capped.text == text
+    else:
+        assert "bytes cut" in capped.text
+        assert ".outputs/abc.txt" in capped.text
+        head = capped.text.split("\n[... ")[0]
+        assert text.startswith(head)
+        assert text.endswith(capped.text.rsplit("...]\n", 1)[1])
+
+
+@pytest.mark.parametrize("text", ["é" * 5000, "日本語テキスト" * 800, "🙂" * 3000])
+def test_cap_output_never_splits_a_character(text: str) -> None:
+    capped = cap_output(text, 1001)
+    assert "\ufffd" not in capped.text
+    assert len(capped.text.encode()) <= 1001
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 50_000), st.integers(0, 50_000), st.integers(0, 2000), st.booleans()
+        ),
+        max_size=30,
+    ),
+    st.integers(-100_000, 100_000),
+)
+@settings(max_examples=200, deadline=None)
+def test_token_figures_never_negative(
+    calls: list[tuple[int, int, int, bool]], raw_view: int
+) -> None:
+    ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
+    for raw_prompt, reported, completion, has_usage in calls:
+        m = ledger.measure(raw_prompt, 10, (reported, completion, "server") if has_usage else None)
+        assert m.prompt_tokens >= 0
+        assert ledger.project(raw_view) >= 0
+        assert ledger.calibration.ratio >= 0
+
+
+def test_calibration_error_shrinks() -> None:
+    # A model whose tokenizer makes 1.3 tokens per raw estimate unit.
+    ledger = Ledger(Budget.for_window(32768, 0.7, 0.9, 1024, 0.05))
+    errors = []
+    for raw in (1000, 1500, 2200, 3000, 4100, 5000):
+        real = round(raw * 1.3)
+        errors.append(abs(ledger.project(raw) - real))
+        ledger.measure(raw, 0, (real, 0, "server"))
+    assert errors[0] > 250
+    assert errors[-1] < 10
+
+
+def test_silent_truncation_detected_and_ignored_for_calibration() -> None:
+    ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
+    ledger.measure(2000, 10, (2000, 10, "server"))
+    m = ledger.measure(6000, 10, (1500, 10, "server"))
+    assert m.silent_truncation
+    assert ledger.zone(100) == "hard"
+    assert ledger.calibration.ratio == pytest.approx(1.0)
+    pinned = Ledger(Budget.for_window(4096, 0.7, 0.9, 256, 0.05))
+    assert pinned.measure(3900, 0, (4095, 0, "server")).silent_truncation
+
+
+def test_budget_lines() -> None:
+    budget = Budget.for_window(4096, 0.7, 0.9, 256, 0.05)
+    assert budget.prompt_budget == 4096 - 256 - 204
+    assert (budget.soft_line, budget.hard_line) == (int(3636 * 0.7), int(3636 * 0.9))
+    assert [budget.zone(t) for t in (100, 2600, 3300, 3700)] == ["normal", "soft", "hard", "over"]
+
+
+def msg_id(m: Message) -> str:
+    if isinstance(m, ToolMessage):
+        return f"tool:{m.tool_call_id}" + (":masked" if m.content.startswith("[") else "")
+    if isinstance(m, AssistantMessage):
+        return "assistant:" + ",".join(c.id for c in m.tool_calls)
+    return f"{m.kind}:{m.content[:12]}"
+
+
+def call(i: int) -> ToolCall:
+    return ToolCall(id=f"c{i}", name="file_read", arguments='{"path": "f.py"}')
+
+
+def result(i: int, size: int = 120) -> ToolMessage:
+    return ToolMessage(
+        tool_call_id=f"c{i}",
+        name="file_read",
+        content="line\n" * size,
+        arguments='{"path": "f.py"}',
+    )
+
+
+TEXT_TURNS: list[Message] = [
+    SystemMessage(content="sys"),
+    UserMessage(content="task one", origin="restart"),
+    AssistantMessage(content="answer one"),
+    UserMessage(content="continue 1", origin="continue"),
+    AssistantMessage(content="answer two"),
+    UserMessage(content="continue 2", origin="continue"),
+    AssistantMessage(content="answer three"),
+]
+PARALLEL: list[Message] = [
+    SystemMessage(content="sys"),
+    UserMessage(content="go", origin="restart"),
+    AssistantMessage(tool_calls=(call(1), call(2))),
+    result(1),
+    result(2),
+    AssistantMessage(content="read both"),
+    UserMessage(content="continue 1", origin="continue"),
+    AssistantMessage(tool_calls=(call(3), call(4), call(5))),
+    result(3),
+    result(4),
+    result(5),
+]
+NEVER_COMPLETED: list[Message] = [
+    SystemMessage(content="sys"),
+    UserMessage(content="go", origin="restart"),
+    *itertools.chain.from_iterable(
+        (AssistantMessage(tool_calls=(call(i),)), result(i, 200)) for i in range(6)
+    ),
+]
+WAITING = [*PARALLEL, AssistantMessage(tool_calls=(call(6), call(7))), result(6)]
+
+
+@pytest.mark.parametrize(
+    ("history", "turns", "budget", "expected"),
+    [
+        pytest.param(
+            TEXT_TURNS,
+            2,
+            10_000,
+            ["user:continue 1", "assistant:", "user:continue 2", "assistant:"],
+            id="text-only",
+        ),
+        pytest.param(
+            PARALLEL,
+            5,
+            10_000,
+            [
+                "assistant:c1,c2",
+                "tool:c1",
+                "tool:c2",
+                "assistant:",
+                "user:continue 1",
+                "assistant:c3,c4,c5",
+                "tool:c3",
+                "tool:c4",
+                "tool:c5",
+            ],
+            id="parallel-calls",
+        ),
+        pytest.param(
+            PARALLEL,
+            1,
+            10_000,
+            ["user:continue 1", "assistant:c3,c4,c5", "tool:c3", "tool:c4", "tool:c5"],
+            id="one-turn",
+        ),
+        pytest.param(
+            WAITING,
+            1,
+            10_000,
+            ["user:continue 1", "assistant:c3,c4,c5", "tool:c3", "tool:c4", "tool:c5"],
+            id="last-turn-waiting",
+        ),
+        pytest.param(
+            PARALLEL,
+            1,
+            300,
+            [
+                "user:continue 1",
+                "assistant:c3,c4,c5",
+                "tool:c3:masked",
+                "tool:c4:masked",
+                "tool:c5",
+            ],
+            id="placeholders-when-too-big",
+        ),
+        pytest.param(
+            NEVER_COMPLETED,
+            3,
+            10_000,
+            [x for i in range(6) for x in (f"assistant:c{i}", f"tool:c{i}")],
+            id="never-completed-fits",
+        ),
+        pytest.param(
+            NEVER_COMPLETED,
+            3,
+            350,
+            [
+                "assistant:c3",
+                "tool:c3:masked",
+                "assistant:c4",
+                "tool:c4:masked",
+                "assistant:c5",
+                "tool:c5",
+            ],
+            id="never-completed-largest-suffix",
+        ),
+        pytest.param(PARALLEL, 0, 10_000, [], id="carry-nothing"),
+    ],
+)
+def test_carryover_snapshots(
+    history: list[Message], turns: int, budget: int, expected: list[str]
+) -> None:
+    carried = select_carryover(history, turns, budget, tokens)
+    assert [msg_id(m) for m in carried] == expected
+    assert tool_call_pairs_valid(carried)
+
+
+def test_settled_drops_unfinished_calls() -> None:
+    assert settled(WAITING) == PARALLEL

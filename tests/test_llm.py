@@ -1,0 +1,182 @@
+"""The model client against the loopback server, and the overflow classification per server."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from ouroboros.config import LLMSettings
+from ouroboros.llm import (
+    Completion,
+    ContextOverflow,
+    FatalError,
+    LLMClient,
+    TransientError,
+    overflow_from,
+)
+from ouroboros.messages import SystemMessage, UserMessage
+from ouroboros.scripted import Reply, ScriptedServer, tool
+
+MESSAGES = [SystemMessage(content="sys"), UserMessage(content="hello")]
+
+
+def complete(server: ScriptedServer) -> Completion:
+    async def go() -> Completion:
+        client = LLMClient(LLMSettings(base_url=server.url, model="scripted"))
+        try:
+            return await client.complete(MESSAGES, [])
+        finally:
+            await client.aclose()
+
+    return anyio.run(go)
+
+
+@pytest.mark.parametrize("dialect", ["ollama", "llama"])
+def test_tool_calls_accumulate_by_index(dialect: str) -> None:
+    calls = [tool("file_read", path="a" * 50), tool("shell_exec", command="echo 'x y z' | wc -c")]
+    with ScriptedServer([Reply(text="Two things.", tool_calls=calls)], dialect=dialect) as s:  # type: ignore[arg-type]
+        completion = complete(s)
+    assert completion.message.content == "Two things."
+    got = completion.message.tool_calls
+    assert [(c.name, c.arguments) for c in got] == [
+        ("file_read", '{"path": "' + "a" * 50 + '"}'),
+        ("shell_exec", '{"command": "echo \'x y z\' | wc -c"}'),
+    ]
+    assert len({c.id for c in got}) == 2
+    assert completion.finish_reason == "tool_calls"
+    assert completion.usage.source == "server"
+
+
+def test_overflow_400_from_llama_server_is_classified() -> None:
+    with ScriptedServer([Reply()], dialect="llama", n_ctx=5) as s:
+        with pytest.raises(ContextOverflow) as caught:
+            complete(s)
+    assert caught.value.n_ctx == 5
+    assert caught.value.n_prompt_tokens is not None
+    assert caught.value.n_prompt_tokens >= 5
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (Reply(status=401, error_body={"message": "bad key"}), FatalError),
+        (Reply(status=404, error_body={"message": "model 'x' not found"}), FatalError),
+        (Reply(status=400, error_body={"message": "invalid message role"}), FatalError),
+        (Reply(status=429, error_body={"message": "slow down"}), TransientError),
+        (Reply(status=503, error_body={"message": "server busy"}), TransientError),
+        (Reply(text="half", cut=True), TransientError),
+        (Reply(stream_error={"message": "boom", "type": "server_error"}), TransientError),
+        (
+            Reply(stream_error={"message": "Context size has been exceeded.", "code": 500}),
+            ContextOverflow,
+        ),
+        (
+            Reply(
+                status=500,
+                error_body={
+                    "code": 500,
+                    "message": "Context size has been exceeded.",
+                    "type": "server_error",
+                },
+            ),
+            ContextOverflow,
+        ),
+    ],
+)
+def test_errors_are_classified(reply: Reply, error: type[Exception]) -> None:
+    with ScriptedServer([reply]) as s, pytest.raises(error):
+        complete(s)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (
+            400,
+            {
+                "code": 400,
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 5024,
+                "n_ctx": 4096,
+                "message": "request (5024 tokens) exceeds the available context "
+                "size (4096 tokens), try increasing it",
+            },
+            "",
+        ),
+        (
+            400,
+            {
+                "message": "You passed 9000 input tokens and requested 512 output tokens. However,"
+                " the model's context length is only 8192 tokens, resulting in a maximum input "
+                "length of 7680 tokens.",
+                "type": "BadRequestError",
+                "param": "input_tokens",
+            },
+            "",
+        ),
+        (
+            400,
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 4096 tokens."
+                " However, you requested 5000 tokens",
+                "type": "BadRequestError",
+            },
+            "",
+        ),
+        (
+            400,
+            "The number of tokens to keep from the initial prompt is greater than the context "
+            "length (n_keep: 13055>= n_ctx: 4096).",
+            "",
+        ),
+        (
+            400,
+            "Trying to keep the first 5000 tokens when context the overflows. However, the model"
+            " is loaded with context length of only 4096 tokens",
+            "",
+        ),
+        (
+            400,
+            {
+                "message": "the prompt is longer than the context length currently available to "
+                "the model; shorten the prompt",
+                "type": "invalid_request_error",
+            },
+            "",
+        ),
+        (400, {"code": "context_length_exceeded", "message": "too long"}, ""),
+        (
+            None,
+            {
+                "message": "Reached context length of 4096 tokens with model (arch: gemma3) that "
+                "does not currently support mid-generation context overflow"
+            },
+            "",
+        ),
+    ],
+)
+def test_overflow_wordings_of_every_server(status: int | None, body: object, message: str) -> None:
+    assert overflow_from(status, body, message) is not None
+
+
+def test_exact_counts_read_from_llama_server_message() -> None:
+    found = overflow_from(
+        400,
+        {"message": "x"},
+        "request (5024 tokens) exceeds the available context size (4096 tokens), try increasing it",
+    )
+    assert found is not None
+    assert (found.n_prompt_tokens, found.n_ctx) == (5024, 4096)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, {"message": "invalid tool schema"}),
+        (401, {"message": "maximum context length is"}),
+        (500, {"message": "CUDA out of memory"}),
+    ],
+)
+def test_other_errors_are_not_overflows(status: int, body: object) -> None:
+    assert overflow_from(status, body, "") is None
