@@ -53,6 +53,10 @@ class EventLog:
         record = self.events.append(kind, **fields)
         self._show(record)
 
+    def retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
+        """Tenacity's report before it sleeps: the terminal shows that the run waits, and why."""
+        self.emit("retry", message=str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
+
     def token_usage(self, **fields: Any) -> None:
         record = self.usage.append("token_usage", **fields)
         zone = str(record.get("zone", "normal"))

@@ -62,7 +62,7 @@ class Session:
         while True:
             self.check_limits()
             completion = await self.call_model()
-            self.record_reply(completion)
+            self.append(completion.message)
             for call in completion.message.tool_calls:
                 await self.run_tool(call)
             if not completion.message.tool_calls:
@@ -77,9 +77,6 @@ class Session:
         self.h.journal.record("message", session=self.state.session, message=message.model_dump())
         self.view.append(message)
 
-    def record_reply(self, completion: Completion) -> None:
-        self.append(completion.message)
-
     # --- the model call ---------------------------------------------------------------------
 
     async def call_model(self) -> Completion:
@@ -91,7 +88,7 @@ class Session:
                 completion = await retrying(
                     partial(self.h.llm.complete, messages, self.schemas),
                     self.h.settings.llm,
-                    self._on_retry,
+                    self.h.log.retry,
                 )
             except ContextOverflow as e:
                 self.h.log.emit(
@@ -106,7 +103,7 @@ class Session:
                 if e.n_prompt_tokens:
                     self.h.ledger.calibrate_overflow(e.n_prompt_tokens, raw_prompt)
                 if attempt == 2 or not self.mask(
-                    self.view.mask_all_but_protected(self.h.mask_policy, self.h.ledger.calibration),
+                    self.view.all_but_protected(self.h.mask_policy, self.h.ledger.calibration),
                     reason="overflow",
                 ):
                     raise SessionEnded("context_overflow", str(e)[:200]) from e
@@ -115,24 +112,13 @@ class Session:
             return completion
         raise AssertionError("unreachable")
 
-    def _on_retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
-        self.h.log.emit(
-            "retry",
-            message=str(error)[:300],
-            session=self.state.session,
-            attempt=attempt,
-            wait_s=round(wait_s, 2),
-        )
-
     def measure(self, completion: Completion, raw_prompt: int) -> None:
         usage = completion.usage
         reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
         estimate = self.h.ledger.calibration.tokens(raw_prompt)
         turn = self.state.session_turns + 1
         m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
-        self.h.journal.record(
-            "usage", session=self.state.session, turn=turn, **m.__dict__
-        )
+        self.h.journal.record("usage", session=self.state.session, turn=turn, **m.__dict__)
         budget = self.h.ledger.budget
         used = m.prompt_tokens + m.completion_tokens
         self.h.log.token_usage(

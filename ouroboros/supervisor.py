@@ -131,7 +131,7 @@ class Supervisor:
     async def build_harness(self) -> Harness:
         s = self.settings
         info = await retrying(
-            lambda: discover(self.llm, s.llm.base_url, s.llm.model), s.llm, self._on_retry
+            lambda: discover(self.llm, s.llm.base_url, s.llm.model), s.llm, self.log.retry
         )
         limit, warning = choose_window(s.context.limit, info)
         if warning:
@@ -165,9 +165,6 @@ class Supervisor:
             s.context.mask_min_tokens,
         )
         return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy)
-
-    def _on_retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
-        self.log.emit("retry", message=str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
 
     def session_ended(self, end: SessionEnded) -> RunOutcome | None:
         state = self.journal.state

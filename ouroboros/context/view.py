@@ -60,11 +60,9 @@ class ContextView:
         self._advance_cursor(policy, calibration)
         return choose_masks(self.history, self.masked_ids, policy, tokens, excess, self._cursor)
 
-    def mask_all_but_protected(self, policy: MaskPolicy, calibration: Calibration) -> list[str]:
+    def all_but_protected(self, policy: MaskPolicy, calibration: Calibration) -> list[str]:
         """Everything outside the protected window: the response to a context-overflow error."""
-        chosen = self.choose_masks(policy, calibration, excess=self.raw_total * 10 + 1)
-        self.mask(chosen)
-        return chosen
+        return self.choose_masks(policy, calibration, excess=self.raw_total * 10 + 1)
 
     def _advance_cursor(self, policy: MaskPolicy, calibration: Calibration) -> None:
         # Skip messages that can never become candidates again (not results, masked, small).
