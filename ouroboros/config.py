@@ -71,6 +71,8 @@ class ContextSettings(_Section):
     """Tool results this small are never masked."""
     mask_hysteresis: float = Field(0.10, ge=0, lt=1)
     """Masking goes on until the projection is this far below the soft threshold."""
+    ambient_actions: int = Field(5, ge=0)
+    """The previous session's last tool calls listed in a new session's first message; 0 = off."""
 
 
 class SessionSettings(_Section):

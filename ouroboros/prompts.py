@@ -10,7 +10,8 @@ in real time: keep working towards your purpose, one tool call at a time.
 
 Tools: file_read, file_write, list_dir and shell_exec work inside your workspace ({workspace}); \
 relative paths start there and nothing outside it is reachable, except your own instructions \
-file {system_prompt}, which you may read and improve.{finish}
+file {system_prompt}, which you may read and improve. search_context finds what earlier \
+sessions saw, ran and logged, including results that were masked.{finish}
 
 Your context window is small ({limit:,} tokens). Old tool results are replaced by short \
 placeholders when it fills up (read the file again if you need it), and when it is nearly full \
@@ -48,7 +49,9 @@ FIRST_MESSAGE = (
 CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
 
 
-def restart_marker(session: int, previous_turns: int, reason: str, carried: int) -> str:
+def restart_marker(
+    session: int, previous_turns: int, reason: str, carried: int, actions: list[str]
+) -> str:
     why = {
         "context_full": "the context was full",
         "context_overflow": "the prompt no longer fitted the server's window",
@@ -59,10 +62,13 @@ def restart_marker(session: int, previous_turns: int, reason: str, carried: int)
         if carried
         else "Nothing was carried over."
     )
+    summary = "".join(f"\n- {a}" for a in actions)
+    if summary:
+        summary = f"\nIts last actions:{summary}"
     return (
         f"Session {session}. The previous session ran {previous_turns} turns and ended because "
         f"{why}. Your workspace files hold your progress; your instructions above were re-read "
-        f"from disk. {carried_text}"
+        f"from disk. {carried_text}{summary}"
     )
 
 

@@ -16,7 +16,7 @@ import anyio
 
 from ouroboros import prompts
 from ouroboros.config import Settings
-from ouroboros.context.carryover import select_carryover
+from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.events import EventLog
 from ouroboros.llm import FatalError, LLMClient, LLMError, retrying
@@ -158,6 +158,7 @@ class Supervisor:
             s.session.shell_timeout_s,
             max_output,
             s.supervisor.allow_finish,
+            s.paths.state_dir,
         )
         policy = MaskPolicy(
             s.context.protected_observations,
@@ -265,7 +266,13 @@ class Supervisor:
         first = (
             prompts.FIRST_MESSAGE
             if number == 1
-            else prompts.restart_marker(number, previous_turns, reason, len(carried))
+            else prompts.restart_marker(
+                number,
+                previous_turns,
+                reason,
+                len(carried),
+                recent_actions(state.messages, self.settings.context.ambient_actions),
+            )
         )
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:

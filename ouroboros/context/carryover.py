@@ -7,6 +7,7 @@ the last complete turns and always leaves every tool call with exactly its resul
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 from ouroboros.context.mask import masked
@@ -99,3 +100,38 @@ def select_carryover(
             if size(shrunk) <= budget_tokens:
                 return shrunk
     return []
+
+
+def _brief(arguments: str) -> str:
+    try:
+        values = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments[:60]
+    if not isinstance(values, dict):
+        return arguments[:60]
+    main = values.get("command") or values.get("path") or values.get("query") or ""
+    text = " ".join(str(main).split())
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def recent_actions(history: Sequence[Message], count: int) -> list[str]:
+    """The last `count` tool calls with how they ended, oldest first: the ambient summary."""
+    if count <= 0:
+        return []
+    results = {m.tool_call_id: m for m in history if isinstance(m, ToolMessage)}
+    actions: list[str] = []
+    for message in reversed(history):
+        if not isinstance(message, AssistantMessage):
+            continue
+        for call in reversed(message.tool_calls):
+            result = results.get(call.id)
+            if result is None:
+                outcome = "no result"
+            elif result.exit_code is not None:
+                outcome = f"exit {result.exit_code}"
+            else:
+                outcome = "error" if result.content.startswith("error:") else "ok"
+            actions.append(f"{call.name} {_brief(call.arguments)} → {outcome}".replace("  ", " "))
+            if len(actions) == count:
+                return actions[::-1]
+    return actions[::-1]

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import blocked_reason
 from ouroboros.tools.builtin import Output, ToolFailed
+from ouroboros.tools.search import SearchContextArgs, search_context
 from ouroboros.tools.workspace import PathRefused, Workspace
 
 SPILL_FACTOR = 2
@@ -46,6 +48,7 @@ class ToolRunner:
         shell_timeout_s: float,
         max_output_bytes: int,
         allow_finish: bool,
+        state_dir: Path | None = None,
     ):
         self.workspace = workspace
         self.max_output_bytes = max_output_bytes
@@ -69,6 +72,13 @@ class ToolRunner:
             "list_dir": _Tool(builtin.ListDirArgs, threaded(builtin.list_dir)),
             "shell_exec": _Tool(builtin.ShellExecArgs, shell),
         }
+        if state_dir is not None:
+            searched = state_dir
+
+            def search(workspace: Workspace, args: SearchContextArgs) -> Output:
+                return search_context(searched, workspace.root, args)
+
+            self.tools["search_context"] = _Tool(SearchContextArgs, threaded(search))
         if allow_finish:
             self.tools["finish"] = _Tool(builtin.FinishArgs, finish)
 

@@ -1,0 +1,153 @@
+"""`search_context`: the agent looks up what earlier sessions saw, ran and logged.
+
+The journal can hold 100,000 records and more, so the search runs as one case-insensitive regex
+over the file's bytes and parses only the lines that match (bench/search_context.py measures it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ouroboros.tools.builtin import Output, ToolFailed, _Args
+
+EXCERPT_CHARS = 240
+MAX_RESULTS = 50
+
+
+class SearchContextArgs(_Args):
+    """Search what happened before: messages of earlier sessions, shell commands run, or the
+    harness's event log. Use it when a result was masked or a session restarted."""
+
+    source: Literal["sessions", "commands", "logs"] = Field(
+        description="sessions: past messages; commands: shell_exec history; logs: events"
+    )
+    query: str = Field("", description="Text to find, case-insensitive (empty: everything)")
+    exit_code: int | None = Field(
+        None, description="commands only: this exit code; -1 for every failure"
+    )
+    type: str = Field("", description="logs only: event kind, e.g. error, context_mask, retry")
+    last_n: int = Field(20, ge=1, le=MAX_RESULTS, description="How many of the newest to show")
+
+
+def _newest_matching(path: Path, needles: list[bytes]) -> Iterator[dict[str, Any]]:
+    """Records whose line contains every needle (case-insensitive), newest first.
+
+    Lowering the whole file once and scanning backwards with `rfind` keeps this at C speed, and
+    a caller that wants the last 20 stops after 20 matches instead of parsing the whole file.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return
+    raw = raw[: raw.rfind(b"\n") + 1]  # a torn last line is not a record yet
+    # ASCII-only lowering keeps every byte offset the same as in `raw`.
+    data = raw.lower() if needles else raw
+    needles = [n.lower() for n in needles]
+    end = len(data)
+    while end > 0:
+        position = data.rfind(needles[0], 0, end) if needles else end - 1
+        if position == -1:
+            return
+        begin = data.rfind(b"\n", 0, position) + 1
+        stop = data.find(b"\n", position)
+        end = begin
+        if all(n in data[begin:stop] for n in needles[1:]):
+            yield json.loads(raw[begin:stop])
+
+
+def _json_fragment(text: str) -> bytes:
+    """How `text` appears inside a JSON line, so the byte search matches escapes too."""
+    return json.dumps(text, ensure_ascii=False)[1:-1].encode()
+
+
+def _excerpt(text: str, query: str) -> str:
+    at = text.lower().find(query.lower()) if query else 0
+    start = max(0, at - EXCERPT_CHARS // 3)
+    piece = text[start : start + EXCERPT_CHARS].replace("\n", " ⏎ ")
+    return ("…" if start else "") + piece + ("…" if start + EXCERPT_CHARS < len(text) else "")
+
+
+def search_sessions(journal: Path, query: str, last_n: int) -> list[str]:
+    # The most selective needle first: it drives the regex scan.
+    needles = ([_json_fragment(query)] if query else []) + [b'"kind":"message"']
+    found: list[str] = []
+    for record in _newest_matching(journal, needles):
+        if len(found) == last_n:
+            break
+        message = record["message"]
+        content = message.get("content", "") + "".join(
+            f" {c['name']}({c['arguments']})" for c in message.get("tool_calls", [])
+        )
+        if query.lower() in content.lower():
+            role = message["kind"] + (f" {message['name']}" if message["kind"] == "tool" else "")
+            found.append(
+                f"[session {record['session']} {record['ts'][:19]} {role}] "
+                f"{_excerpt(content, query)}"
+            )
+    return found[-last_n:]
+
+
+def search_commands(journal: Path, query: str, exit_code: int | None, last_n: int) -> list[str]:
+    """Every shell_exec with its exit code, joining each call to its result (newest first)."""
+    results: dict[str, int | None] = {}
+    found: list[str] = []
+    for record in _newest_matching(journal, [b'"shell_exec"', b'"kind":"message"']):
+        message = record["message"]
+        if message["kind"] == "tool":
+            results[message["tool_call_id"]] = message.get("exit_code")
+            continue
+        for call in reversed(message.get("tool_calls", [])):
+            if call["name"] != "shell_exec" or call["id"] not in results:
+                continue
+            code = results.pop(call["id"])
+            try:
+                command = str(json.loads(call["arguments"]).get("command", ""))
+            except (json.JSONDecodeError, AttributeError):
+                command = call["arguments"]
+            if query.lower() not in command.lower():
+                continue
+            if (exit_code == -1 and code == 0) or exit_code not in (None, -1, code):
+                continue
+            shown = "?" if code is None else code
+            found.append(
+                f"[session {record['session']} {record['ts'][:19]}] exit {shown}: {command}"
+            )
+            if len(found) == last_n:
+                return found[::-1]
+    return found[::-1]
+
+
+def search_logs(events: Path, query: str, kind: str, last_n: int) -> list[str]:
+    needles = ([_json_fragment(query)] if query else []) + (
+        [f'"kind":"{kind}"'.encode()] if kind else []
+    )
+    found: list[str] = []
+    for record in _newest_matching(events, needles):
+        if len(found) == last_n:
+            break
+        if kind and record["kind"] != kind:
+            continue
+        fields = {k: v for k, v in record.items() if k not in ("v", "ts", "kind")}
+        text = json.dumps(fields, ensure_ascii=False)
+        if query.lower() in text.lower():
+            found.append(f"[{record['ts'][:19]} {record['kind']}] {_excerpt(text, query)}")
+    return found[::-1]
+
+
+def search_context(state_dir: Path, workspace: Path, args: SearchContextArgs) -> Output:
+    journal = state_dir / "journal.jsonl"
+    if args.source == "sessions":
+        found = search_sessions(journal, args.query, args.last_n)
+    elif args.source == "commands":
+        found = search_commands(journal, args.query, args.exit_code, args.last_n)
+    else:
+        found = search_logs(state_dir / "events.jsonl", args.query, args.type, args.last_n)
+    if not found:
+        raise ToolFailed(f"nothing in {args.source} matches {args.query!r}")
+    header = f"{len(found)} newest matches in {args.source} (working folder {workspace}):"
+    return Output("\n".join([header, *found]))
