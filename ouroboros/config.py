@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
@@ -66,11 +66,16 @@ class ContextSettings(_Section):
     protected_observations: int = Field(3, ge=0)
     """The newest tool results that are never masked."""
     protected_max_fraction: float = Field(0.35, gt=0, le=1)
-    """Bound of the protected window, as a fraction of the limit."""
+    """Bound of the protected window, as a fraction of the prompt budget."""
     mask_min_tokens: int = Field(100, ge=0)
     """Tool results this small are never masked."""
     mask_hysteresis: float = Field(0.10, ge=0, lt=1)
     """Masking goes on until the projection is this far below the soft threshold."""
+    strategy: Literal["mask", "compact", "mask_then_compact"] = "mask"
+    """Past the soft threshold: mask old results, ask the model for a snapshot of the older
+    part, or mask first and compact when masking is not enough."""
+    compact_keep_fraction: float = Field(0.3, gt=0, lt=1)
+    """Share of the view (in tokens) that compaction keeps as it is, the newest part."""
     ambient_actions: int = Field(5, ge=0)
     """The previous session's last tool calls listed in a new session's first message; 0 = off."""
 

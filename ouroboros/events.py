@@ -22,6 +22,8 @@ EventKind = Literal[
     "tool_call",
     "truncation",
     "context_mask",
+    "compaction",
+    "compaction_failed",
     "wind_down",
     "silent_truncation",
     "context_overflow",

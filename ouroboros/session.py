@@ -13,14 +13,27 @@ from typing import Any
 
 from ouroboros import prompts
 from ouroboros.config import Settings
+from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.view import ContextView
 from ouroboros.events import EventLog
-from ouroboros.llm import Completion, ContextOverflow, LLMClient, retrying
+from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.state import Journal
 from ouroboros.tokens import Ledger, raw_estimate, tools_estimate
 from ouroboros.tools import ToolRunner
+
+BYTES_PER_RAW_TOKEN = 4
+ROOM_SHARE = 0.8
+"""Of the room left in the window, what this reply's tool results may fill."""
+MIN_OUTPUT_BYTES = 1024
+"""Even with no room left the agent sees the start and end of what it ran."""
+COMPACT_REQUEST = "compact"
+"""File in the state folder by which `python -m ouroboros compact` asks for a compaction."""
+COMPACTION_REGROWTH = 1.25
+"""After a failed compaction, how much the view must grow before the next try."""
+SNAPSHOT_CHARS_PER_TOKEN = 3
+"""The snapshot call's transcript is cut to fit the window (conservatively, per token)."""
 
 
 class SessionEnded(Exception):
@@ -55,6 +68,9 @@ class Session:
         self._pending_mask: dict[str, Any] | None = None
         self._last_calls = ""
         self._repeats = 0
+        self._compaction_blocked_below = 0
+        if state.compaction is not None:
+            self.view.compact(*state.compaction)
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
@@ -63,12 +79,13 @@ class Session:
             self.check_limits()
             completion = await self.call_model()
             self.append(completion.message)
+            cap = self.output_cap(len(completion.message.tool_calls))
             for call in completion.message.tool_calls:
-                await self.run_tool(call)
+                await self.run_tool(call, cap)
             if not completion.message.tool_calls:
                 self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
             self.nudge_if_repeating(completion.message.tool_calls)
-            self.manage_context()
+            await self.manage_context()
 
     # --- recording -------------------------------------------------------------------------
 
@@ -83,7 +100,7 @@ class Session:
         """One completion; an overflow masks everything unprotected and retries exactly once."""
         for attempt in (1, 2):
             raw_prompt = self.view.raw_total + self.schema_raw
-            messages = list(self.view.view)
+            messages = self.view.messages()
             try:
                 completion = await retrying(
                     partial(self.h.llm.complete, messages, self.schemas),
@@ -152,11 +169,20 @@ class Session:
 
     # --- tools ------------------------------------------------------------------------------
 
-    async def run_tool(self, call: ToolCall) -> None:
+    def output_cap(self, calls: int) -> int:
+        """The room left under the budget, shared by this reply's calls: near the top of the
+        window a result is cut to fit, rather than ending the session before the agent could
+        save its state."""
+        room = self.h.ledger.budget.prompt_budget - self.projected()
+        ratio = max(self.h.ledger.calibration.ratio, 0.1)
+        room_bytes = int(room * BYTES_PER_RAW_TOKEN / ratio / max(calls, 1) * ROOM_SHARE)
+        return max(MIN_OUTPUT_BYTES, min(self.h.tools.max_output_bytes, room_bytes))
+
+    async def run_tool(self, call: ToolCall, max_bytes: int | None = None) -> None:
         self.h.journal.record(
             "tool_started", session=self.state.session, call_id=call.id, name=call.name
         )
-        outcome = await self.h.tools.run(call)
+        outcome = await self.h.tools.run(call, max_bytes)
         self.append(outcome.message)
         kept = len(outcome.message.content.encode())
         self.h.log.emit(
@@ -243,18 +269,31 @@ class Session:
     def projected(self) -> int:
         return self.h.ledger.project(self.view.raw_total + self.schema_raw)
 
-    def manage_context(self) -> None:
-        """Mask past the soft line; wind down past the hard one; end when out of room."""
+    async def manage_context(self) -> None:
+        """Mask (or compact) past the soft line; wind down past the hard one; end when full."""
+        strategy = self.h.settings.context.strategy
+        budget = self.h.ledger.budget
+        requested = self.take_compaction_request()
+        over_soft = self.projected() >= budget.soft_line
+        if requested or (over_soft and strategy == "compact"):
+            if not await self.compact(forced=requested) and over_soft:
+                self.mask_down_to_target()
+        elif over_soft:
+            self.mask_down_to_target()
+            if strategy == "mask_then_compact" and self.projected() >= budget.soft_line:
+                await self.compact(forced=False)
+        self.wind_down_or_end(self.projected())
+
+    def mask_down_to_target(self) -> None:
         c = self.h.settings.context
         budget = self.h.ledger.budget
-        projected = self.projected()
-        if projected >= budget.soft_line:
-            target = budget.soft_line - int(c.mask_hysteresis * budget.limit)
-            chosen = self.view.choose_masks(
-                self.h.mask_policy, self.h.ledger.calibration, projected - max(target, 0)
-            )
-            self.mask(chosen, reason="soft_threshold")
-            projected = self.projected()
+        target = max(budget.soft_line - int(c.mask_hysteresis * budget.prompt_budget), 0)
+        excess = self.projected() - target
+        chosen = self.view.choose_masks(self.h.mask_policy, self.h.ledger.calibration, excess)
+        self.mask(chosen, reason="soft_threshold")
+
+    def wind_down_or_end(self, projected: int) -> None:
+        budget = self.h.ledger.budget
         zone = self.h.ledger.zone(projected)
         replies = self.state.wind_down_replies
         if zone == "over":
@@ -275,11 +314,114 @@ class Session:
             )
             if turns == 0:
                 raise SessionEnded("context_full", "hard threshold reached")
-            self.append(
-                UserMessage(
-                    content=prompts.wind_down(projected, budget.limit, turns), origin="wind_down"
-                )
+            text = prompts.wind_down(projected, budget.limit, turns)
+            self.append(UserMessage(content=text, origin="wind_down"))
+
+    # --- compaction (context.strategy "compact" / "mask_then_compact", or on request) ----------
+
+    def take_compaction_request(self) -> bool:
+        flag = self.h.settings.paths.state_dir / COMPACT_REQUEST
+        if not flag.exists():
+            return False
+        flag.unlink(missing_ok=True)
+        return True
+
+    async def compact(self, forced: bool) -> bool:
+        """Replace the older part of the view by a snapshot the model writes, if that helps."""
+        view = self.view
+        if not forced and view.raw_total < self._compaction_blocked_below:
+            return False
+        first = max(view.start, 1)
+        split = split_point(
+            view.history, first, view.raw, self.h.settings.context.compact_keep_fraction
+        )
+        before = self.projected()
+        if split is None:
+            self.compaction_failed(before, None, "nothing old enough to compact")
+            return False
+        older = ([view.snapshot] if view.snapshot else []) + view.view[first:split]
+        request = snapshot_request(
+            older, self.h.ledger.budget.prompt_budget * SNAPSHOT_CHARS_PER_TOKEN
+        )
+        raw_request = sum(raw_estimate(m) for m in request)
+        try:
+            completion = await retrying(
+                partial(self.h.llm.complete, request, []), self.h.settings.llm, self.h.log.retry
             )
+        except (ContextOverflow, TransientError) as e:
+            self.compaction_failed(before, None, f"the snapshot call failed: {e}")
+            return False
+        self.record_side_call(completion, raw_request, "compaction")
+        snapshot = snapshot_message(completion.message.content)
+        after = self.h.ledger.project(view.compacted_total(split, snapshot) + self.schema_raw)
+        if not completion.message.content.strip() or after >= before:
+            self.compaction_failed(
+                before, after, "the snapshot is not smaller than what it replaces"
+            )
+            return False
+        self.h.journal.record(
+            "compaction", session=self.state.session, start=split, snapshot=snapshot.model_dump()
+        )
+        view.compact(split, snapshot)
+        self._compaction_blocked_below = 0
+        self.h.log.emit(
+            "compaction",
+            session=self.state.session,
+            forced=forced,
+            messages_replaced=split - 1,
+            projected_before=before,
+            projected_after=after,
+        )
+        return True
+
+    def compaction_failed(self, before: int, after: int | None, why: str) -> None:
+        # Not again until the history has grown enough for a different outcome.
+        self._compaction_blocked_below = int(self.view.raw_total * COMPACTION_REGROWTH)
+        self.h.log.emit(
+            "compaction_failed",
+            session=self.state.session,
+            message=why,
+            projected_before=before,
+            projected_after=after,
+        )
+
+    def record_side_call(self, completion: Completion, raw_prompt: int, purpose: str) -> None:
+        """A call outside the conversation: its tokens count, but it is no turn and no anchor."""
+        usage = completion.usage
+        calibration = self.h.ledger.calibration
+        prompt = usage.prompt_tokens if usage else calibration.tokens(raw_prompt)
+        out = (
+            usage.completion_tokens
+            if usage
+            else calibration.tokens(raw_estimate(completion.message))
+        )
+        source = usage.source if usage else "estimate"
+        self.h.journal.record(
+            "usage",
+            session=self.state.session,
+            turn=self.state.session_turns,
+            purpose=purpose,
+            prompt_tokens=prompt,
+            completion_tokens=out,
+            source=source,
+            raw_prompt=raw_prompt,
+            raw_reply=raw_estimate(completion.message),
+            silent_truncation=False,
+        )
+        self.h.log.token_usage(
+            session=self.state.session,
+            turn=self.state.session_turns,
+            purpose=purpose,
+            prompt_tokens=prompt,
+            completion_tokens=out,
+            total_tokens=prompt + out,
+            source=source,
+            estimated_prompt_tokens=calibration.tokens(raw_prompt),
+            context_limit=self.h.ledger.budget.limit,
+            fraction=round((prompt + out) / self.h.ledger.budget.limit, 4),
+            zone=self.h.ledger.budget.zone(prompt + out),
+            finish_reason=completion.finish_reason,
+        )
 
     def check_limits(self) -> None:
         s = self.h.settings

@@ -31,6 +31,10 @@ class RunState:
     started_calls: set[str] = field(default_factory=set)
     measurements: list[Measurement] = field(default_factory=list)
     """Every model call of the run, oldest first (they calibrate the estimator)."""
+    compaction: tuple[int, Message] | None = None
+    """This session's latest compaction: the first history index kept, and the snapshot."""
+    wind_down_replies: int | None = None
+    """Replies the agent gave since this session's wind-down message; None before it."""
     ended_reason: str | None = None
     """Why the last session ended, while no next session has started."""
     run_end: str | None = None
@@ -38,15 +42,6 @@ class RunState:
     @property
     def total_tokens(self) -> int:
         return self.total_prompt_tokens + self.total_completion_tokens
-
-    @property
-    def wind_down_replies(self) -> int | None:
-        """Replies the agent gave since the wind-down message, or None if it was not sent."""
-        for index in range(len(self.messages) - 1, -1, -1):
-            message = self.messages[index]
-            if isinstance(message, UserMessage) and message.origin == "wind_down":
-                return sum(isinstance(m, AssistantMessage) for m in self.messages[index:])
-        return None
 
 
 def _apply(state: RunState, record: dict[str, Any]) -> None:
@@ -62,9 +57,17 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
         state.messages = [MESSAGE_ADAPTER.validate_python(m) for m in record["messages"]]
         state.masked = set()
         state.started_calls = set()
+        state.wind_down_replies = None
+        state.compaction = None
         state.ended_reason = None
     elif kind == "message":
-        state.messages.append(MESSAGE_ADAPTER.validate_python(record["message"]))
+        message = MESSAGE_ADAPTER.validate_python(record["message"])
+        state.messages.append(message)
+        # Counted as records arrive, so no turn has to scan the session for it.
+        if isinstance(message, UserMessage) and message.origin == "wind_down":
+            state.wind_down_replies = 0
+        elif isinstance(message, AssistantMessage) and state.wind_down_replies is not None:
+            state.wind_down_replies += 1
     elif kind == "tool_started":
         state.started_calls.add(record["call_id"])
     elif kind == "mask":

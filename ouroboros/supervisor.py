@@ -162,7 +162,7 @@ class Supervisor:
         )
         policy = MaskPolicy(
             s.context.protected_observations,
-            int(s.context.protected_max_fraction * limit),
+            int(s.context.protected_max_fraction * budget.prompt_budget),
             s.context.mask_min_tokens,
         )
         return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy)

@@ -10,13 +10,20 @@ from ouroboros.tokens import Calibration, raw_estimate
 
 
 class ContextView:
-    """Session history plus the masked view of it; equal to `apply_masks(history, masked_ids)`."""
+    """Session history plus the masked view of it.
+
+    `view` is `apply_masks(history, masked_ids)`, index for index. What is sent (`messages()`)
+    is that view, unless a compaction replaced `history[1:start]` by a snapshot message.
+    """
 
     def __init__(self, messages: Iterable[Message] = (), masked_ids: Iterable[str] = ()):
         self.history: list[Message] = []
         self.view: list[Message] = []
         self.raw: list[int] = []
         self.raw_total = 0
+        """Raw tokens of what `messages()` returns."""
+        self.start = 0
+        self.snapshot: Message | None = None
         self.masked_ids: set[str] = set()
         self._tool_index: dict[str, int] = {}
         self._cursor = 0
@@ -45,11 +52,29 @@ class ContextView:
             replacement = masked(original)
             cost = raw_estimate(replacement)
             reclaimed += self.raw[index] - cost
-            self.raw_total += cost - self.raw[index]
+            if index >= self.start:
+                self.raw_total += cost - self.raw[index]
             self.raw[index] = cost
             self.view[index] = replacement
             self.masked_ids.add(call_id)
         return reclaimed
+
+    def messages(self) -> list[Message]:
+        """What the model is sent."""
+        if self.snapshot is None:
+            return list(self.view)
+        return [self.view[0], self.snapshot, *self.view[self.start :]]
+
+    def compacted_total(self, start: int, snapshot: Message) -> int:
+        """Raw tokens `messages()` would hold after `compact(start, snapshot)`."""
+        return self.raw[0] + raw_estimate(snapshot) + sum(self.raw[start:])
+
+    def compact(self, start: int, snapshot: Message) -> None:
+        """Replace `history[1:start]` in what is sent by `snapshot` (the history keeps all)."""
+        self.start = start
+        self.snapshot = snapshot
+        self.raw_total = self.compacted_total(start, snapshot)
+        self._cursor = max(self._cursor, start)
 
     def choose_masks(self, policy: MaskPolicy, calibration: Calibration, excess: int) -> list[str]:
         """Oldest unmasked results worth masking to reclaim `excess` calibrated tokens."""

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from ouroboros.context.truncate import cap_output
+from ouroboros.context.truncate import Capped, cap_output
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import blocked_reason
@@ -123,8 +123,10 @@ class ToolRunner:
             )
             raise ToolFailed(f"bad arguments for {call.name}: {problems}") from None
 
-    async def run(self, call: ToolCall) -> ToolOutcome:
-        """Run one call; every failure becomes a result the model can read."""
+    async def run(self, call: ToolCall, max_bytes: int | None = None) -> ToolOutcome:
+        """Run one call; every failure becomes a result the model can read.
+
+        `max_bytes` lowers the output cap for this call (the room left in the window)."""
         started = time.monotonic()
         error = blocked = summary = None
         try:
@@ -140,7 +142,7 @@ class ToolRunner:
             output, error = Output(f"error: {e}"), str(e)
         except OSError as e:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
-        capped = await self._cap(call.name, output.text)
+        capped = await self._cap(call.name, output.text, max_bytes or self.max_output_bytes)
         message = ToolMessage(
             tool_call_id=call.id,
             name=call.name,
@@ -152,13 +154,13 @@ class ToolRunner:
             message, time.monotonic() - started, capped.original_bytes, error, blocked, summary
         )
 
-    async def _cap(self, name: str, text: str) -> Any:
+    async def _cap(self, name: str, text: str, max_bytes: int) -> Capped:
         size = len(text.encode())
         spill_path = None
-        if size > self.max_output_bytes * SPILL_FACTOR:
+        if size > max_bytes * SPILL_FACTOR:
             digest = hashlib.sha256(text.encode()).hexdigest()[:16]
             path = await anyio.to_thread.run_sync(
                 builtin.spill, self.workspace, f"{digest}-{name}.txt", text
             )
             spill_path = self.workspace.display(path)
-        return cap_output(text, self.max_output_bytes, spill_path)
+        return cap_output(text, max_bytes, spill_path)
