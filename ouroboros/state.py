@@ -72,14 +72,18 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
         state.started_calls.add(record["call_id"])
     elif kind == "mask":
         state.masked.update(record["call_ids"])
+    elif kind == "compaction":
+        state.compaction = (record["start"], MESSAGE_ADAPTER.validate_python(record["snapshot"]))
     elif kind == "usage":
         m = Measurement(**{k: record[k] for k in Measurement.__dataclass_fields__})
-        state.measurements.append(m)
-        # A turn is a model call: carried-over assistant messages are not new turns.
-        state.session_turns += 1
-        state.total_turns += 1
         state.total_prompt_tokens += m.prompt_tokens
         state.total_completion_tokens += m.completion_tokens
+        if record.get("purpose", "turn") == "turn":
+            # A turn is a model call of the conversation: neither a carried-over assistant
+            # message nor a compaction call is one.
+            state.measurements.append(m)
+            state.session_turns += 1
+            state.total_turns += 1
     elif kind == "session_end":
         state.session_open = False
         state.ended_reason = record["reason"]

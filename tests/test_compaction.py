@@ -1,0 +1,165 @@
+"""LLM compaction (context.strategy): through the loopback server with a scripted snapshot."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from ouroboros.context.compact import SNAPSHOT_HEADER, SNAPSHOT_SYSTEM, split_point
+from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.tokens import raw_estimate
+from tests.conftest import Project
+from tests.test_context_policies import histories
+from tests.test_context_run import PLACEHOLDER, fill_workspace
+
+SNAPSHOT = "## Overall goal\nRead every module.\n## Current plan\nKeep reading."
+
+
+def agent(snapshot: Reply) -> Any:
+    """Reads modules one after another; answers a snapshot request (no tools) with `snapshot`."""
+    paths = itertools.cycle(f"mod{i}.py" for i in range(12))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == SNAPSHOT_SYSTEM:
+            return snapshot
+        return Reply(text="Reading on.", tool_calls=[tool("file_read", path=next(paths))])
+
+    return respond
+
+
+def snapshot_calls(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for b in requests if b["messages"][0]["content"] == SNAPSHOT_SYSTEM]
+
+
+def run(project: Project, snapshot: Reply, strategy: str, turns: int = 30) -> list[dict[str, Any]]:
+    fill_workspace(project, words=300)
+    with ScriptedServer(agent(snapshot), dialect="llama", n_ctx=4096) as server:
+        project.configure(
+            server.url,
+            context={"strategy": strategy},
+            supervisor={"max_total_turns": turns, "max_restarts": 0},
+        )
+        result = project.run("run")
+        requests = server.chat_requests()
+    assert result.returncode == 0, result.stderr
+    return requests
+
+
+def test_compaction_replaces_the_older_part_with_a_snapshot(project: Project) -> None:
+    requests = run(project, Reply(text=SNAPSHOT), "compact")
+    compactions = project.events("compaction")
+    assert compactions
+    assert compactions[0]["projected_after"] < compactions[0]["projected_before"]
+    calls = snapshot_calls(requests)
+    assert "## Overall goal" in calls[0]["messages"][1]["content"]
+    assert "[file_read result]" in calls[0]["messages"][1]["content"]
+    assert "tools" not in calls[0]
+    after = requests[requests.index(calls[0]) + 1]
+    assert after["messages"][1]["content"] == f"{SNAPSHOT_HEADER}\n{SNAPSHOT}"
+    assert after["messages"][0]["content"] != SNAPSHOT_SYSTEM
+    conversation = [b for b in requests if b not in calls]
+    assert not any(PLACEHOLDER in str(b["messages"]) for b in conversation), "masked, not compacted"
+    # The snapshot call's tokens land in token_usage.jsonl, marked, and are not turns.
+    usage = project.usage()
+    marked = [u for u in usage if u.get("purpose") == "compaction"]
+    assert len(marked) == len(calls)
+    assert len([u for u in usage if "purpose" not in u]) == 30
+    # The journal keeps everything: every tool result of the session is still there in full.
+    results = [
+        r["message"]
+        for r in project.records("journal.jsonl")
+        if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+    assert len(results) == 30
+    assert all(r["content"].startswith("def function_") for r in results)
+
+
+def test_inflated_snapshot_is_discarded_and_masking_takes_over(project: Project) -> None:
+    inflated = Reply(text="## Overall goal\n" + "very detailed notes " * 2000)
+    requests = run(project, inflated, "compact")
+    failures = project.events("compaction_failed")
+    assert failures
+    assert failures[0]["projected_after"] >= failures[0]["projected_before"]
+    assert not project.events("compaction")
+    assert any(PLACEHOLDER in str(b["messages"]) for b in requests), "no fallback to masking"
+    # Not retried every turn: only after the history grew substantially.
+    assert len(snapshot_calls(requests)) < len(project.events("context_mask"))
+    assert len(snapshot_calls(requests)) <= 3
+
+
+def test_failed_snapshot_call_keeps_the_history(project: Project) -> None:
+    refusal = Reply(
+        status=400,
+        error_body={
+            "type": "exceed_context_size_error",
+            "code": 400,
+            "message": "request (9000 tokens) exceeds the available context size (4096 tokens)",
+            "n_prompt_tokens": 9000,
+            "n_ctx": 4096,
+        },
+    )
+    requests = run(project, refusal, "mask_then_compact")
+    failures = project.events("compaction_failed")
+    assert any("snapshot call failed" in f["message"] for f in failures)
+    assert any(PLACEHOLDER in str(b["messages"]) for b in requests)
+    turns = len([u for u in project.usage() if "purpose" not in u])
+    results = [
+        r["message"]
+        for r in project.records("journal.jsonl")
+        if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+    assert len(results) == turns
+    assert all(r["content"].startswith("def function_") for r in results)
+
+
+def test_compaction_survives_a_resume(project: Project) -> None:
+    run(project, Reply(text=SNAPSHOT), "compact", turns=20)
+    with ScriptedServer(agent(Reply(text=SNAPSHOT)), dialect="llama", n_ctx=4096) as server:
+        project.configure(
+            server.url,
+            context={"strategy": "compact"},
+            supervisor={"max_total_turns": 21, "max_restarts": 0},
+        )
+        assert project.run("run").returncode == 0
+        resumed = server.chat_requests()[0]
+    assert resumed["messages"][1]["content"].startswith(SNAPSHOT_HEADER)
+
+
+@given(histories())
+@settings(max_examples=200, deadline=None)
+def test_split_points_leave_pairs_whole(history: list[Message]) -> None:
+    raw = [raw_estimate(m) for m in history]
+    for keep in (0.1, 0.3, 0.7):
+        split = split_point(history, 1, raw, keep)
+        if split is None:
+            continue
+        assert 1 < split < len(history)
+        assert not isinstance(history[split], ToolMessage), "split between a call and results"
+        assert tool_call_pairs_valid(history[split:])
+        assert sum(raw[split:]) >= sum(raw[1:]) * keep * 0.999
+
+
+@pytest.mark.parametrize(("keep", "expected"), [(0.3, 6), (0.6, 4), (0.95, None)])
+def test_split_point_examples(keep: float, expected: int | None) -> None:
+    from ouroboros.messages import SystemMessage, ToolCall, UserMessage
+
+    def step(i: int) -> list[Message]:
+        call = ToolCall(id=f"c{i}", name="file_read", arguments="{}")
+        return [
+            AssistantMessage(tool_calls=(call,)),
+            ToolMessage(tool_call_id=f"c{i}", name="file_read", content="x" * 400),
+        ]
+
+    history: list[Message] = [
+        SystemMessage(content="s"),
+        UserMessage(content="go"),
+        *step(1),
+        *step(2),
+        *step(3),
+    ]
+    raw = [raw_estimate(m) for m in history]
+    assert split_point(history, 1, raw, keep) == expected
