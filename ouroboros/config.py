@@ -65,7 +65,7 @@ class ContextSettings(_Section):
     """Cap per tool output; also bounded to a quarter of the prompt budget."""
     protected_observations: int = Field(3, ge=0)
     """The newest tool results that are never masked."""
-    protected_max_fraction: float = Field(0.35, gt=0, le=1)
+    protected_max_fraction: float = Field(0.25, gt=0, le=1)
     """Bound of the protected window, as a fraction of the prompt budget."""
     mask_min_tokens: int = Field(100, ge=0)
     """Tool results this small are never masked."""

@@ -78,7 +78,6 @@ class Session:
         while True:
             self.check_limits()
             completion = await self.call_model()
-            self.append(completion.message)
             cap = self.output_cap(len(completion.message.tool_calls))
             for call in completion.message.tool_calls:
                 await self.run_tool(call, cap)
@@ -89,9 +88,15 @@ class Session:
 
     # --- recording -------------------------------------------------------------------------
 
-    def append(self, message: Message) -> None:
-        """Journal first (fsync'ed), then the in-memory view: the journal is the truth."""
-        self.h.journal.record("message", session=self.state.session, message=message.model_dump())
+    def append(self, message: Message, usage: dict[str, Any] | None = None) -> None:
+        """Journal first (fsync'ed), then the in-memory view: the journal is the truth.
+
+        A reply carries its usage in the same record, so a crash never leaves one without the
+        other (a counted turn whose reply is lost)."""
+        extra = {"usage": usage} if usage is not None else {}
+        self.h.journal.record(
+            "message", session=self.state.session, message=message.model_dump(), **extra
+        )
         self.view.append(message)
 
     # --- the model call ---------------------------------------------------------------------
@@ -125,17 +130,17 @@ class Session:
                 ):
                     raise SessionEnded("context_overflow", str(e)[:200]) from e
                 continue
-            self.measure(completion, raw_prompt)
+            self.record_reply(completion, raw_prompt)
             return completion
         raise AssertionError("unreachable")
 
-    def measure(self, completion: Completion, raw_prompt: int) -> None:
+    def record_reply(self, completion: Completion, raw_prompt: int) -> None:
         usage = completion.usage
         reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
         estimate = self.h.ledger.calibration.tokens(raw_prompt)
         turn = self.state.session_turns + 1
         m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
-        self.h.journal.record("usage", session=self.state.session, turn=turn, **m.__dict__)
+        self.append(completion.message, {"turn": turn, **m.__dict__})
         budget = self.h.ledger.budget
         used = m.prompt_tokens + m.completion_tokens
         self.h.log.token_usage(

@@ -68,22 +68,24 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
             state.wind_down_replies = 0
         elif isinstance(message, AssistantMessage) and state.wind_down_replies is not None:
             state.wind_down_replies += 1
+        if "usage" in record:
+            # A turn is a model reply with its usage: carried-over assistant messages are none.
+            usage = record["usage"]
+            m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__})
+            state.measurements.append(m)
+            state.total_prompt_tokens += m.prompt_tokens
+            state.total_completion_tokens += m.completion_tokens
+            state.session_turns += 1
+            state.total_turns += 1
     elif kind == "tool_started":
         state.started_calls.add(record["call_id"])
     elif kind == "mask":
         state.masked.update(record["call_ids"])
     elif kind == "compaction":
         state.compaction = (record["start"], MESSAGE_ADAPTER.validate_python(record["snapshot"]))
-    elif kind == "usage":
-        m = Measurement(**{k: record[k] for k in Measurement.__dataclass_fields__})
-        state.total_prompt_tokens += m.prompt_tokens
-        state.total_completion_tokens += m.completion_tokens
-        if record.get("purpose", "turn") == "turn":
-            # A turn is a model call of the conversation: neither a carried-over assistant
-            # message nor a compaction call is one.
-            state.measurements.append(m)
-            state.session_turns += 1
-            state.total_turns += 1
+    elif kind == "usage":  # a call outside the conversation (compaction): tokens, no turn
+        state.total_prompt_tokens += record["prompt_tokens"]
+        state.total_completion_tokens += record["completion_tokens"]
     elif kind == "session_end":
         state.session_open = False
         state.ended_reason = record["reason"]

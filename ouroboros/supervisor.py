@@ -31,7 +31,7 @@ from ouroboros.tools.workspace import Workspace
 BYTES_PER_TOKEN = 4
 TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
-CARRYOVER_SHARE = 0.5
+CARRYOVER_SHARE = 0.25
 """Of the room under the soft line, what carry-over may fill: a new session that starts nearly
 at the soft line would mask at once and restart again soon."""
 MARKER_ALLOWANCE = 120

@@ -29,7 +29,7 @@ def tool_contents(body: dict[str, Any]) -> list[str]:
 
 
 def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
-    fill_workspace(project, words=300)
+    fill_workspace(project, words=200)
     with ScriptedServer(reader(), dialect="llama", n_ctx=4096) as server:
         project.configure(server.url, supervisor={"max_restarts": 1, "max_total_turns": 100})
         result = project.run("run")
@@ -43,7 +43,11 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
     restarted_at = next(i for i, b in enumerate(requests) if "Session 2." in json.dumps(b))
     for index, body in enumerate(requests[masked_at:], start=masked_at):
         contents = tool_contents(body)
-        # Within a session the three newest stay; carry-over may shrink all but the newest.
+        # Within a session the three newest stay. The carried-over results of a new session's
+        # first request may all be placeholders (a small window: they must fit a quarter of the
+        # room under the soft line); from its second request on, the newest is whole again.
+        if index == restarted_at:
+            continue
         protected = contents[-3:] if index < restarted_at else contents[-1:]
         assert all(PLACEHOLDER not in c for c in protected), "protected window was masked"
         flags = [PLACEHOLDER in c for c in contents]

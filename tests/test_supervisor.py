@@ -259,8 +259,9 @@ def test_kill_nine_at_random_moments_loses_nothing(project: Project, tmp_path: P
         for line in (project.state / name).read_text().splitlines():
             json.loads(line)
     records = journal(project)
-    turns_recorded = [r for r in records if r["kind"] == "usage"]
-    assert len(turns_recorded) == target
+    replies = [r for r in records if r["kind"] == "message" and "usage" in r]
+    assert len(replies) == target
+    assert all(r["message"]["kind"] == "assistant" for r in replies)
     # Every executed call has a result in the journal (or an 'interrupted' one if cut mid-way).
     results = [
         r["message"] for r in records if r["kind"] == "message" and r["message"]["kind"] == "tool"

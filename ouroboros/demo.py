@@ -1,0 +1,149 @@
+"""`demo`: a whole run in a few seconds, with no model server.
+
+A scripted agent (`ouroboros.scripted`, the server the tests use) behind real loopback HTTP with a
+4096-token window reads and writes files in a small generated project; the real supervisor runs
+it in this process. The window fills, old results are masked, the agent is told to wind down, the
+session restarts, twice, and the run stops at `max_restarts`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from ouroboros.config import load_settings
+from ouroboros.events import EventLog
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.supervisor import fresh_state, run
+
+N_CTX = 4096
+MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")
+PURPOSE = """# Purpose
+
+Review the Python modules in `src/` one by one and keep `NOTES.md` up to date with what each
+one does. (This is the ouroboros demo: the agent is scripted.)
+"""
+
+
+def _module(name: str) -> str:
+    body = [f'"""The {name} module of the demo project."""', ""]
+    for n in range(28):
+        body.append(f"def {name}_step_{n}(value: int) -> int:")
+        body.append(f"    return value * {n + 2} + {n}  # step {n} of the {name} pipeline")
+    return "\n".join(body) + "\n"
+
+
+def _config(server_url: str) -> str:
+    sections: dict[str, dict[str, Any]] = {
+        "llm": {"base_url": server_url, "model": "scripted-demo", "max_output_tokens": 256},
+        "session": {"shell_timeout_s": 10},
+        "supervisor": {"max_restarts": 2, "max_total_turns": 150},
+    }
+    lines = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items())
+    return "\n".join(lines) + "\n"
+
+
+def make_project(root: Path) -> None:
+    """A workspace with something to read, and the agent's instructions."""
+    src = root / "workspace" / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    for name in MODULES:
+        (src / f"{name}.py").write_text(_module(name))
+    (root / "SYSTEM_PROMPT.md").write_text(PURPOSE)
+
+
+def _plan() -> Iterator[tuple[str, dict[str, Any]]]:
+    """The agent's routine: read two modules, write a note, now and then count lines."""
+    modules = itertools.cycle(MODULES)
+    for round_ in itertools.count(1):
+        first, second = next(modules), next(modules)
+        yield tool("file_read", path=f"src/{first}.py")
+        yield tool("file_read", path=f"src/{second}.py")
+        yield tool(
+            "file_write",
+            path=f"notes/{first}-{second}.md",
+            content=f"# {first} and {second}\n\nEach is a chain of 28 small steps.\n",
+        )
+        if round_ % 3 == 0:
+            yield tool("shell_exec", command="wc -l src/*.py | tail -1")
+
+
+class DemoAgent:
+    """Decides from the last message only, as a model would: saves its notes when told to wind
+    down, re-reads them after a restart, otherwise follows its routine."""
+
+    def __init__(self) -> None:
+        self.plan = _plan()
+        self.reviewed = 0
+        self.session = ""
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        text = str(last.get("content") or "") if last.get("role") == "user" else ""
+        if "Save what matters" in text:
+            notes = f"# Progress\n\n{self.reviewed} module reads so far; go on with the next.\n"
+            return Reply(
+                text="Saving my progress before the restart.",
+                tool_calls=[tool("file_write", path="NOTES.md", content=notes)],
+            )
+        session = next(
+            (str(m["content"]).split(".")[0] for m in messages if m.get("role") == "user"), ""
+        )
+        if session != self.session:  # "Session 2": a restart (or the first session)
+            first, self.session = not self.session, session
+            if not first:
+                return Reply(
+                    text="A fresh session: my notes first.",
+                    tool_calls=[tool("file_read", path="NOTES.md")],
+                )
+        name, arguments = next(self.plan)
+        if name == "file_read":
+            self.reviewed += 1
+        return Reply(text=f"Next: {name}.", tool_calls=[(name, arguments)])
+
+
+def run_demo(root: Path, console: Console) -> int:
+    """Build the project in `root`, run it to its end, and say what to look at."""
+    make_project(root)
+    state = root / ".ouroboros"
+    aside = fresh_state(state)
+    if aside:
+        console.print(f"an earlier demo run was moved to {aside}")
+    with ScriptedServer(DemoAgent(), dialect="llama", n_ctx=N_CTX, model="scripted-demo") as srv:
+        config = root / "config.toml"
+        config.write_text(_config(srv.url))
+        settings = load_settings(config)
+        console.print(
+            f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window in {root}"
+        )
+        log = EventLog(settings.paths.state_dir, console)
+        try:
+            outcome = anyio.run(run, settings, log)
+        finally:
+            log.close()
+    console.print(f"run stopped: {outcome.reason}")
+    console.print(
+        f"\nThe state folder is {settings.paths.state_dir}. Look at it with:\n"
+        f"  python -m ouroboros tail --state {settings.paths.state_dir}\n"
+        f"  python -m ouroboros status --state {settings.paths.state_dir}\n"
+        f"  python -m ouroboros report --state {settings.paths.state_dir}"
+    )
+    return outcome.exit_code
+
+
+def demo_dir(requested: Path | None) -> Path:
+    if requested is not None:
+        requested.mkdir(parents=True, exist_ok=True)
+        return requested.resolve()
+    return Path(tempfile.mkdtemp(prefix="ouroboros-demo-"))

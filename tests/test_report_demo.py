@@ -1,0 +1,231 @@
+"""`demo` runs the real harness end to end; `report` draws what it (or any run) recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ouroboros.cli import main
+from ouroboros.tokens import Budget
+from tests.conftest import Project
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@dataclass(frozen=True)
+class Demo:
+    root: Path
+    output: str
+    exit_code: int
+    seconds: float
+
+    @property
+    def project(self) -> Project:
+        return Project(self.root)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    root = tmp_path_factory.mktemp("demo")
+    err = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stderr(err):
+        code = main(["demo", "--dir", str(root)])
+    return Demo(root, err.getvalue(), code, time.monotonic() - started)
+
+
+def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo) -> None:
+    assert demo.exit_code == 0, demo.output
+    assert demo.seconds < 60
+    project = demo.project
+    assert len(project.events("session_restart")) == 2
+    assert project.events("context_mask")
+    assert len(project.events("wind_down")) >= 2
+    assert project.events("run_end")[-1]["reason"] == "max_restarts"
+    # The terminal shows what a normal run shows, then where to look.
+    assert re.search(r"s1 t1 +█+░+ +\d+% prompt [\d,]+ \+ out \d+ / 4,096 \(server\)", demo.output)
+    assert "session_restart session=3" in demo.output
+    assert "run stopped: max_restarts" in demo.output
+    state = project.state
+    assert f"python -m ouroboros tail --state {state}" in demo.output
+    assert f"python -m ouroboros report --state {state}" in demo.output
+    # The scripted agent did real work in its workspace: notes saved at each wind-down.
+    assert "module reads so far" in (project.workspace / "NOTES.md").read_text()
+    assert len(list((project.workspace / "notes").glob("*.md"))) >= 3
+    assert (project.workspace / "src" / "parser.py").exists()
+
+
+def test_demo_again_in_the_same_folder_keeps_the_first_run(demo: Demo, tmp_path: Path) -> None:
+    root = tmp_path / "again"
+    shutil.copytree(demo.root, root)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["demo", "--dir", str(root)]) == 0
+    assert "an earlier demo run was moved to" in err.getvalue()
+    assert len(list(tmp_path.glob("again/.ouroboros.*"))) == 1
+
+
+def report(state: Path, *extra: str) -> str:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["report", "--state", str(state), *extra]) == 0
+    written = Path(err.getvalue().split("report written to ")[1].strip())
+    return written.read_text()
+
+
+def chart(page: str) -> ET.Element:
+    svg = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
+    return ET.fromstring(svg)  # well-formed, or this raises
+
+
+def test_report_draws_the_run(demo: Demo) -> None:
+    state = demo.project.state
+    page = report(state)
+    assert (state / "report.html").exists()
+    # Self-contained: no script, nothing fetched (the SVG namespace is a name, not a fetch).
+    assert "<script" not in page
+    assert not re.search(r"(src|href)=", page)
+    svg = chart(page)
+    usage = demo.project.usage()
+    # One dot per model call, in its zone's colour, and one line per session.
+    dots = svg.findall(f"{SVG}circle")
+    assert len([d for d in dots if d.find(f"{SVG}title") is not None]) == len(usage)
+    assert len(svg.findall(f"{SVG}polyline")) == 3
+    # The harness's own lines, at the harness's own values (the demo reserves 256 tokens).
+    budget = Budget.for_window(4096, 0.70, 0.90, 256, 0.05)
+    labels = [t.text for t in svg.iter(f"{SVG}text") if t.text]
+    assert f"soft 70%: {budget.soft_line:,}" in labels
+    assert f"hard 90%: {budget.hard_line:,}" in labels
+    assert {w["hard_line"] for w in demo.project.events("wind_down")} == {budget.hard_line}
+    assert f"prompt budget {budget.prompt_budget:,}" in labels
+    assert "window 4,096" in labels
+    # Masks, wind-downs and restarts are marked; sessions are labelled bands.
+    titles = [t.text or "" for t in svg.iter(f"{SVG}title")]
+    assert sum(t.startswith("masked ") for t in titles) == len(demo.project.events("context_mask"))
+    assert sum(t.startswith("wind-down") for t in titles) == len(demo.project.events("wind_down"))
+    assert sum(t.startswith("restart ") for t in titles) == 2
+    assert {"session 1", "session 2", "session 3"} <= set(labels)
+
+
+def test_report_has_a_row_per_session(demo: Demo) -> None:
+    page = report(demo.project.state)
+    rows = re.findall(r'<tr class="session">(.*?)</tr>', page)
+    assert len(rows) == 3
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows]
+    usage = demo.project.usage()
+    for number, row in enumerate(cells, start=1):
+        mine = [u for u in usage if u["session"] == number]
+        assert row[0] == str(number)
+        assert row[3] == str(len(mine))
+        assert row[4] == f"{sum(u['prompt_tokens'] for u in mine):,}"
+        assert row[5] == f"{sum(u['completion_tokens'] for u in mine):,}"
+        assert row[-1].startswith("context_full (")
+    assert [row[2] for row in cells] == ["fresh", "context_full", "context_full"]
+
+
+def test_report_of_a_torn_copy_and_to_another_file(demo: Demo, tmp_path: Path) -> None:
+    state = tmp_path / ".ouroboros"
+    shutil.copytree(demo.project.state, state)
+    with (state / "token_usage.jsonl").open("a") as f:
+        f.write('{"v":1,"ts":"2099-01-01T00:00:00.000+00:00","kind":"token_us')
+    out = tmp_path / "elsewhere" / "run.html"
+    page = report(state, "--out", str(out))
+    assert out.exists()
+    assert len(re.findall(r'<tr class="session">', page)) == 3
+    assert len(chart(page).findall(f"{SVG}polyline")) == 3
+    # The next run appends after the torn line: a bad line mid-file is skipped, and said so.
+    with (state / "token_usage.jsonl").open("a") as f:
+        f.write(json.dumps(demo.project.usage()[-1]) + "\n")
+    page = report(state)
+    assert "token_usage.jsonl: skipped a line that is not a JSON record" in page
+    assert len(re.findall(r'<tr class="session">', page)) == 3
+
+
+def test_report_before_any_model_call(tmp_path: Path) -> None:
+    state = tmp_path / ".ouroboros"
+    state.mkdir()
+    (state / "events.jsonl").write_text(
+        json.dumps({"v": 1, "ts": "2026-01-01T00:00:00.000+00:00", "kind": "run_start"}) + "\n"
+    )
+    page = report(state)
+    assert "No model call recorded yet." in page
+    assert "<svg" not in page
+
+
+def test_report_renders_in_a_browser(demo: Demo, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    report(demo.project.state)
+    png = tmp_path / "report.png"
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tempfile.mkdtemp()}",
+            f"--screenshot={png}",
+            "--window-size=1200,900",
+            (demo.project.state / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000  # a drawn chart, not a blank page
+
+
+def test_a_compaction_side_call_is_counted_but_not_plotted(
+    demo: Demo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / ".ouroboros"
+    shutil.copytree(demo.project.state, state)
+    last = demo.project.usage()[-1]
+    side = {**last, "ts": "2099-01-01T00:00:00.000+00:00", "purpose": "compaction"}
+    side.update(prompt_tokens=1000, completion_tokens=200, total_tokens=1200)
+    compaction = {
+        "v": 1,
+        "ts": "2099-01-01T00:00:00.001+00:00",
+        "kind": "compaction",
+        "session": 3,
+        "forced": False,
+        "messages_replaced": 12,
+        "projected_before": 3400,
+        "projected_after": 1900,
+    }
+    with (state / "token_usage.jsonl").open("a") as f:
+        f.write(json.dumps(side) + "\n")
+    with (state / "events.jsonl").open("a") as f:
+        f.write(json.dumps(compaction) + "\n")
+    page = report(state)
+    svg = chart(page)
+    dots = [d for d in svg.findall(f"{SVG}circle") if d.find(f"{SVG}title") is not None]
+    assert len(dots) == len(demo.project.usage())
+    titles = [t.text or "" for t in svg.iter(f"{SVG}title")]
+    assert "compacted 12 messages: ~3400 -> ~1900" in titles
+    row = re.findall(r"<td[^>]*>(.*?)</td>", re.findall(r'<tr class="session">(.*?)</tr>', page)[2])
+    mine = [u for u in demo.project.usage() if u["session"] == 3]
+    assert row[3] == str(len(mine))
+    assert row[4] == f"{sum(u['prompt_tokens'] for u in mine) + 1000:,}"
+    assert row[8] == "1"
+    assert main(["tail", "--state", str(state)]) == 0
+    out = capsys.readouterr().out
+    assert "[compaction] " in out
+    assert "compacted 12 old messages into a snapshot: next prompt ~3,400 -> ~1,900" in out

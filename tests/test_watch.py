@@ -1,0 +1,335 @@
+"""`tail` and `status` on state folders written by real runs (scripted server, real harness)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+from ouroboros.cli import main
+from ouroboros.config import load_settings
+from ouroboros.events import EventLog
+from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
+from ouroboros.supervisor import RunError, run, state_lock
+from ouroboros.watch import Follower, Merger, liveness
+from tests.conftest import PROJECT_ROOT, Project
+from tests.test_context_run import fill_workspace
+
+SUPERVISOR = {"max_restarts": 2, "max_total_turns": 100}
+
+
+def agent(files: int = 12) -> Responder:
+    """Looks around, tries a forbidden command, meets one server hiccup, then reads forever."""
+    opening = iter(
+        [
+            Reply(text="Looking around.", tool_calls=[tool("list_dir", path=".")]),
+            Reply(tool_calls=[tool("shell_exec", command="sudo reboot")]),
+            Reply(status=503, error_body={"message": "model is loading"}),
+        ]
+    )
+    paths = itertools.cycle(f"mod{i}.py" for i in range(files))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        return next(opening, None) or Reply(
+            text="Reading on.", tool_calls=[tool("file_read", path=next(paths))]
+        )
+
+    return respond
+
+
+def run_here(project: Project) -> None:
+    """The real supervisor in this process (the CLI would add 2 s of imports per run)."""
+    settings = load_settings(project.root / "config.toml")
+    log = EventLog(settings.paths.state_dir, Console(file=io.StringIO(), width=200))
+    try:
+        anyio.run(run, settings, log)
+    except RunError:
+        pass
+    finally:
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """A run that masks, winds down and restarts twice; then a resume that finds no server."""
+    root = tmp_path_factory.mktemp("recorded")
+    (root / "workspace").mkdir()
+    (root / "SYSTEM_PROMPT.md").write_text("# Purpose\nRead the modules.\n")
+    project = Project(root)
+    fill_workspace(project, words=300)
+    with ScriptedServer(agent(), dialect="llama", n_ctx=4096) as server:
+        project.configure(server.url, supervisor=SUPERVISOR)
+        run_here(project)
+        dead_url = server.url
+    project.configure(dead_url, llm={"retry_for_s": 0.3}, supervisor=SUPERVISOR)
+    run_here(project)
+    assert len(project.events("session_restart")) == 2
+    assert project.events("error")
+    return project
+
+
+@pytest.fixture
+def torn(recorded: Project, tmp_path: Path) -> Path:
+    """A copy whose two logs end in the middle of a line, as a crash or a live write leaves them."""
+    state = tmp_path / ".ouroboros"
+    shutil.copytree(recorded.state, state)
+    (tmp_path / "config.toml").write_text((recorded.root / "config.toml").read_text())
+    for name in ("token_usage.jsonl", "events.jsonl"):
+        with (state / name).open("a") as f:
+            f.write('{"v":1,"ts":"2099-01-01T00:00:00.000+00:00","kind":"tok')
+    return state
+
+
+def stamps(text: str) -> list[str]:
+    return re.findall(r"^(\d\d:\d\d:\d\d) ", text, flags=re.M)
+
+
+def test_tail_shows_calls_and_events_in_time_order(
+    recorded: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", "--state", str(recorded.state)]) == 0
+    out = capsys.readouterr().out
+    calls = re.findall(r"^\S+ s(\d) t(\d+) +[█░]+ +\d+% (\w+)", out, flags=re.M)
+    assert len(calls) == len(recorded.usage())
+    assert {zone for _, _, zone in calls} >= {"normal", "soft", "hard"}
+    assert stamps(out) == sorted(stamps(out))
+    lines = out.splitlines()
+
+    def first(pattern: str) -> int:
+        return next(i for i, line in enumerate(lines) if re.search(pattern, line))
+
+    assert (
+        first("run started")
+        < first(r" s1 t1 ")
+        < first("masked 1 old result")
+        < first("wind-down: next prompt")
+    )
+    assert (
+        first("wind-down: next prompt")
+        < first("session 1 ends after")
+        < first(r"restart 1: session 2 after \d+ turns \(context_full\)")
+    )
+    assert first("restart 1: session 2") < first(r" s2 t1 ") < first("restart 2: session 3")
+    assert first(r"blocked \(") < first("retry 1 in")
+    assert "run ended: max_restarts" in out
+    assert "error: gave up on the model server" in out
+    assert "file_read 1," not in out, "tool calls are left out unless --tools"
+
+
+def test_tail_tools_flag_adds_a_line_per_tool_call(
+    recorded: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", "--tools", "--state", str(recorded.state)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  file_read ") == sum(
+        e["name"] == "file_read" for e in recorded.events("tool_call")
+    )
+
+
+def test_tail_json_passes_both_logs_through_unchanged(
+    recorded: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", "--json", "--state", str(recorded.state)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    written = [
+        line
+        for name in ("token_usage.jsonl", "events.jsonl")
+        for line in (recorded.state / name).read_text().splitlines()
+    ]
+    assert sorted(out) == sorted(written)
+    times = [json.loads(line)["ts"] for line in out]
+    assert times == sorted(times)
+
+
+def test_tail_leaves_out_a_torn_last_line(
+    recorded: Project, torn: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", "--state", str(recorded.state)]) == 0
+    whole = capsys.readouterr().out
+    assert main(["tail", "--state", str(torn)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == whole
+    assert "token_usage.jsonl: its last line is not complete yet" in captured.err
+    assert main(["tail", "--json", "--state", str(torn)]) == 0
+    assert "2099" not in capsys.readouterr().out
+
+
+def test_tail_without_a_run_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tail", "--state", str(tmp_path / "nothing")]) == 1
+    assert "no run in" in capsys.readouterr().err
+
+
+class Reader:
+    """Collects a subprocess's stdout lines in the background."""
+
+    def __init__(self, process: subprocess.Popen[str]):
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert process.stdout is not None
+        stream = process.stdout
+
+        def pump() -> None:
+            for line in stream:
+                self.lines.put(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def until(self, pattern: str, timeout: float = 15) -> list[str]:
+        seen, deadline = [], time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if re.search(pattern, line):
+                return seen
+        raise AssertionError(f"no line matching {pattern!r} in {timeout} s; got {seen}")
+
+    def quiet(self, seconds: float) -> list[str]:
+        time.sleep(seconds)
+        return [self.lines.get() for _ in range(self.lines.qsize())]
+
+
+@pytest.fixture
+def follow(tmp_path: Path) -> Iterator[tuple[Path, Reader]]:
+    state = tmp_path / "later" / ".ouroboros"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "tail", "--follow", "--state", str(state)],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        yield state, Reader(process)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        assert process.stderr is not None
+        assert "Traceback" not in process.stderr.read()
+        process.stdout.close()  # type: ignore[union-attr]
+        process.stderr.close()
+
+
+def test_tail_follow_waits_for_the_run_and_prints_what_is_appended(
+    recorded: Project, follow: tuple[Path, Reader]
+) -> None:
+    state, reader = follow
+    events = (recorded.state / "events.jsonl").read_text().splitlines(keepends=True)
+    usage = (recorded.state / "token_usage.jsonl").read_text().splitlines(keepends=True)
+    time.sleep(0.5)  # started before the run exists
+    state.mkdir(parents=True)
+    with (state / "events.jsonl").open("a") as ev, (state / "token_usage.jsonl").open("a") as us:
+        ev.writelines(events[:3])
+        ev.flush()
+        us.writelines(usage[:2])
+        us.flush()
+        reader.until(r" s1 t2 ")
+        # Half a line: a write in progress. Nothing shows until the rest arrives.
+        us.write(usage[2][:40])
+        us.flush()
+        assert not any(" s1 t3 " in line for line in reader.quiet(0.8))
+        us.write(usage[2][40:])
+        us.flush()
+        reader.until(r" s1 t3 ")
+        ev.writelines(e for e in events if '"kind":"session_restart"' in e)
+        ev.flush()
+        reader.until(r"restart 2: session 3")
+
+
+def test_merger_puts_a_late_usage_line_before_a_newer_event(tmp_path: Path) -> None:
+    merger = Merger.for_state(tmp_path)
+    now = datetime.now(UTC)
+
+    def line(kind: str, offset_s: float) -> str:
+        ts = (now + timedelta(seconds=offset_s)).isoformat(timespec="milliseconds")
+        return json.dumps({"ts": ts, "kind": kind})
+
+    earlier, later = line("token_usage", -0.01), line("context_mask", 0.2)
+    (tmp_path / "events.jsonl").write_text(later + "\n")
+    shown = [x.raw for x in merger.poll()]  # too fresh: the usage file may not have caught up
+    (tmp_path / "token_usage.jsonl").write_text(earlier + "\n")
+    shown += [x.raw for x in merger.poll()]
+    time.sleep(0.3)
+    shown += [x.raw for x in merger.poll()]  # nothing new: everything held goes out
+    assert shown == [earlier, later]
+
+
+def test_follower_starts_over_on_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    follower = Follower(path)
+    assert follower.read() == []
+    path.write_text('{"kind":"a"}\n{"kind":"b"}\n')
+    assert [line.record["kind"] for line in follower.read()] == ["a", "b"]
+    path.rename(tmp_path / "aside.jsonl")  # `run --fresh` moves the old run away
+    path.write_text('{"kind":"c"}\nnot json\n')
+    assert [line.record["kind"] for line in follower.read()] == ["c"]
+    assert follower.problems == ["events.jsonl: skipped a line that is not a JSON record"]
+
+
+def test_status_of_a_run_that_stopped_on_an_error(
+    recorded: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--state", str(recorded.state)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    usage = recorded.usage()
+    turns = len(usage)
+    prompt = sum(u["prompt_tokens"] for u in usage)
+    completion = sum(u["completion_tokens"] for u in usage)
+    last = usage[-1]
+    assert "not running: stopped by an error" in out
+    assert "gave up on the model server" in out
+    assert "session 3 (ended: context_full)" in out
+    assert f"{last['turn']} this session, {turns} in all" in out
+    assert "restarts 2 " in out
+    assert f"{last['fraction']:.0%} {last['zone']}" in out
+    assert f"{last['total_tokens']:,} of 4,096 tokens" in out
+    assert f"{prompt:,} prompt + {completion:,} completion" in out
+    # Budgets from the config next to the state folder (max_total_turns 100, max_restarts 2).
+    assert f"turns budget {100 - turns} left of 100" in out
+    assert "restarts budget 0 left (2 used)" in out
+    assert "tokens budget unlimited" in out
+    assert re.search(r"last model call \d+ s ago", out)
+
+
+def test_status_of_a_live_run(
+    recorded: Project, torn: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with state_lock(torn):
+        assert liveness(torn).alive
+        assert main(["status", "--state", str(torn)]) == 0
+        out = capsys.readouterr().out
+    assert f"running (pid {os.getpid()})" in out
+    assert not liveness(torn).alive
+    assert "released its lock" in liveness(torn).detail
+
+
+def test_status_of_a_killed_run(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "lock").write_text(str(gone.pid))  # what kill -9 leaves: a pid, no flock
+    live = liveness(tmp_path)
+    assert not live.alive
+    assert "killed or crashed" in live.detail
+
+
+def test_status_without_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--state", str(tmp_path / "nothing")]) == 1
+    assert "no run in" in capsys.readouterr().out
