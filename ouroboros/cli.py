@@ -17,7 +17,8 @@ from ouroboros.demo import demo_dir, run_demo
 from ouroboros.events import EventLog
 from ouroboros.journal import JournalCorrupt
 from ouroboros.report import write_report
-from ouroboros.supervisor import RunError, fresh_state, run
+from ouroboros.session import COMPACT_REQUEST
+from ouroboros.supervisor import RESUME_REQUEST, RunError, fresh_state, run
 
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
@@ -36,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "resume", help="let a run waiting before a restart (auto_restart=false) go on"
+    )
+    commands.add_parser(
+        "compact", help="ask the running supervisor to compact the context at its next turn"
     )
     state_help = (
         "state folder (default: paths.state_dir; without --config, a config.toml next to "
@@ -111,15 +115,31 @@ def _report(settings: Settings, args: argparse.Namespace, console: Console) -> i
     return 0
 
 
-def _resume(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    flag = settings.paths.state_dir / "resume"
+def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
+    """Leave a request file the running supervisor looks for."""
+    flag = settings.paths.state_dir / request
     flag.parent.mkdir(parents=True, exist_ok=True)
     flag.touch()
-    console.print(f"asked the supervisor on {settings.paths.state_dir} to go on")
+    console.print(f"asked the supervisor on {settings.paths.state_dir} to {what}")
     return 0
 
 
-_COMMANDS = {"run": _run, "resume": _resume, "tail": _tail, "status": _status, "report": _report}
+def _resume(settings: Settings, args: argparse.Namespace, console: Console) -> int:
+    return _ask(settings, RESUME_REQUEST, "go on", console)
+
+
+def _compact(settings: Settings, args: argparse.Namespace, console: Console) -> int:
+    return _ask(settings, COMPACT_REQUEST, "compact the context at its next turn", console)
+
+
+_COMMANDS = {
+    "run": _run,
+    "resume": _resume,
+    "compact": _compact,
+    "tail": _tail,
+    "status": _status,
+    "report": _report,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,11 +74,34 @@ def repair_torn_tail(path: Path, read: ReadResult) -> Path | None:
     return aside
 
 
+def set_aside_torn_tail(path: Path, window: int = 1 << 20) -> Path | None:
+    """Before appending: a last line a crash cut short goes to a side file, so new records
+    start on a line of their own (cheap: only the file's end is read)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    with path.open("rb+") as f:
+        f.seek(max(0, size - window))
+        tail = f.read()
+        if not tail or tail.endswith(b"\n"):
+            return None
+        cut = tail.rfind(b"\n") + 1
+        if cut == 0 and size > window:
+            f.write(b"\n")  # a line longer than the window: end it rather than guess
+            return None
+        aside = path.with_name(f"{path.name}.torn-{int(time.time() * 1000)}")
+        aside.write_bytes(tail[cut:])
+        f.truncate(size - len(tail) + cut)
+    return aside
+
+
 class JsonlWriter:
     """Appends one JSON object per line; `durable` files are fsync'ed after every record."""
 
     def __init__(self, path: Path, durable: bool = False):
         path.parent.mkdir(parents=True, exist_ok=True)
+        set_aside_torn_tail(path)
         self.path = path
         self.durable = durable
         self._file: IO[str] = path.open("a", encoding="utf-8")

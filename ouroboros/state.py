@@ -44,6 +44,25 @@ class RunState:
         return self.total_prompt_tokens + self.total_completion_tokens
 
 
+def _apply_message(state: RunState, record: dict[str, Any]) -> None:
+    message = MESSAGE_ADAPTER.validate_python(record["message"])
+    state.messages.append(message)
+    # Counted as records arrive, so no turn has to scan the session for it.
+    if isinstance(message, UserMessage) and message.origin == "wind_down":
+        state.wind_down_replies = 0
+    elif isinstance(message, AssistantMessage) and state.wind_down_replies is not None:
+        state.wind_down_replies += 1
+    if "usage" in record:
+        # A turn is a model reply with its usage: carried-over assistant messages are none.
+        usage = record["usage"]
+        m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__})
+        state.measurements.append(m)
+        state.total_prompt_tokens += m.prompt_tokens
+        state.total_completion_tokens += m.completion_tokens
+        state.session_turns += 1
+        state.total_turns += 1
+
+
 def _apply(state: RunState, record: dict[str, Any]) -> None:
     kind = record["kind"]
     if kind == "run_start" and state.started_at is None:
@@ -61,22 +80,7 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
         state.compaction = None
         state.ended_reason = None
     elif kind == "message":
-        message = MESSAGE_ADAPTER.validate_python(record["message"])
-        state.messages.append(message)
-        # Counted as records arrive, so no turn has to scan the session for it.
-        if isinstance(message, UserMessage) and message.origin == "wind_down":
-            state.wind_down_replies = 0
-        elif isinstance(message, AssistantMessage) and state.wind_down_replies is not None:
-            state.wind_down_replies += 1
-        if "usage" in record:
-            # A turn is a model reply with its usage: carried-over assistant messages are none.
-            usage = record["usage"]
-            m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__})
-            state.measurements.append(m)
-            state.total_prompt_tokens += m.prompt_tokens
-            state.total_completion_tokens += m.completion_tokens
-            state.session_turns += 1
-            state.total_turns += 1
+        _apply_message(state, record)
     elif kind == "tool_started":
         state.started_calls.add(record["call_id"])
     elif kind == "mask":

@@ -31,6 +31,8 @@ from ouroboros.tools.workspace import Workspace
 BYTES_PER_TOKEN = 4
 TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
+RESUME_REQUEST = "resume"
+"""File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
 CARRYOVER_SHARE = 0.25
 """Of the room under the soft line, what carry-over may fill: a new session that starts nearly
 at the soft line would mask at once and restart again soon."""
@@ -136,13 +138,21 @@ class Supervisor:
         limit, warning = choose_window(s.context.limit, info)
         if warning:
             self.log.emit("warning", message=warning)
-        self.log.emit("context_window", server=info.kind, context_limit=limit, detail=info.detail)
         budget = Budget.for_window(
             limit,
             s.context.soft_threshold,
             s.context.hard_threshold,
             s.llm.max_output_tokens,
             s.context.safety_margin,
+        )
+        self.log.emit(
+            "context_window",
+            server=info.kind,
+            context_limit=limit,
+            detail=info.detail,
+            prompt_budget=budget.prompt_budget,
+            soft_line=budget.soft_line,
+            hard_line=budget.hard_line,
         )
         calibration = Calibration()
         ledger = Ledger(budget, calibration)
@@ -297,7 +307,7 @@ class Supervisor:
         self.log.emit("session_start", session=number, reason=reason)
 
     async def wait_for_resume(self) -> None:
-        flag = self.settings.paths.state_dir / "resume"
+        flag = self.settings.paths.state_dir / RESUME_REQUEST
         self.log.emit(
             "waiting",
             message="auto_restart is off: press Enter here, or run "

@@ -163,3 +163,38 @@ def test_split_point_examples(keep: float, expected: int | None) -> None:
     ]
     raw = [raw_estimate(m) for m in history]
     assert split_point(history, 1, raw, keep) == expected
+
+
+def test_compact_command_asks_the_running_supervisor(project: Project) -> None:
+    import subprocess
+    import sys
+    import time
+
+    fill_workspace(project, files=12, words=120)
+    paths = itertools.cycle(f"mod{i}.py" for i in range(12))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == SNAPSHOT_SYSTEM:
+            return Reply(text=SNAPSHOT)
+        return Reply(tool_calls=[tool("file_read", path=next(paths))], delay_s=0.2)
+
+    with ScriptedServer(respond, dialect="llama", n_ctx=32768) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 14})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run"],
+            cwd=project.root,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.time() + 20
+        while len(server.chat_requests()) < 6 and time.time() < deadline:
+            time.sleep(0.05)
+        asked = project.run("compact")
+        _, stderr = process.communicate(timeout=60)
+    assert asked.returncode == 0
+    assert "compact the context at its next turn" in asked.stderr
+    assert process.returncode == 0, stderr
+    compactions = project.events("compaction")
+    assert len(compactions) == 1
+    assert compactions[0]["forced"] is True
+    assert not (project.state / "compact").exists()

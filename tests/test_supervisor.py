@@ -154,12 +154,21 @@ def test_torn_last_line_is_dropped_and_kept_aside(project: Project) -> None:
         project.run("run", "--max-turns", "2")
         path = project.state / "journal.jsonl"
         path.write_bytes(path.read_bytes() + b'{"v":1,"kind":"message","sess')
+        for log in ("events.jsonl", "token_usage.jsonl"):
+            with (project.state / log).open("ab") as f:
+                f.write(b'{"v":1,"kind":"tok')
         result = project.run("run", "--max-turns", "3")
     assert result.returncode == 0, result.stderr
     assert "dropped a torn last journal line" in result.stderr
     aside = list(project.state.glob("journal.jsonl.torn-*"))
     assert [p.read_bytes() for p in aside] == [b'{"v":1,"kind":"message","sess']
     assert all(json.loads(line) for line in path.read_text().splitlines())
+    # The logs people tail start on a fresh line too; their torn tails are kept aside.
+    for log in ("events.jsonl", "token_usage.jsonl"):
+        assert all(json.loads(line) for line in (project.state / log).read_text().splitlines())
+        assert [p.read_bytes() for p in project.state.glob(f"{log}.torn-*")] == [
+            b'{"v":1,"kind":"tok'
+        ]
     assert len(project.usage()) == 3
 
 
