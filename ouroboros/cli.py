@@ -8,17 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 from rich.console import Console
 
 from ouroboros import watch
 from ouroboros.config import ConfigError, Settings, load_settings
 from ouroboros.demo import demo_dir, run_demo
-from ouroboros.events import EventLog
 from ouroboros.journal import JournalCorrupt
 from ouroboros.report import write_report
 from ouroboros.session import COMPACT_REQUEST
-from ouroboros.supervisor import RESUME_REQUEST, RunError, fresh_state, run
+from ouroboros.supervisor import RESUME_REQUEST, RunError, fresh_state, run_to_end
 
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
@@ -82,11 +80,7 @@ def _run(settings: Settings, args: argparse.Namespace, console: Console) -> int:
         aside = fresh_state(settings.paths.state_dir)
         if aside:
             console.print(f"previous run moved to {aside}")
-    log = EventLog(settings.paths.state_dir, console)
-    try:
-        outcome = anyio.run(run, settings, log)
-    finally:
-        log.close()
+    outcome = run_to_end(settings, console)
     console.print(f"run stopped: {outcome.reason}")
     return outcome.exit_code
 

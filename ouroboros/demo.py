@@ -15,13 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 from rich.console import Console
 
 from ouroboros.config import load_settings
-from ouroboros.events import EventLog
 from ouroboros.scripted import Reply, ScriptedServer, tool
-from ouroboros.supervisor import fresh_state, run
+from ouroboros.supervisor import fresh_state, run_to_end
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")
@@ -127,11 +125,7 @@ def run_demo(root: Path, console: Console) -> int:
         console.print(
             f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window in {root}"
         )
-        log = EventLog(settings.paths.state_dir, console)
-        try:
-            outcome = anyio.run(run, settings, log)
-        finally:
-            log.close()
+        outcome = run_to_end(settings, console)
     console.print(f"run stopped: {outcome.reason}")
     console.print(
         f"\nThe state folder is {settings.paths.state_dir}. Look at it with:\n"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from rich.console import Console
 
 from ouroboros import prompts
 from ouroboros.config import Settings
@@ -367,3 +368,12 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
             log.emit("error", message=message)
             raise RunError(message)
         return outcome
+
+
+def run_to_end(settings: Settings, console: Console) -> RunOutcome:
+    """`run` from synchronous code, with the logs opened and closed around it."""
+    log = EventLog(settings.paths.state_dir, console)
+    try:
+        return anyio.run(run, settings, log)
+    finally:
+        log.close()
