@@ -1,11 +1,16 @@
 """A real llama-server with a tiny model, for trying ouroboros without Ollama and for the tests.
 
     python scripts/real_server.py install            # build llama-server (~11 min), fetch the model
-    python scripts/real_server.py serve [--ctx 4096] [--port N]
+    python scripts/real_server.py serve [--ctx 4096] [--port N] [-- LLAMA-SERVER ARGS...]
 
-`serve` prints the base_url to put in config.toml (`llm.base_url`) and runs until Ctrl-C. The
-model is Gemma 3 270M (Q4_K_M), a *base* model: it writes text and never calls tools, so it shows
-the harness's plumbing (usage, context discovery, overflow, retries), not an agent at work.
+`serve` prints the base_url to put in config.toml (`llm.base_url`) and runs until Ctrl-C (or
+SIGTERM); the server is stopped with it. Arguments after `--` go to llama-server as they are,
+for example `-- --threads 1` (steadier on a small machine that is busy with other work).
+
+The model is Gemma 3 270M (Q4_K_M), a *base* model. Its GGUF has no chat template, so the
+server falls back to a ChatML one that cannot render tools: the tool schemas are dropped, and
+the model writes text, never tool calls. It shows the harness's plumbing (usage, context
+discovery, overflow, retries), not an agent at work.
 
 Importable: `RealServer` starts and stops the server (`with RealServer() as s: s.base_url`),
 `binary_path()` says whether the binary is there without installing anything.
@@ -312,6 +317,35 @@ class RealServer:
 # --- command line -----------------------------------------------------------------------------
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def serve(ctx: int, port: int | None, extra: Sequence[str]) -> int:
+    """Run until Ctrl-C, SIGTERM or SIGHUP; the server is stopped on the way out in every case
+    (it runs in its own session, so signals sent to us do not reach it by themselves)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        # Also SIGINT: a shell starting us in the background leaves it ignored.
+        signal.signal(signum, _interrupt)
+    server = RealServer(ctx=ctx, port=port, extra_args=extra)
+    try:
+        with server:
+            print(
+                f"llama-server (pid {server.pid}) is up with a {ctx}-token window.\n"
+                f"base_url: {server.base_url}\n"
+                f'in config.toml: [llm] base_url = "{server.base_url}"\n'
+                f"log: {server.log_path}\nCtrl-C stops it.",
+                flush=True,
+            )
+            while server.running():
+                time.sleep(0.5)
+            print(f"llama-server exited:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        print("llama-server stopped", file=sys.stderr)
+        return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python scripts/real_server.py",
@@ -320,9 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("install", help="install llama-server and the model if missing")
-    serve = commands.add_parser("serve", help="run llama-server until Ctrl-C")
-    serve.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context window in tokens")
-    serve.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    serve_cmd = commands.add_parser(
+        "serve",
+        help="run llama-server until Ctrl-C",
+        description="Run llama-server until Ctrl-C. Arguments after `--` go to llama-server "
+        "as they are (for example `-- --chat-template-file tools.jinja`).",
+    )
+    serve_cmd.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context window (tokens)")
+    serve_cmd.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    serve_cmd.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
@@ -333,24 +373,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise RealServerError(
                 "llama-server is not installed: run `python scripts/real_server.py install`"
             )
-        server = RealServer(ctx=args.ctx, port=args.port)
-        with server:
-            print(
-                f"llama-server (pid {server.pid}) is up with a {args.ctx}-token window.\n"
-                f"base_url: {server.base_url}\n"
-                f'in config.toml: [llm] base_url = "{server.base_url}"\n'
-                f"log: {server.log_path}\nCtrl-C stops it.",
-                flush=True,
-            )
-            while server.running():
-                time.sleep(0.5)
-            print(f"llama-server exited:\n{server.log_tail()}", file=sys.stderr)
-            return 1
+        extra = list(args.extra)
+        if extra[:1] == ["--"]:
+            extra = extra[1:]
+        return serve(args.ctx, args.port, extra)
     except RealServerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """The harness against a real llama-server (llama.cpp, Gemma 3 270M Q4_K_M, `-c 4096`).
 
 Everything here goes through the real `openai` client and the real harness code; the numbers the
-harness records are checked against what the server itself says: its `/apply-template` +
-`/tokenize` counts and its own log (`release: ... n_tokens = N` for every finished task, which is
-prompt + completion - 1: the last sampled token is never decoded into the KV cache).
+harness records are checked against what the server itself says: the usage it streamed (seen by
+a recording proxy between the harness and the server), its `/apply-template` + `/tokenize` count
+of the exact messages sent, and its own log (`release: ... n_tokens = N` for every finished task,
+which is prompt + completion - 1: the last sampled token is never decoded into the KV cache).
+The checks read only the public logs (`token_usage.jsonl`, `events.jsonl`) and the wire, never
+the journal's internal layout.
 
 The model is a base model: it writes text (ChatML-looking noise) and never calls tools, and
 its GGUF has no chat template, so the server falls back to a ChatML template without tool
@@ -14,6 +17,7 @@ Get the server with `python scripts/real_server.py install` (builds llama.cpp, ~
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import json
 import os
@@ -23,8 +27,9 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -34,9 +39,7 @@ import openai
 import pytest
 
 from ouroboros.config import LLMSettings
-from ouroboros.context.view import ContextView
-from ouroboros.journal import read_jsonl
-from ouroboros.llm import ContextOverflow, LLMClient, TransientError, _StreamState, retrying
+from ouroboros.llm import ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -47,7 +50,7 @@ from ouroboros.messages import (
     to_wire,
 )
 from ouroboros.servers import discover
-from ouroboros.state import Journal, replay
+from ouroboros.state import Journal
 from ouroboros.tokens import Calibration, raw_estimate
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +153,105 @@ def _task(line: str) -> str:
     return line.split("| task ")[1].split(" ")[0] if "| task " in line else ""
 
 
+# --- a recording proxy: what went over the wire, both ways --------------------------------------
+
+
+@dataclass
+class Exchange:
+    path: str
+    request: dict[str, Any]
+    status: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """The parsed `data:` events of a streamed answer (without `[DONE]`)."""
+    body: Any = None
+    """The parsed JSON body of an answer that was not streamed (errors, discovery)."""
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return next((e["usage"] for e in reversed(self.events) if e.get("usage")), None)
+
+
+class RecordingProxy:
+    """Sits between the harness and llama-server: forwards every request unchanged, streams
+    each answer back as it arrives, and keeps a copy of both."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.exchanges: list[Exchange] = []
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(_ProxyHandler):
+            proxy = owner
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def chats(self) -> list[Exchange]:
+        with self.lock:
+            return [e for e in self.exchanges if e.path == "/v1/chat/completions"]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    proxy: RecordingProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward("GET", None)
+
+    def do_POST(self) -> None:
+        self._forward("POST", self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+    def _forward(self, method: str, body: bytes | None) -> None:
+        upstream = http.client.HTTPConnection("127.0.0.1", self.proxy.upstream_port, timeout=300)
+        try:
+            headers = {"Content-Type": "application/json"} if body else {}
+            upstream.request(method, self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            exchange = Exchange(self.path, json.loads(body or b"{}"), answer.status)
+            self.send_response(answer.status)
+            if answer.getheader("Content-Type", "").startswith("text/event-stream"):
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                raw = bytearray()
+                while piece := answer.read1(65536):
+                    raw += piece
+                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                data = [line[6:] for line in raw.decode().splitlines() if line[:6] == "data: "]
+                exchange.events = [json.loads(d) for d in data if d != "[DONE]"]
+            else:
+                content = answer.read()
+                self.send_header("Content-Type", answer.getheader("Content-Type", "text/plain"))
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+                exchange.body = json.loads(content) if content[:1] in (b"{", b"[") else None
+        except OSError:
+            self.close_connection = True  # upstream gone: drop the client, as a dead server does
+            return
+        finally:
+            upstream.close()
+        with self.proxy.lock:
+            self.proxy.exchanges.append(exchange)
+
+
 # --- a project folder and the CLI ----------------------------------------------------------------
 
 
@@ -213,43 +315,32 @@ def make_project(root: Path, base_url: str, **sections: dict[str, Any]) -> Proje
     return Project(root)
 
 
-def sent_per_call(project: Project) -> list[list[dict[str, Any]]]:
-    """The wire messages of each successful model call, rebuilt from the journal: a `usage`
-    record is written right after its call returns, before the reply is appended, so the
-    session's view at that point is exactly what was sent."""
-    records = read_jsonl(project.state / "journal.jsonl").records
-    calls = []
-    for index, record in enumerate(records):
-        if record["kind"] == "usage":
-            state = replay(records[:index])
-            view = ContextView(state.messages, state.masked).view
-            calls.append([to_wire(m) for m in view])
-    return calls
-
-
 def check_usage_against_server(
-    project: Project, root: str, log: ServerLog, expected_calls: int
-) -> list[dict[str, Any]]:
-    usage = project.usage()
-    journal_usage = [
-        r for r in read_jsonl(project.state / "journal.jsonl").records if r["kind"] == "usage"
-    ]
-    assert len(usage) == expected_calls, usage
-    assert len(journal_usage) == expected_calls
-    sent = sent_per_call(project)
-    for line, journal_line, wire in zip(usage, journal_usage, sent, strict=True):
+    usage: list[dict[str, Any]], chats: list[Exchange], root: str, log: ServerLog
+) -> None:
+    """Each token_usage line against the server: the usage it streamed for that very request,
+    its own count of the messages that request carried, and its log."""
+    assert len(usage) == len(chats)
+    for line, chat in zip(usage, chats, strict=True):
+        streamed = chat.usage
+        assert streamed is not None, chat.events[-2:]
         assert line["source"] == "server", line
-        assert line["prompt_tokens"] == journal_line["prompt_tokens"]
-        assert line["completion_tokens"] == journal_line["completion_tokens"]
+        assert (line["prompt_tokens"], line["completion_tokens"]) == (
+            streamed["prompt_tokens"],
+            streamed["completion_tokens"],
+        )
         assert line["context_limit"] == N_CTX
-        # The server's own count of the same messages, through its template and tokenizer.
-        assert line["prompt_tokens"] == server_count(root, wire), line
+        # The tool schemas went out with every request; the template drops them (see
+        # `server_count`), so the count of the messages alone is the exact prompt size.
+        assert chat.request["tools"]
+        assert line["prompt_tokens"] == server_count(root, chat.request["messages"]), line
         assert 1 <= line["completion_tokens"] <= MAX_OUTPUT
+        finish = [c["finish_reason"] for e in chat.events for c in e["choices"]]
+        assert line["finish_reason"] == next(f for f in finish if f)
         if line["finish_reason"] == "length":
             assert line["completion_tokens"] == MAX_OUTPUT
     # The server's log: one finished task per call, n_tokens = prompt + completion - 1.
     assert log.finished == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usage]
-    return usage
 
 
 # --- fixtures ------------------------------------------------------------------------------------
@@ -258,7 +349,9 @@ def check_usage_against_server(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    instance = real_server.RealServer(ctx=N_CTX, log_path=log)
+    # One thread: on a small shared machine two threads that spin-wait for each other slow to
+    # a crawl whenever anything else runs (seen: 2 tokens/s instead of 50); one degrades gently.
+    instance = real_server.RealServer(ctx=N_CTX, log_path=log, extra_args=["--threads", "1"])
     instance.start()
     try:
         yield instance
@@ -274,12 +367,21 @@ def live(server: Any) -> Any:
     return server
 
 
+@pytest.fixture
+def proxy(live: Any) -> Iterator[RecordingProxy]:
+    recorder = RecordingProxy(live.port)
+    try:
+        yield recorder
+    finally:
+        recorder.close()
+
+
 @dataclass
 class FinishedRun:
     project: Project
     result: subprocess.CompletedProcess[str]
+    chats: list[Exchange]
     log: ServerLog
-    seconds: float
 
 
 TURNS = 3
@@ -289,11 +391,14 @@ TURNS = 3
 def finished_run(server: Any, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
     if not server.running():
         server.start()
-    project = make_project(tmp_path_factory.mktemp("run") / "project", server.base_url)
-    mark = log_mark(server)
-    started = time.monotonic()
-    result = project.run("run", "--max-turns", str(TURNS))
-    return FinishedRun(project, result, log_since(server, mark), time.monotonic() - started)
+    recorder = RecordingProxy(server.port)
+    try:
+        project = make_project(tmp_path_factory.mktemp("run") / "project", recorder.base_url)
+        mark = log_mark(server)
+        result = project.run("run", "--max-turns", str(TURNS))
+        return FinishedRun(project, result, recorder.chats(), log_since(server, mark))
+    finally:
+        recorder.close()
 
 
 def settings_for(server: Any, **values: Any) -> LLMSettings:
@@ -405,6 +510,8 @@ def test_run_completes_n_turns(finished_run: FinishedRun) -> None:
     assert run.result.returncode == 0, run.result.stderr[-3000:]
     assert "run stopped: max_total_turns" in run.result.stderr
     assert len(run.project.usage()) == TURNS
+    assert len(run.chats) == TURNS
+    assert all(chat.status == 200 for chat in run.chats)
     window = run.project.events("context_window")
     assert [(e["server"], e["context_limit"]) for e in window] == [("llama-server", N_CTX)]
     assert run.project.events("run_end")[-1]["reason"] == "max_total_turns"
@@ -414,33 +521,28 @@ def test_run_completes_n_turns(finished_run: FinishedRun) -> None:
     assert not run.log.errors
 
 
-def test_recorded_usage_equals_server_count(server: Any, finished_run: FinishedRun) -> None:
-    if not server.running():
-        server.start()
-    usage = check_usage_against_server(
-        finished_run.project, server.root_url, finished_run.log, TURNS
-    )
-    # The harness journals one usage record per call and numbers them 1..N in the session.
-    turns = [r["turn"] for r in read_jsonl(finished_run.project.state / "journal.jsonl").records
-             if r["kind"] == "usage"]  # fmt: skip
-    assert [u["turn"] for u in usage] == turns
+def test_recorded_usage_equals_server_count(live: Any, finished_run: FinishedRun) -> None:
+    usage = finished_run.project.usage()
+    check_usage_against_server(usage, finished_run.chats, live.root_url, finished_run.log)
+    assert [(u["session"], u["turn"]) for u in usage] == [(1, n) for n in range(1, TURNS + 1)]
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG ouroboros.tokens.Ledger.measure: the tool schemas are in the raw estimate but "
-    "llama-server does not render them for a template without tool support, so the first call "
-    "counts < 0.5 x the estimate and is flagged as silent truncation; calibration then never "
-    "learns (Ledger.apply skips flagged measurements) and every call stays flagged",
+    reason="BUG: the harness counts the tool schemas in its estimate, but this model's template "
+    "cannot render tools and llama-server drops them (304 real vs 890 estimated on call 1), so "
+    "Ledger.measure flags silent truncation; Ledger.apply then skips the calibration, every "
+    "later call is flagged too, and the session winds down at once",
 )
 def test_no_false_silent_truncation(finished_run: FinishedRun) -> None:
     """llama-server never truncates silently (it answers 400), so no call may be flagged, and
-    the calibrated estimate must approach the real count from one call to the next."""
+    once calibrated the harness's estimate of each prompt is within 10% of the real count."""
     project = finished_run.project
     assert not project.events("silent_truncation")
-    usage = project.usage()
-    errors = [abs(u["estimated_prompt_tokens"] - u["prompt_tokens"]) for u in usage]
-    assert errors[-1] < errors[0]
+    assert not project.events("wind_down")
+    for line in project.usage()[1:]:
+        error = abs(line["estimated_prompt_tokens"] - line["prompt_tokens"])
+        assert error < 0.10 * line["prompt_tokens"], line
 
 
 def test_calibration_converges_towards_tokenize(live: Any) -> None:
@@ -532,19 +634,19 @@ def test_overflow_is_classified_and_not_retried(live: Any) -> None:
     assert "exceeds the available context size" in log.errors[0]
 
 
-def test_overflow_in_a_run_is_recovered(live: Any, tmp_path: Path) -> None:
+def test_overflow_in_a_run_is_recovered(live: Any, proxy: RecordingProxy, tmp_path: Path) -> None:
     """A resumed session whose history holds a read of a file bigger than the window: the real
     400 is classified, the big result masked, the call made again (smaller), the run goes on.
     `context.limit` above the real window is overruled by the server's n_ctx, with a warning."""
     project = make_project(
         tmp_path / "project",
-        live.base_url,
+        proxy.base_url,
         context={"limit": 100_000, "protected_observations": 0},
     )
     first = project.run("run", "--max-turns", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     warnings = [e["message"] for e in project.events("warning")]
-    assert any("100000" in w and str(N_CTX) in w for w in warnings), warnings
+    assert any(str(N_CTX) in w and ("100000" in w or "100,000" in w) for w in warnings), warnings
     assert project.events("context_window")[0]["context_limit"] == N_CTX
 
     # The agent read a big workspace file (as a tool-using model would), then the process
@@ -553,67 +655,71 @@ def test_overflow_in_a_run_is_recovered(live: Any, tmp_path: Path) -> None:
     (project.root / "workspace" / "big.txt").write_text(big)
     arguments = json.dumps({"path": "big.txt"})
     journal = Journal(project.state / "journal.jsonl")
-    session = journal.state.session
     call = ToolCall(id="call_big", name="file_read", arguments=arguments)
     for message in (
         AssistantMessage(content="", tool_calls=(call,)),
         ToolMessage(tool_call_id="call_big", name="file_read", content=big, arguments=arguments),
     ):
-        journal.record("message", session=session, message=message.model_dump())
-    state = journal.state
-    oversized = server_count(
-        live.root_url, [to_wire(m) for m in ContextView(state.messages, state.masked).view]
-    )
-    limit = state.total_turns + 1  # exactly one more model call
+        journal.record("message", session=journal.state.session, message=message.model_dump())
+    limit = journal.state.total_turns + 1  # exactly one more model call
     journal.close()
-    assert oversized > N_CTX
 
     mark = log_mark(live)
+    before = len(proxy.chats())
     second = project.run("run", "--max-turns", str(limit))
     assert second.returncode == 0, second.stderr[-3000:]
+    refused, retried = proxy.chats()[before:]  # two requests, no more
+    oversized = server_count(live.root_url, refused.request["messages"])
+    assert oversized > N_CTX
+    assert refused.status == 400
+    assert refused.body == {
+        "error": {
+            "code": 400,
+            "message": f"request ({oversized} tokens) exceeds the available context size "
+            f"({N_CTX} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": oversized,
+            "n_ctx": N_CTX,
+        }
+    }
     overflow = project.events("context_overflow")
     assert len(overflow) == 1, overflow
     assert (overflow[0]["n_prompt_tokens"], overflow[0]["n_ctx"]) == (oversized, N_CTX)
     masks = project.events("context_mask")
     assert masks
     assert masks[0]["reason"] == "overflow"
+    # The second request is not the first one again: the big result went out as a placeholder.
+    assert retried.status == 200
+    assert big in json.dumps(refused.request["messages"])
+    assert big not in json.dumps(retried.request["messages"])
+    assert "big.txt" in json.dumps(retried.request["messages"][-1])
     assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    last = project.usage()[-1]
     log = log_since(live, mark)
-    # One refused request, then one (different, smaller) request that finished; nothing else.
     assert log.launched == 2, log
     assert len(log.errors) == 1
     assert f"request ({oversized} tokens)" in log.errors[0]
-    last = project.usage()[-1]
-    assert last["source"] == "server"
-    assert last["prompt_tokens"] < N_CTX
-    assert log.finished == [last["prompt_tokens"] + last["completion_tokens"] - 1]
-    assert last["prompt_tokens"] == server_count(live.root_url, sent_per_call(project)[-1])
+    check_usage_against_server([last], [retried], live.root_url, log)
 
 
 def test_stream_cut_by_a_dying_server_is_transient(live: Any) -> None:
     """SIGKILL while tokens are streaming: the harness sees a retryable error, not a crash."""
-    chunks: list[str] = []
+    decoded: list[int] = []
 
     def killer() -> None:
-        deadline = time.monotonic() + 30
-        while not chunks and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.3)  # a few more content chunks, then the server dies mid-stream
-        live.kill()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            slot = get(f"{live.root_url}/slots")[0]
+            if slot["is_processing"] and slot["next_token"][0]["n_decoded"] >= 8:
+                decoded.append(slot["next_token"][0]["n_decoded"])
+                break
+        live.kill()  # tokens are streamed as they are decoded: this cuts the stream
 
     async def call() -> None:
         llm = LLMClient(settings_for(live, max_output_tokens=1000))
-        original = _StreamState.add_chunk
-
-        def spy(state: _StreamState, chunk: Any) -> None:
-            original(state, chunk)
-            if state.text:
-                chunks.append(state.text[-1])
-
         try:
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(_StreamState, "add_chunk", spy)
-                await llm.complete([UserMessage(content="Write a long story.")], [])
+            await llm.complete([UserMessage(content="Write a long story.")], [])
         finally:
             await llm.aclose()
 
@@ -625,7 +731,7 @@ def test_stream_cut_by_a_dying_server_is_transient(live: Any) -> None:
     finally:
         thread.join()
         live.start()
-    assert chunks, "the server died before it streamed anything"
+    assert decoded, "the server was killed before it streamed anything"
     causes = []
     error: BaseException | None = caught.value
     while error is not None:
@@ -637,17 +743,18 @@ def test_stream_cut_by_a_dying_server_is_transient(live: Any) -> None:
 def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
     """Kill the server during a run and bring it back on the same port: the run retries
     (`retry` events), then completes all its turns against the revived server."""
-    turns = 5
+    turns = 4
     project = make_project(tmp_path / "project", live.base_url)
     mark = log_mark(live)
-    process = subprocess.Popen(
-        project.command("run", "--max-turns", str(turns)),
-        cwd=project.root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    output = tmp_path / "run.log"  # a file, not a pipe nobody reads while we wait
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            project.command("run", "--max-turns", str(turns)),
+            cwd=project.root,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "200"},
+        )
     try:
         deadline = time.monotonic() + 60
         while len(project.usage()) < 2 and time.monotonic() < deadline:
@@ -656,18 +763,17 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
         assert len(project.usage()) >= 2
         live.kill()
         before_kill = log_since(live, mark)  # everything the first process finished
-        killed_at = len(project.usage())
         deadline = time.monotonic() + 30
         while len(project.events("retry")) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(project.events("retry")) >= 2, "the run did not retry while the server was down"
-        assert len(project.usage()) == killed_at  # nothing got through while it was down
         live.start()
-        _, stderr = process.communicate(timeout=120)
+        process.wait(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            process.wait()
+    stderr = output.read_text()
     assert process.returncode == 0, stderr[-3000:]
     assert "run stopped: max_total_turns" in stderr
     usage = project.usage()
@@ -682,4 +788,4 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
     # Calls after the restart were counted by the new process exactly as the harness recorded.
     finished = log_since(live, mark).finished
     assert finished == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usage]
-    assert len(before_kill.finished) < turns  # some of them by the revived server
+    assert 2 <= len(before_kill.finished) < turns  # the rest by the revived server
