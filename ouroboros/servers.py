@@ -19,6 +19,14 @@ class ServerInfo:
     """What the server really runs with, or None if it would not say."""
     detail: str
     """Where the window figure came from, for the log."""
+    renders_tools: bool | None = None
+    """False when the server says the model's chat template drops tool schemas (llama-server
+    `/props` `chat_template_caps.supports_tools`); None when it does not say."""
+
+    @property
+    def truncates_silently(self) -> bool:
+        """llama-server and vLLM refuse an oversized prompt with a 400; they never cut it."""
+        return self.kind not in ("llama-server", "vllm")
 
 
 def root_url(base_url: str) -> str:
@@ -94,7 +102,13 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
     props = await _get(client, f"{root}/props")
     if isinstance(props, dict) and "default_generation_settings" in props:
         n_ctx = props["default_generation_settings"].get("n_ctx")
-        return ServerInfo("llama-server", n_ctx, "llama-server /props n_ctx")
+        tools = (props.get("chat_template_caps") or {}).get("supports_tools")
+        return ServerInfo(
+            "llama-server",
+            n_ctx,
+            "llama-server /props n_ctx",
+            tools if isinstance(tools, bool) else None,
+        )
     lmstudio = await _get(client, f"{root}/api/v1/models")
     if isinstance(lmstudio, dict) and "models" in lmstudio:
         for entry in lmstudio["models"]:

@@ -56,6 +56,8 @@ class Harness:
     log: EventLog
     ledger: Ledger
     mask_policy: MaskPolicy
+    tools_rendered: bool = True
+    """False when the server drops the tool schemas: they then cost no prompt tokens."""
 
 
 class Session:
@@ -64,7 +66,7 @@ class Session:
         self.state = state = harness.journal.state
         self.view = ContextView(state.messages, state.masked)
         self.schemas = harness.tools.schemas()
-        self.schema_raw = tools_estimate(self.schemas)
+        self.schema_raw = tools_estimate(self.schemas) if harness.tools_rendered else 0
         self._pending_mask: dict[str, Any] | None = None
         self._last_calls = ""
         self._repeats = 0

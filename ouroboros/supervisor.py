@@ -156,7 +156,14 @@ class Supervisor:
             hard_line=budget.hard_line,
         )
         calibration = Calibration()
-        ledger = Ledger(budget, calibration)
+        ledger = Ledger(budget, calibration, detect_truncation=info.truncates_silently)
+        if info.renders_tools is False:
+            self.log.emit(
+                "warning",
+                message="the model's chat template cannot render tools: the server drops the "
+                "tool schemas, so the model never sees its tools (for llama-server, start it "
+                "with --chat-template-file of a tool-capable template, or use another model)",
+            )
         for m in self.journal.state.measurements:
             ledger.apply(m)
         max_output = min(
@@ -176,7 +183,8 @@ class Supervisor:
             int(s.context.protected_max_fraction * budget.prompt_budget),
             s.context.mask_min_tokens,
         )
-        return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy)
+        rendered = info.renders_tools is not False
+        return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy, rendered)
 
     def session_ended(self, end: SessionEnded) -> RunOutcome | None:
         state = self.journal.state

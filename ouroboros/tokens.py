@@ -102,8 +102,15 @@ class Measurement:
 class Ledger:
     """Tracks the anchor (last real figures) and projects the size of the next prompt."""
 
-    def __init__(self, budget: Budget, calibration: Calibration | None = None):
+    def __init__(
+        self,
+        budget: Budget,
+        calibration: Calibration | None = None,
+        detect_truncation: bool = True,
+    ):
         self.budget = budget
+        self.detect_truncation = detect_truncation
+        """False for servers that refuse an oversized prompt instead of cutting it."""
         self.calibration = calibration or Calibration()
         self._anchor_real: int | None = None
         self._anchor_raw = 0
@@ -129,8 +136,10 @@ class Ledger:
             self._anchor_real = None
             return measurement
         prompt, completion, source = reported
-        truncated = expected >= MIN_TOKENS_FOR_TRUNCATION_CHECK and (
-            prompt < 0.5 * expected or prompt >= self.budget.limit - 1
+        truncated = (
+            self.detect_truncation
+            and expected >= MIN_TOKENS_FOR_TRUNCATION_CHECK
+            and (prompt < 0.5 * expected or prompt >= self.budget.limit - 1)
         )
         measurement = Measurement(prompt, completion, source, raw_prompt, raw_reply, truncated)
         self.apply(measurement)

@@ -527,17 +527,14 @@ def test_recorded_usage_equals_server_count(live: Any, finished_run: FinishedRun
     assert [(u["session"], u["turn"]) for u in usage] == [(1, n) for n in range(1, TURNS + 1)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the harness counts the tool schemas in its estimate, but this model's template "
-    "cannot render tools and llama-server drops them (304 real vs 890 estimated on call 1), so "
-    "Ledger.measure flags silent truncation; Ledger.apply then skips the calibration, every "
-    "later call is flagged too, and the session winds down at once",
-)
 def test_no_false_silent_truncation(finished_run: FinishedRun) -> None:
     """llama-server never truncates silently (it answers 400), so no call may be flagged, and
-    once calibrated the harness's estimate of each prompt is within 10% of the real count."""
+    once calibrated the harness's estimate of each prompt is within 10% of the real count.
+
+    Found on this server: Gemma's template cannot render tools and llama-server drops the
+    schemas, which the estimate used to count (335 real against 1215 estimated)."""
     project = finished_run.project
+    assert any("cannot render tools" in w["message"] for w in project.events("warning"))
     assert not project.events("silent_truncation")
     assert not project.events("wind_down")
     for line in project.usage()[1:]:
