@@ -4,8 +4,10 @@ It speaks OpenAI streaming chat completions the way the real servers do (docs/se
 - `ollama`: whole tool calls in one chunk, a separate finish chunk, a usage chunk with empty
   `choices` (only when asked), the native `/api/*` endpoints, and **silent truncation** of a
   prompt longer than its window (oldest messages dropped, the smaller count reported);
-- `llama`: tool-call arguments in fragments, `timings` on the last chunks, `/props`, and an HTTP
-  400 `exceed_context_size_error` for a prompt that does not fit, as llama-server does.
+- `llama`: tool-call arguments in fragments, `timings` (with its prompt cache: `cache_n`) on the
+  usage chunk or else the finish chunk, `/props` (with `chat_template_caps`), `finish_reason`
+  "length" at `max_tokens`, and an HTTP 400 `exceed_context_size_error` for a prompt that does
+  not fit, as llama-server does (checked against the real one in tests/test_real_server.py).
 Every request body is recorded so tests can assert on what the harness sent.
 """
 
@@ -27,9 +29,10 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 _CALL_IDS = itertools.count(1)
 
 
-def count_tokens(body: dict[str, Any]) -> int:
+def count_tokens(body: dict[str, Any], renders_tools: bool = True) -> int:
     """A word-level stand-in for a real tokenizer: deliberately not bytes/4, so the harness's
-    estimator has something to calibrate against."""
+    estimator has something to calibrate against. A template that cannot render tools drops
+    their schemas (llama-server does so silently), so they cost nothing."""
     total = 0
     for message in body.get("messages", []):
         total += 4 + len(_TOKEN.findall(str(message.get("content") or "")))
@@ -37,7 +40,7 @@ def count_tokens(body: dict[str, Any]) -> int:
             total += 6 + len(
                 _TOKEN.findall(call["function"]["name"] + call["function"]["arguments"])
             )
-    if body.get("tools"):
+    if body.get("tools") and renders_tools:
         total += len(_TOKEN.findall(json.dumps(body["tools"])))
     return total
 
@@ -77,10 +80,14 @@ class ScriptedServer:
         dialect: Dialect = "ollama",
         n_ctx: int | None = None,
         model: str = "scripted",
+        renders_tools: bool = True,
     ):
         self.dialect = dialect
         self.n_ctx = n_ctx
         self.model = model
+        self.renders_tools = renders_tools
+        self._previous_prompt: list[Any] = []
+        """The last request's messages: llama-server reuses their cached prefix."""
         self._responder: Responder | None = script if callable(script) else None
         self._queue: deque[Reply] = deque() if callable(script) else deque(script)
         self.requests: list[dict[str, Any]] = []
@@ -142,7 +149,7 @@ class ScriptedServer:
 
     def fit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         """Prompt tokens as this server would count them, or the error it would send."""
-        tokens = count_tokens(body)
+        tokens = count_tokens(body, self.renders_tools)
         if self.n_ctx is None or tokens < self.n_ctx:
             return tokens, None
         if self.dialect == "llama":
@@ -156,12 +163,28 @@ class ScriptedServer:
             }
         # Ollama: drop the oldest non-system messages until it fits, keep the last one; say nothing.
         messages = list(body["messages"])
-        while count_tokens({**body, "messages": messages}) >= self.n_ctx and len(messages) > 2:
+        while count_tokens({**body, "messages": messages}, self.renders_tools) >= self.n_ctx and (
+            len(messages) > 2
+        ):
             drop = next(i for i, m in enumerate(messages) if m.get("role") != "system")
             if drop == len(messages) - 1:
                 break
             messages.pop(drop)
-        return min(count_tokens({**body, "messages": messages}), self.n_ctx), None
+        return min(
+            count_tokens({**body, "messages": messages}, self.renders_tools), self.n_ctx
+        ), None
+
+    def cached_prefix(self, body: dict[str, Any]) -> int:
+        """Tokens of the longest message prefix shared with the previous request (llama-server's
+        prompt cache: `timings.cache_n`, `prompt_tokens_details.cached_tokens`)."""
+        with self._lock:
+            previous, self._previous_prompt = self._previous_prompt, list(body["messages"])
+        shared = 0
+        for old, new in zip(previous, body["messages"], strict=False):
+            if old != new:
+                break
+            shared += 1
+        return count_tokens({"messages": body["messages"][:shared]}) if shared else 0
 
     def native(self, path: str) -> dict[str, Any] | None:
         """The non-OpenAI endpoints each server has (context discovery)."""
@@ -172,6 +195,8 @@ class ScriptedServer:
                 return {
                     "default_generation_settings": {"n_ctx": self.n_ctx or 4096},
                     "total_slots": 1,
+                    "chat_template_caps": {"supports_tools": self.renders_tools},
+                    "build_info": "scripted",
                 }
             if path == "/health":
                 return {"status": "ok"}
@@ -203,7 +228,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         payload = self.owner.native(self.path)
         if payload is None:
-            self._json(404, {"error": {"message": f"not found: {self.path}", "type": "not_found"}})
+            error = {"message": "File Not Found", "type": "not_found_error", "code": 404}
+            self._json(404, {"error": error})
         else:
             self._json(200, payload)
 
@@ -290,7 +316,8 @@ class _Stream:
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
-        self.chunk({"role": "assistant", "content": ""})
+        llama = self.owner.dialect == "llama"
+        self.chunk({"role": "assistant", "content": None if llama else ""})
         for start in range(0, len(reply.text), 7):
             self.chunk({"content": reply.text[start : start + 7]})
         if reply.stream_error is not None:
@@ -306,23 +333,32 @@ class _Stream:
             completion = len(_TOKEN.findall(reply.text)) + sum(
                 6 + len(_TOKEN.findall(json.dumps(a))) for _, a in reply.tool_calls
             )
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        limit = self.body.get("max_tokens")
+        if isinstance(limit, int) and completion >= limit:
+            completion, finish = limit, "length"  # stopped at max_tokens, as the real servers do
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else self.prompt
+        cached = min(self.owner.cached_prefix(self.body), prompt) if llama else 0
         timings = {
-            "cache_n": 0,
-            "prompt_n": prompt,
+            "cache_n": cached,
+            "prompt_n": prompt - cached,
             "predicted_n": completion,
             "prompt_ms": 1.0,
             "predicted_ms": 1.0,
         }
-        extra = {"timings": timings} if self.owner.dialect == "llama" else {}
-        self.chunk({}, "tool_calls" if reply.tool_calls else "stop", **extra)
         wants_usage = (self.body.get("stream_options") or {}).get("include_usage")
-        if reply.usage and wants_usage:
-            usage = {
+        send_usage = bool(reply.usage and wants_usage)
+        # llama-server: timings ride on the usage chunk when there is one, else on the finish.
+        extra = {"timings": timings} if llama else {}
+        self.chunk({}, finish, **({} if send_usage else extra))
+        if send_usage:
+            usage: dict[str, Any] = {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
             }
+            if llama:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
             self.event({**self.base, "choices": [], "usage": usage, **extra})
         with self.owner._lock:
             self.owner.reported.append({"prompt_tokens": prompt, "completion_tokens": completion})

@@ -157,3 +157,21 @@ def test_silent_truncation_is_detected(project: Project) -> None:
     assert warnings[0]["estimated_prompt_tokens"] > 1400
     # Treated as over the hard threshold: the agent is told to wind down.
     assert project.events("wind_down")
+
+
+def test_template_without_tools_is_no_silent_truncation(project: Project) -> None:
+    """Seen on the real llama-server with Gemma 3: the template drops the tool schemas, so the
+    server counts far fewer tokens than the harness would have estimated with them."""
+    with ScriptedServer(reader(), dialect="llama", n_ctx=8192, renders_tools=False) as server:
+        fill_workspace(project, files=12, words=80)
+        project.configure(server.url, supervisor={"max_total_turns": 4})
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    assert any("cannot render tools" in w["message"] for w in project.events("warning"))
+    assert not project.events("silent_truncation")
+    assert not project.events("wind_down")
+    for line in project.usage()[1:]:
+        assert (
+            abs(line["estimated_prompt_tokens"] - line["prompt_tokens"])
+            < 0.25 * line["prompt_tokens"]
+        )
