@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from ouroboros import watch
 from ouroboros.config import ConfigError, Settings, load_settings
@@ -145,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
         return _COMMANDS[args.command](settings, args, console)
     except ConfigError as e:
-        console.print(f"[red]config error:[/] {e}", soft_wrap=True)
+        console.print(f"[red]config error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_CONFIG
     except (RunError, JournalCorrupt) as e:
-        console.print(f"[red]error:[/] {e}", soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_FATAL

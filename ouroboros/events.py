@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
+from rich.markup import escape
 
 from ouroboros.journal import JsonlWriter
 
@@ -74,11 +75,14 @@ class EventLog:
         kind = record["kind"]
         if kind in _QUIET and not record.get("error"):
             return
-        details = ", ".join(
-            f"{k}={v}" for k, v in record.items() if k not in ("v", "ts", "kind", "message")
+        # Logged text comes from the agent and the server: never read it as markup.
+        details = escape(
+            ", ".join(
+                f"{k}={v}" for k, v in record.items() if k not in ("v", "ts", "kind", "message")
+            )
         )
         style = "red" if kind in ("error", "context_overflow", "silent_truncation") else "cyan"
-        message = f" {record['message']}" if "message" in record else ""
+        message = f" {escape(str(record['message']))}" if "message" in record else ""
         self.console.print(
             f"[dim]{record['ts'][11:19]}[/] [{style}]{kind}[/]{message} [dim]{details}[/]"
         )

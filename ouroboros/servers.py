@@ -43,22 +43,24 @@ async def _get(client: LLMClient, url: str) -> Any:
 
 
 async def _ollama_window(client: LLMClient, root: str, model: str) -> tuple[int | None, str]:
+    names = {model, f"{model}:latest"}  # Ollama lists an untagged name as ":latest"
+
     async def loaded() -> int | None:
         ps = await _get(client, f"{root}/api/ps")
         for entry in (ps or {}).get("models", []) if isinstance(ps, dict) else []:
-            if entry.get("name") == model or entry.get("model") == model:
+            if entry.get("name") in names or entry.get("model") in names:
                 value = entry.get("context_length")
                 return value if isinstance(value, int) and value > 0 else None
         return None
 
+    # Load it the way /v1 will (default options) before asking: /api/ps only knows loaded
+    # models, and one loaded by another client with another num_ctx is reloaded by our first
+    # /v1 call anyway (servers.md, "reload trap").
+    try:
+        await client.post_json(f"{root}/api/generate", {"model": model})
+    except LLMError:
+        pass
     window = await loaded()
-    if window is None:
-        # /api/ps only knows loaded models; an empty generate request loads it.
-        try:
-            await client.post_json(f"{root}/api/generate", {"model": model})
-        except LLMError:
-            pass
-        window = await loaded()
     if window is not None:
         return window, "ollama /api/ps context_length"
     try:

@@ -76,17 +76,44 @@ class Session:
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
-        await self.settle_interrupted_calls()
+        await self.finish_interrupted_step()
         while True:
             self.check_limits()
             completion = await self.call_model()
-            cap = self.output_cap(len(completion.message.tool_calls))
-            for call in completion.message.tool_calls:
+            await self.act_on(completion.message)
+
+    async def act_on(self, reply: AssistantMessage, resuming: bool = False) -> None:
+        """Run the reply's tool calls (or ask it to go on), then manage the context.
+
+        After a crash the same step is finished from the journal: calls with a result are
+        skipped, calls started without one get an 'interrupted' result and are never re-run.
+        """
+        results = (
+            {m.tool_call_id: m for m in self.state.messages if isinstance(m, ToolMessage)}
+            if resuming
+            else {}
+        )
+        cap = self.output_cap(len(reply.tool_calls))
+        for call in reply.tool_calls:
+            if call.id in results:
+                if call.name == "finish" and not results[call.id].content.startswith("error"):
+                    raise SessionEnded("finish", results[call.id].content)  # died before run_end
+            elif call.id in self.state.started_calls:
+                interrupted = ToolMessage(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    content=prompts.CRASH_INTERRUPTED,
+                    arguments=call.arguments,
+                )
+                self.append(interrupted)
+            else:
                 await self.run_tool(call, cap)
-            if not completion.message.tool_calls:
-                self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-            self.nudge_if_repeating(completion.message.tool_calls)
-            await self.manage_context()
+        if not reply.tool_calls:
+            # Never two assistant messages in a row: llama-server rejects it, and with a
+            # thinking template a trailing assistant message is a refused "prefill".
+            self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+        self.nudge_if_repeating(reply.tool_calls)
+        await self.manage_context()
 
     # --- recording -------------------------------------------------------------------------
 
@@ -221,28 +248,19 @@ class Session:
         if outcome.finish_summary is not None:
             raise SessionEnded("finish", outcome.finish_summary)
 
-    async def settle_interrupted_calls(self) -> None:
-        """After a crash: started calls get an 'interrupted' result, unstarted ones run now."""
-        last = next(
-            (m for m in reversed(self.state.messages) if isinstance(m, AssistantMessage)), None
+    async def finish_interrupted_step(self) -> None:
+        """After a crash: complete the step the journal shows was under way, if any."""
+        last = max(
+            (i for i, m in enumerate(self.state.messages) if isinstance(m, AssistantMessage)),
+            default=None,
         )
         if last is None:
             return
-        done = {m.tool_call_id for m in self.state.messages if isinstance(m, ToolMessage)}
-        for call in last.tool_calls:
-            if call.id in done:
-                continue
-            if call.id in self.state.started_calls:
-                self.append(
-                    ToolMessage(
-                        tool_call_id=call.id,
-                        name=call.name,
-                        content=prompts.CRASH_INTERRUPTED,
-                        arguments=call.arguments,
-                    )
-                )
-            else:
-                await self.run_tool(call)
+        reply = self.state.messages[last]
+        assert isinstance(reply, AssistantMessage)
+        answered = any(isinstance(m, UserMessage) for m in self.state.messages[last + 1 :])
+        if reply.tool_calls or not answered:
+            await self.act_on(reply, resuming=True)
 
     def nudge_if_repeating(self, calls: tuple[ToolCall, ...]) -> None:
         if not calls:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
 import sys
 import time
@@ -86,6 +87,15 @@ def fresh_state(state_dir: Path) -> Path | None:
     """Move an old run aside (never delete it) so the next run starts from nothing."""
     if not state_dir.exists() or not any(state_dir.iterdir()):
         return None
+    lock = state_dir / "lock"
+    if lock.exists():
+        with lock.open("a+") as handle:  # closing it releases the flock at once
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunError(
+                    f"a supervisor is running on {state_dir}; stop it before starting afresh"
+                ) from None
     aside = state_dir.with_name(f"{state_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
     state_dir.rename(aside)
     return aside
@@ -322,22 +332,20 @@ class Supervisor:
             message="auto_restart is off: press Enter here, or run "
             "`python -m ouroboros resume`, to start the next session",
         )
-        async with anyio.create_task_group() as tg:
-            if sys.stdin is not None and sys.stdin.isatty():
-
-                async def enter() -> None:
-                    await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(enter)
-            while not flag.exists():
-                await anyio.sleep(0.2)
-            tg.cancel_scope.cancel()
+        # Polled, not read in a thread: a thread blocked in readline would keep the process
+        # alive after the run ends, and swallow the next Enter.
+        terminal = sys.stdin is not None and sys.stdin.isatty()
+        while not flag.exists():
+            if terminal and select.select([sys.stdin], [], [], 0)[0]:
+                sys.stdin.readline()
+                break
+            await anyio.sleep(0.2)
         flag.unlink(missing_ok=True)
 
 
 async def run(settings: Settings, log: EventLog) -> RunOutcome:
     """Run until a limit, a finish, a stop signal or a fatal error."""
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with state_lock(settings.paths.state_dir, log):
         supervisor = Supervisor(settings, log)
         outcome = RunOutcome("stopped", 0)
@@ -346,15 +354,20 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
             async with anyio.create_task_group() as tg:
 
                 async def stop_on_signal() -> None:
-                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                        async for signum in signals:
-                            log.emit(
-                                "run_end",
-                                reason="stopped",
-                                message=f"stop requested ({signal.Signals(signum).name})",
-                            )
-                            tg.cancel_scope.cancel()
-                            return
+                    try:
+                        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                            async for signum in signals:
+                                name = signal.Signals(signum).name
+                                log.emit(
+                                    "run_end", reason="stopped", message=f"stop requested ({name})"
+                                )
+                                tg.cancel_scope.cancel()
+                                return
+                    finally:
+                        # The run is winding down: a second Ctrl-C must not turn a clean stop
+                        # into a KeyboardInterrupt traceback.
+                        signal.signal(signal.SIGINT, signal.SIG_IGN)
+                        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
                 async def supervise() -> None:
                     nonlocal outcome, failure
@@ -369,6 +382,8 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
         finally:
             await supervisor.llm.aclose()
             supervisor.journal.close()
+            signal.signal(signal.SIGINT, handlers[0])
+            signal.signal(signal.SIGTERM, handlers[1])
         if failure is not None:
             message = str(failure)
             if isinstance(failure, LLMError) and not isinstance(failure, FatalError):

@@ -298,6 +298,7 @@ def make_project(root: Path, base_url: str, **sections: dict[str, Any]) -> Proje
             "base_url": base_url,
             "model": "gemma-3-270m",  # llama-server serves its one model whatever the name
             "max_output_tokens": MAX_OUTPUT,
+            "temperature": 0,  # the same replies every run: figures comparable, no flaky bound
             "retry_initial_s": 0.2,
             "retry_max_s": 1.0,
             "retry_for_s": 90,
@@ -648,7 +649,9 @@ def test_overflow_in_a_run_is_recovered(live: Any, proxy: RecordingProxy, tmp_pa
 
     # The agent read a big workspace file (as a tool-using model would), then the process
     # stopped: the journal, written through the harness's own API, is what a resume sees.
-    big = "word " * 5000
+    # Digits: Gemma's tokenizer splits every one, so the bytes/4 estimate (1,250) is far
+    # below the real count (~5,000) and only the server's 400 can tell the prompt is too big.
+    big = "0123456789" * 500
     (project.root / "workspace" / "big.txt").write_text(big)
     arguments = json.dumps({"path": "big.txt"})
     journal = Journal(project.state / "journal.jsonl")

@@ -199,3 +199,24 @@ def test_stop_signal_is_clean(project: Project) -> None:
     journal = (project.state / "journal.jsonl").read_text()
     assert journal.endswith("\n")
     assert all(json.loads(line) for line in journal.splitlines())
+
+
+def test_markup_in_logged_text_is_not_interpreted(project: Project) -> None:
+    script = [
+        Reply(tool_calls=[tool("shell_exec", command="sudo sed 's/[/]//' [bold]x")]),
+        Reply(tool_calls=[tool("file_read", path="logs/[/]x.txt")]),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "2")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "[/]x.txt" in result.stderr
+
+
+def test_untagged_ollama_model_name_finds_the_window(project: Project) -> None:
+    with ScriptedServer([Reply(text="hi")], model="scripted:latest", n_ctx=16384) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 1})
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    assert project.usage()[0]["context_limit"] == 16384

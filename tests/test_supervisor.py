@@ -276,3 +276,51 @@ def test_kill_nine_at_random_moments_loses_nothing(project: Project, tmp_path: P
         r["message"] for r in records if r["kind"] == "message" and r["message"]["kind"] == "tool"
     ]
     assert len(lines) <= len(results) + 1
+
+
+def _cut_journal_after(project: Project, keep: Any) -> None:
+    """Keep the journal up to and including the last record for which `keep` is true, as a
+    crash right after that fsync would leave it."""
+    path = project.state / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if keep(json.loads(line)))
+    path.write_text("\n".join(lines[: last + 1]) + "\n")
+
+
+def test_crash_after_a_text_reply_never_sends_it_last(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(text="thinking aloud"), dialect="llama") as server:
+        project.configure(server.url)
+        project.run("run", "--max-turns", "2")
+        _cut_journal_after(project, lambda r: r["kind"] == "message" and "usage" in r)
+        result = project.run("run", "--max-turns", "3")
+        last = server.chat_requests()[-1]["messages"]
+    assert result.returncode == 0, result.stderr
+    assert last[-1]["role"] == "user"
+    assert [m["role"] for m in last[-3:]] != ["assistant", "assistant", "user"]
+
+
+def test_crash_after_finish_still_ends_the_run(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("finish", summary="all done")]), Reply(text="more?")]
+    with ScriptedServer(script) as server:
+        project.configure(server.url)
+        project.run("run")
+        _cut_journal_after(
+            project, lambda r: r["kind"] == "message" and r["message"]["kind"] == "tool"
+        )
+        result = project.run("run")
+        assert len(server.chat_requests()) == 1
+    assert result.returncode == 0
+    assert "run stopped: finish" in result.stderr
+
+
+def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:
+    from ouroboros.supervisor import state_lock
+
+    project.state.mkdir(parents=True)
+    (project.state / "journal.jsonl").write_text("")
+    project.configure("http://127.0.0.1:9/v1")
+    with state_lock(project.state):
+        result = project.run("run", "--fresh")
+    assert result.returncode == 1
+    assert "a supervisor is running" in result.stderr
+    assert project.state.exists()

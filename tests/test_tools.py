@@ -152,3 +152,15 @@ def test_blocked_command_never_runs(runner: ToolRunner) -> None:
     outcome = call(runner, "shell_exec", command=f"touch {marker}; sudo true")
     assert outcome.blocked == "sudo"
     assert not marker.exists()
+
+
+def test_lone_surrogate_is_refused_and_nothing_is_lost(runner: ToolRunner) -> None:
+    notes = runner.workspace.root / "NOTES.md"
+    notes.write_text("precious notes")
+    raw = '{"path": "NOTES.md", "content": "updated notes \\ud83d"}'
+    outcome = anyio.run(runner.run, ToolCall(id="c1", name="file_write", arguments=raw))
+    assert "lone surrogate" in outcome.message.content
+    assert notes.read_text() == "precious notes"
+    bad_path = '{"path": "\\ud83d.md"}'
+    outcome = anyio.run(runner.run, ToolCall(id="c2", name="file_read", arguments=bad_path))
+    assert outcome.error is not None

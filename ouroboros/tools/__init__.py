@@ -115,6 +115,13 @@ class ToolRunner:
         if not isinstance(raw, dict):
             raise ToolFailed(f"the arguments must be a JSON object, not {type(raw).__name__}")
         try:
+            json.dumps(raw, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            # A lone surrogate escape ("\\ud83d"): valid JSON, but no file or path can hold it.
+            raise ToolFailed(
+                "the arguments contain an invalid unicode escape (a lone surrogate)"
+            ) from None
+        try:
             return tool, tool.args.model_validate(raw)
         except ValidationError as e:
             problems = "; ".join(
@@ -142,6 +149,8 @@ class ToolRunner:
             output, error = Output(f"error: {e}"), str(e)
         except OSError as e:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
+        except ValueError as e:  # e.g. a path the file system cannot encode
+            output, error = Output(f"error: {e}"), str(e)
         capped = await self._cap(call.name, output.text, max_bytes or self.max_output_bytes)
         message = ToolMessage(
             tool_call_id=call.id,

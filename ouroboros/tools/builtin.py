@@ -88,7 +88,10 @@ def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     if path.is_dir():
         raise ToolFailed(f"{args.path} is a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(args.content)
+    # Write aside, then rename: a crash mid-write never leaves the agent's notes half written.
+    temporary = path.with_name(f".{path.name}.ouroboros-tmp")
+    temporary.write_text(args.content)
+    os.replace(temporary, path)
     return Output(f"wrote {len(args.content.encode()):,} bytes to {ws.display(path)}")
 
 
