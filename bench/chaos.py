@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from ouroboros.messages import MESSAGE_ADAPTER, Message, tool_call_pairs_valid
 from ouroboros.prompts import CRASH_INTERRUPTED
-from ouroboros.scripted import Dialect, Reply, ScriptedServer, tool
+from ouroboros.scripted import Dialect, Reply, ScriptedServer, quick_config, tool
 from ouroboros.state import replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,27 +203,7 @@ class Project:
         return cls(root)
 
     def configure(self, base_url: str, **sections: dict[str, Any]) -> None:
-        """The same file `Project.configure` in tests/conftest.py writes."""
-        config: dict[str, dict[str, Any]] = {
-            "llm": {
-                "base_url": base_url,
-                "model": "scripted",
-                "retry_initial_s": 0.05,
-                "retry_max_s": 0.2,
-                "retry_for_s": 5,
-                "max_output_tokens": 256,
-            },
-            "context": {},
-            "session": {"shell_timeout_s": 10},
-            "supervisor": {},
-        }
-        for name, values in sections.items():
-            config.setdefault(name, {}).update(values)
-        lines = []
-        for name, values in config.items():
-            lines.append(f"[{name}]")
-            lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items())
-        (self.root / "config.toml").write_text("\n".join(lines) + "\n")
+        (self.root / "config.toml").write_text(quick_config(base_url, **sections))
 
     def spawn(self, target: int, attempt: int) -> subprocess.Popen[bytes]:
         errors = self.root / "stderr"

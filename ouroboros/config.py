@@ -5,6 +5,7 @@ A bad value stops the program before anything starts, with one line naming the k
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -151,6 +152,14 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The TOML file arrives through init_settings (see `load_settings`), so env beats file.
         return env_settings, init_settings
+
+
+def to_toml(sections: dict[str, dict[str, Any]]) -> str:
+    """A config file's text from `{section: {key: value}}` (JSON literals are valid TOML here)."""
+    return "".join(
+        f"[{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+        for name, values in sections.items()
+    )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -9,7 +9,6 @@ session restarts, twice, and the run stops at `max_restarts`.
 from __future__ import annotations
 
 import itertools
-import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ouroboros.config import load_settings
+from ouroboros.config import load_settings, to_toml
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.supervisor import fresh_state, run_to_end
 
@@ -44,11 +43,7 @@ def _config(server_url: str) -> str:
         "session": {"shell_timeout_s": 10},
         "supervisor": {"max_restarts": 2, "max_total_turns": 150},
     }
-    lines = []
-    for name, values in sections.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items())
-    return "\n".join(lines) + "\n"
+    return to_toml(sections)
 
 
 def make_project(root: Path) -> None:

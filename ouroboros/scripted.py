@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+from ouroboros.config import to_toml
+
 Dialect = Literal["ollama", "llama"]
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _CALL_IDS = itertools.count(1)
@@ -64,6 +66,24 @@ class Reply:
     """Report this instead of the real count (a lying or truncating server)."""
     completion_tokens: int | None = None
     delay_s: float = 0.0
+
+
+def quick_config(base_url: str, **sections: dict[str, Any]) -> str:
+    """config.toml text for a run against a scripted server: fast retries, short replies."""
+    config: dict[str, dict[str, Any]] = {
+        "llm": {
+            "base_url": base_url,
+            "model": "scripted",
+            "retry_initial_s": 0.05,
+            "retry_max_s": 0.2,
+            "retry_for_s": 5,
+            "max_output_tokens": 256,
+        },
+        "session": {"shell_timeout_s": 10},
+    }
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    return to_toml(config)
 
 
 def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ouroboros.scripted import ScriptedServer
+from ouroboros.scripted import ScriptedServer, quick_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,26 +33,7 @@ class Project:
         return self.root / "workspace"
 
     def configure(self, base_url: str, **sections: dict[str, Any]) -> None:
-        config: dict[str, dict[str, Any]] = {
-            "llm": {
-                "base_url": base_url,
-                "model": "scripted",
-                "retry_initial_s": 0.05,
-                "retry_max_s": 0.2,
-                "retry_for_s": 5,
-                "max_output_tokens": 256,
-            },
-            "context": {},
-            "session": {"shell_timeout_s": 10},
-            "supervisor": {},
-        }
-        for name, values in sections.items():
-            config.setdefault(name, {}).update(values)
-        lines = []
-        for name, values in config.items():
-            lines.append(f"[{name}]")
-            lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items())
-        (self.root / "config.toml").write_text("\n".join(lines) + "\n")
+        (self.root / "config.toml").write_text(quick_config(base_url, **sections))
 
     def run(
         self, *args: str, timeout: float = 60, env: dict[str, str] | None = None

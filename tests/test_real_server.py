@@ -38,7 +38,7 @@ import anyio
 import openai
 import pytest
 
-from ouroboros.config import LLMSettings
+from ouroboros.config import LLMSettings, to_toml
 from ouroboros.llm import ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import (
     AssistantMessage,
@@ -308,11 +308,7 @@ def make_project(root: Path, base_url: str, **sections: dict[str, Any]) -> Proje
     }
     for name, values in sections.items():
         config.setdefault(name, {}).update(values)
-    text = "".join(
-        f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
-        for name, values in config.items()
-    )
-    (root / "config.toml").write_text(text)
+    (root / "config.toml").write_text(to_toml(config))
     return Project(root)
 
 
