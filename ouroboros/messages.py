@@ -26,9 +26,7 @@ class SystemMessage(_Record):
 class UserMessage(_Record):
     kind: Literal["user"] = "user"
     content: str
-    origin: Literal["user", "continue", "restart", "wind_down", "nudge", "notice", "compaction"] = (
-        "user"
-    )
+    origin: Literal["user", "continue", "restart", "wind_down", "nudge", "compaction"] = "user"
     """Who put it there: the harness injects every message except `user`."""
 
 

@@ -28,11 +28,11 @@ class Output:
     exit_code: int | None = None
 
 
-class _Args(BaseModel):
+class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class FileReadArgs(_Args):
+class FileReadArgs(ToolArgs):
     """Read a text file, optionally a window of lines (1-based offset)."""
 
     path: str = Field(description="File path, relative to the workspace")
@@ -40,27 +40,27 @@ class FileReadArgs(_Args):
     limit: int = Field(READ_DEFAULT_LINES, ge=1, description="How many lines to read")
 
 
-class FileWriteArgs(_Args):
+class FileWriteArgs(ToolArgs):
     """Create or overwrite a text file (parent folders are created)."""
 
     path: str = Field(description="File path, relative to the workspace")
     content: str = Field(description="The whole new content of the file")
 
 
-class ListDirArgs(_Args):
+class ListDirArgs(ToolArgs):
     """List a folder: one entry a line, folders end with /, files show their size."""
 
     path: str = Field(".", description="Folder path, relative to the workspace")
 
 
-class ShellExecArgs(_Args):
+class ShellExecArgs(ToolArgs):
     """Run a bash command in the workspace; returns its exit code and combined output."""
 
     command: str = Field(description="The bash command line")
     timeout_s: float = Field(0, ge=0, description="Seconds before it is killed (0 = default)")
 
 
-class FinishArgs(_Args):
+class FinishArgs(ToolArgs):
     """Declare the whole task done: ends the run for good. Only when nothing is left to do."""
 
     summary: str = Field(description="What was achieved and where the results are")

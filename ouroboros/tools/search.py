@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ouroboros.tools.builtin import Output, ToolFailed, _Args
+from ouroboros.tools.builtin import Output, ToolArgs, ToolFailed
 
 EXCERPT_CHARS = 240
 MAX_RESULTS = 50
 
 
-class SearchContextArgs(_Args):
+class SearchContextArgs(ToolArgs):
     """Search what happened before: messages of earlier sessions, shell commands run, or the
     harness's event log. Use it when a result was masked or a session restarted."""
 
