@@ -211,6 +211,7 @@ class LLMClient:
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         state = _StreamState()
+        received = False
         try:
             request: dict[str, Any] = {
                 "model": self.settings.model,
@@ -226,6 +227,11 @@ class LLMClient:
             # Read to the very end: usage arrives after the finish chunk.
             async for chunk in stream:
                 state.add_chunk(chunk)
+                received = True
+        except openai.APIConnectionError as e:
+            if received:  # not "cannot reach": it answered, then the connection dropped
+                raise TransientError(f"the connection dropped in the middle of a reply: {e}") from e
+            raise classify(e) from e
         except openai.OpenAIError as e:
             raise classify(e) from e
         return state.completion()

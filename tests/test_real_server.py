@@ -728,6 +728,7 @@ def test_stream_cut_by_a_dying_server_is_transient(live: Any) -> None:
         thread.join()
         live.start()
     assert decoded, "the server was killed before it streamed anything"
+    assert "the connection dropped in the middle of a reply" in str(caught.value)
     causes = []
     error: BaseException | None = caught.value
     while error is not None:
@@ -778,7 +779,7 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
     retry = project.events("retry")
     # Refused connections while it is down; a cut stream if it died mid-reply; and HTTP 503
     # "Loading model", which llama-server answers while it loads (it listens before that).
-    expected = ("cannot reach the model server", "stream", "HTTP 503")
+    expected = ("cannot reach the model server", "stream", "HTTP 503", "middle of a reply")
     assert all(any(e in r["message"] for e in expected) for r in retry), retry
     assert project.events("run_end")[-1]["reason"] == "max_total_turns"
     # Calls after the restart were counted by the new process exactly as the harness recorded.
