@@ -87,6 +87,13 @@ def repeated(count: int) -> str:
     )
 
 
+def cut_off(max_output_tokens: int) -> str:
+    return (
+        f"Your last reply was cut off at the output limit ({max_output_tokens:,} tokens), so its "
+        "last tool call may be incomplete. Keep each reply short: write big files in parts."
+    )
+
+
 CRASH_INTERRUPTED = (
     "error: this call was interrupted when the harness process died; whether it took effect is "
     "unknown. Check before repeating it."

@@ -80,9 +80,11 @@ class Session:
         while True:
             self.check_limits()
             completion = await self.call_model()
-            await self.act_on(completion.message)
+            await self.act_on(completion.message, cut=completion.finish_reason == "length")
 
-    async def act_on(self, reply: AssistantMessage, resuming: bool = False) -> None:
+    async def act_on(
+        self, reply: AssistantMessage, resuming: bool = False, cut: bool = False
+    ) -> None:
         """Run the reply's tool calls (or ask it to go on), then manage the context.
 
         After a crash the same step is finished from the journal: calls with a result are
@@ -112,6 +114,10 @@ class Session:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
             self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+        if cut and reply.tool_calls:
+            # Its calls may be cut mid-argument (they got an error result): say why.
+            limit = self.h.settings.llm.max_output_tokens
+            self.append(UserMessage(content=prompts.cut_off(limit), origin="nudge"))
         self.nudge_if_repeating(reply.tool_calls)
         await self.manage_context()
 

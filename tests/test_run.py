@@ -220,3 +220,15 @@ def test_untagged_ollama_model_name_finds_the_window(project: Project) -> None:
         result = project.run("run")
     assert result.returncode == 0, result.stderr
     assert project.usage()[0]["context_limit"] == 16384
+
+
+def test_reply_cut_at_the_output_limit_is_explained(project: Project) -> None:
+    long_write = tool("file_write", path="big.md", content="word " * 200)
+    with ScriptedServer(
+        [Reply(tool_calls=[long_write]), Reply(text="ok")], dialect="llama"
+    ) as server:
+        project.configure(server.url, llm={"max_output_tokens": 32})
+        project.run("run", "--max-turns", "2")
+        last = server.chat_requests()[-1]["messages"]
+    assert project.usage()[0]["finish_reason"] == "length"
+    assert "cut off at the output limit (32 tokens)" in last[-1]["content"]
