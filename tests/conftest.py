@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,16 @@ class Project:
             env={**os.environ, "COLUMNS": "200", **(env or {})},
         )
 
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """`python -m ouroboros ARGS` in the background, its stderr captured."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", *args],
+            cwd=self.root,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+
     def records(self, name: str) -> list[dict[str, Any]]:
         path = self.state / name
         if not path.exists():
@@ -58,6 +69,13 @@ class Project:
 
     def usage(self) -> list[dict[str, Any]]:
         return self.records("token_usage.jsonl")
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20, step: float = 0.05) -> None:
+    """Poll until `condition()` is true or the time is up (the caller asserts what it needs)."""
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        time.sleep(step)
 
 
 @pytest.fixture

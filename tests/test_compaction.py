@@ -12,7 +12,7 @@ from ouroboros.context.compact import SNAPSHOT_HEADER, SNAPSHOT_SYSTEM, split_po
 from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.tokens import raw_estimate
-from tests.conftest import Project
+from tests.conftest import Project, wait_for
 from tests.test_context_policies import histories
 from tests.test_context_run import PLACEHOLDER, fill_workspace
 
@@ -166,9 +166,6 @@ def test_split_point_examples(keep: float, expected: int | None) -> None:
 
 
 def test_compact_command_asks_the_running_supervisor(project: Project) -> None:
-    import subprocess
-    import sys
-    import time
 
     fill_workspace(project, files=12, words=120)
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
@@ -180,15 +177,8 @@ def test_compact_command_asks_the_running_supervisor(project: Project) -> None:
 
     with ScriptedServer(respond, dialect="llama", n_ctx=32768) as server:
         project.configure(server.url, supervisor={"max_total_turns": 14})
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run"],
-            cwd=project.root,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.time() + 20
-        while len(server.chat_requests()) < 6 and time.time() < deadline:
-            time.sleep(0.05)
+        process = project.start("run")
+        wait_for(lambda: len(server.chat_requests()) >= 6)
         asked = project.run("compact")
         _, stderr = process.communicate(timeout=60)
     assert asked.returncode == 0

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ouroboros.scripted import Reply, ScriptedServer, tool
-from tests.conftest import Project
+from tests.conftest import Project, wait_for
 
 
 @pytest.mark.parametrize("dialect", ["ollama", "llama"])
@@ -174,21 +174,11 @@ def test_bad_config_is_one_line(project: Project) -> None:
 
 def test_stop_signal_is_clean(project: Project) -> None:
     import signal
-    import subprocess
-    import sys
-    import time
 
     with ScriptedServer([Reply(text="slow", delay_s=30)]) as server:
         project.configure(server.url)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run"],
-            cwd=project.root,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.time() + 20
-        while not server.chat_requests() and time.time() < deadline:
-            time.sleep(0.05)
+        process = project.start("run")
+        wait_for(lambda: server.chat_requests())
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr

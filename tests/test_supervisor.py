@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.scripted import Reply, ScriptedServer, tool
-from tests.conftest import Project
+from tests.conftest import Project, wait_for
 
 
 def journal(project: Project) -> list[dict[str, Any]]:
@@ -104,16 +104,8 @@ def test_auto_restart_off_waits_for_resume(project: Project) -> None:
             session={"max_turns": 1},
             supervisor={"auto_restart": False, "max_total_turns": 2},
         )
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run"],
-            cwd=project.root,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        deadline = time.time() + 20
-        while not project.events("waiting") and time.time() < deadline:
-            time.sleep(0.05)
+        process = project.start("run")
+        wait_for(lambda: project.events("waiting"))
         assert project.events("waiting"), "the supervisor did not say it waits"
         time.sleep(0.5)
         assert len(server.chat_requests()) == 1, "restarted without confirmation"
@@ -127,15 +119,8 @@ def test_auto_restart_off_waits_for_resume(project: Project) -> None:
 def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project) -> None:
     with ScriptedServer([Reply(text="slow", delay_s=30)]) as server:
         project.configure(server.url)
-        first = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run"],
-            cwd=project.root,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.time() + 20
-        while not server.chat_requests() and time.time() < deadline:
-            time.sleep(0.05)
+        first = project.start("run")
+        wait_for(lambda: server.chat_requests())
         second = project.run("run")
         assert second.returncode == 1
         assert f"another supervisor (pid {first.pid}) is running" in second.stderr
@@ -205,16 +190,9 @@ def test_server_down_for_a_while_then_back(project: Project) -> None:
     server.start()
     port = server.port
     project.configure(server.url, llm={"retry_for_s": 30})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ouroboros", "run", "--max-turns", "4"],
-        cwd=project.root,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = project.start("run", "--max-turns", "4")
     try:
-        deadline = time.time() + 20
-        while not server.chat_requests() and time.time() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: server.chat_requests(), step=0.02)
         server.stop()
         time.sleep(1.5)
         server.start(port)
