@@ -37,7 +37,7 @@ class Project:
         (self.root / "config.toml").write_text(quick_config(base_url, **sections))
 
     def run(
-        self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "ouroboros", *args],

@@ -52,6 +52,7 @@ from ouroboros.messages import (
 from ouroboros.servers import discover
 from ouroboros.state import Journal
 from ouroboros.tokens import Calibration, raw_estimate
+from tests.conftest import Project
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 4096
@@ -253,41 +254,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
 
 # --- a project folder and the CLI ----------------------------------------------------------------
-
-
-@dataclass
-class Project:
-    root: Path
-
-    @property
-    def state(self) -> Path:
-        return self.root / ".ouroboros"
-
-    def records(self, name: str) -> list[dict[str, Any]]:
-        path = self.state / name
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def events(self, kind: str) -> list[dict[str, Any]]:
-        return [r for r in self.records("events.jsonl") if r["kind"] == kind]
-
-    def usage(self) -> list[dict[str, Any]]:
-        return self.records("token_usage.jsonl")
-
-    def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "ouroboros", *args]
-
-    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(*args),
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "COLUMNS": "200"},
-            check=False,
-        )
 
 
 def make_project(root: Path, base_url: str, **sections: dict[str, Any]) -> Project:
@@ -746,7 +712,7 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
     output = tmp_path / "run.log"  # a file, not a pipe nobody reads while we wait
     with output.open("w") as sink:
         process = subprocess.Popen(
-            project.command("run", "--max-turns", str(turns)),
+            [sys.executable, "-m", "ouroboros", "run", "--max-turns", str(turns)],
             cwd=project.root,
             stdout=sink,
             stderr=subprocess.STDOUT,
