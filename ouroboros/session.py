@@ -20,7 +20,7 @@ from ouroboros.events import EventLog
 from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.state import Journal
-from ouroboros.tokens import Ledger, raw_estimate, tools_estimate
+from ouroboros.tokens import Ledger, Measurement, raw_estimate, tools_estimate
 from ouroboros.tools import ToolRunner
 
 BYTES_PER_RAW_TOKEN = 4
@@ -176,21 +176,8 @@ class Session:
         turn = self.state.session_turns + 1
         m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
         self.append(completion.message, {"turn": turn, **m.__dict__})
+        self.log_usage(m, turn, estimate, completion.finish_reason)
         budget = self.h.ledger.budget
-        used = m.prompt_tokens + m.completion_tokens
-        self.h.log.token_usage(
-            session=self.state.session,
-            turn=turn,
-            prompt_tokens=m.prompt_tokens,
-            completion_tokens=m.completion_tokens,
-            total_tokens=used,
-            source=m.source,
-            estimated_prompt_tokens=estimate,
-            context_limit=budget.limit,
-            fraction=round(used / budget.limit, 4),
-            zone=budget.zone(used),
-            finish_reason=completion.finish_reason,
-        )
         if m.silent_truncation:
             self.h.log.emit(
                 "silent_truncation",
@@ -420,38 +407,51 @@ class Session:
         """A call outside the conversation: its tokens count, but it is no turn and no anchor."""
         usage = completion.usage
         calibration = self.h.ledger.calibration
-        prompt = usage.prompt_tokens if usage else calibration.tokens(raw_prompt)
-        out = (
-            usage.completion_tokens
-            if usage
-            else calibration.tokens(raw_estimate(completion.message))
-        )
-        source = usage.source if usage else "estimate"
+        raw_reply = raw_estimate(completion.message)
+        if usage:
+            m = Measurement(
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.source,
+                raw_prompt,
+                raw_reply,
+                False,
+            )
+        else:
+            m = Measurement(
+                calibration.tokens(raw_prompt),
+                calibration.tokens(raw_reply),
+                "estimate",
+                raw_prompt,
+                raw_reply,
+                False,
+            )
+        turn = self.state.session_turns
         self.h.journal.record(
-            "usage",
-            session=self.state.session,
-            turn=self.state.session_turns,
-            purpose=purpose,
-            prompt_tokens=prompt,
-            completion_tokens=out,
-            source=source,
-            raw_prompt=raw_prompt,
-            raw_reply=raw_estimate(completion.message),
-            silent_truncation=False,
+            "usage", session=self.state.session, turn=turn, purpose=purpose, **m.__dict__
         )
+        estimate = calibration.tokens(raw_prompt)
+        self.log_usage(m, turn, estimate, completion.finish_reason, purpose=purpose)
+
+    def log_usage(
+        self, m: Measurement, turn: int, estimate: int, finish_reason: str, **extra: str
+    ) -> None:
+        """One line of token_usage.jsonl (and of the terminal)."""
+        budget = self.h.ledger.budget
+        used = m.prompt_tokens + m.completion_tokens
         self.h.log.token_usage(
             session=self.state.session,
-            turn=self.state.session_turns,
-            purpose=purpose,
-            prompt_tokens=prompt,
-            completion_tokens=out,
-            total_tokens=prompt + out,
-            source=source,
-            estimated_prompt_tokens=calibration.tokens(raw_prompt),
-            context_limit=self.h.ledger.budget.limit,
-            fraction=round((prompt + out) / self.h.ledger.budget.limit, 4),
-            zone=self.h.ledger.budget.zone(prompt + out),
-            finish_reason=completion.finish_reason,
+            turn=turn,
+            **extra,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=m.completion_tokens,
+            total_tokens=used,
+            source=m.source,
+            estimated_prompt_tokens=estimate,
+            context_limit=budget.limit,
+            fraction=round(used / budget.limit, 4),
+            zone=budget.zone(used),
+            finish_reason=finish_reason,
         )
 
     def check_limits(self) -> None:
