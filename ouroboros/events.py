@@ -35,7 +35,7 @@ EventKind = Literal[
     "waiting",
 ]
 
-_ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
+ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
 _QUIET = {"tool_call", "context_window"}
 
 
@@ -66,7 +66,7 @@ class EventLog:
         fraction = float(record.get("fraction", 0.0))
         self.console.print(
             f"[dim]{record['ts'][11:19]}[/] s{record['session']} t{record['turn']:<4} "
-            f"[{_ZONE_STYLE.get(zone, 'white')}]{bar(fraction)} {fraction:4.0%}[/] "
+            f"[{ZONE_STYLE.get(zone, 'white')}]{bar(fraction)} {fraction:4.0%}[/] "
             f"prompt {record['prompt_tokens']:,} + out {record['completion_tokens']:,} "
             f"/ {record['context_limit']:,} [dim]({record['source']})[/]"
         )

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.config import Settings
-from ouroboros.events import bar
+from ouroboros.events import ZONE_STYLE, bar
 from ouroboros.journal import read_jsonl
 from ouroboros.state import RunState, replay
 
@@ -37,7 +37,6 @@ SETTLE_S = 0.05
 """A record stamped this long before a read began is on disk in both files by then."""
 MAX_HOLD_S = 1.0
 """Held-back records go out after this long whatever their stamps say (a writer's clock ahead)."""
-ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
 """The colours of the run's own terminal lines (events.py)."""
 
 
