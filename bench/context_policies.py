@@ -516,7 +516,7 @@ class RefusalEndsSession(Session):
             completion = await self.h.llm.complete(self.view.messages(), self.schemas)
         except ContextOverflow as e:
             raise SessionEnded("context_overflow", str(e)) from e
-        self.measure(completion, raw_prompt)
+        self.record_reply(completion, raw_prompt)
         return completion
 
     def end_at_hard(self) -> None:

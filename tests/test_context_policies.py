@@ -239,6 +239,10 @@ def call(i: int) -> ToolCall:
     return ToolCall(id=f"c{i}", name="file_read", arguments='{"path": "f.py"}')
 
 
+def read_step(i: int, size: int) -> list[Message]:
+    return [AssistantMessage(tool_calls=(call(i),)), result(i, size)]
+
+
 def result(i: int, size: int = 120) -> ToolMessage:
     return ToolMessage(
         tool_call_id=f"c{i}",
@@ -273,9 +277,7 @@ PARALLEL: list[Message] = [
 NEVER_COMPLETED: list[Message] = [
     SystemMessage(content="sys"),
     UserMessage(content="go", origin="restart"),
-    *itertools.chain.from_iterable(
-        (AssistantMessage(tool_calls=(call(i),)), result(i, 200)) for i in range(6)
-    ),
+    *(m for i in range(6) for m in read_step(i, 200)),
 ]
 WAITING = [*PARALLEL, AssistantMessage(tool_calls=(call(6), call(7))), result(6)]
 

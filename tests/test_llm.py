@@ -14,10 +14,10 @@ from ouroboros.llm import (
     TransientError,
     overflow_from,
 )
-from ouroboros.messages import SystemMessage, UserMessage
+from ouroboros.messages import Message, SystemMessage, UserMessage
 from ouroboros.scripted import Reply, ScriptedServer, tool
 
-MESSAGES = [SystemMessage(content="sys"), UserMessage(content="hello")]
+MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]
 
 
 def complete(server: ScriptedServer) -> Completion:
@@ -44,6 +44,7 @@ def test_tool_calls_accumulate_by_index(dialect: str) -> None:
     ]
     assert len({c.id for c in got}) == 2
     assert completion.finish_reason == "tool_calls"
+    assert completion.usage is not None
     assert completion.usage.source == "server"
 
 
