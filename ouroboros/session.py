@@ -20,7 +20,15 @@ from ouroboros.events import EventLog
 from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.state import Journal
-from ouroboros.tokens import Ledger, Measurement, raw_estimate, tools_estimate
+from ouroboros.tokens import (
+    SCHEMA_KIND,
+    Ledger,
+    Measurement,
+    RawTally,
+    raw_estimate,
+    tally,
+    tools_estimate,
+)
 from ouroboros.tools import ToolRunner
 
 BYTES_PER_RAW_TOKEN = 4
@@ -139,7 +147,7 @@ class Session:
     async def call_model(self) -> Completion:
         """One completion; an overflow masks everything unprotected and retries exactly once."""
         for attempt in (1, 2):
-            raw_prompt = self.view.raw_total + self.schema_raw
+            raw_prompt = self.raw_prompt()
             messages = self.view.messages()
             try:
                 completion = await retrying(
@@ -169,10 +177,10 @@ class Session:
             return completion
         raise AssertionError("unreachable")
 
-    def record_reply(self, completion: Completion, raw_prompt: int) -> None:
+    def record_reply(self, completion: Completion, raw_prompt: RawTally) -> None:
         usage = completion.usage
         reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
-        estimate = self.h.ledger.calibration.tokens(raw_prompt)
+        estimate = self.h.ledger.calibration.tally_tokens(raw_prompt)
         turn = self.state.session_turns + 1
         m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
         self.append(completion.message, {"turn": turn, **m.__dict__})
@@ -201,7 +209,9 @@ class Session:
         window a result is cut to fit, rather than ending the session before the agent could
         save its state."""
         room = self.h.ledger.budget.prompt_budget - self.projected()
-        ratio = max(self.h.ledger.calibration.ratio, 0.1)
+        calibration = self.h.ledger.calibration
+        # Priced as the densest tool output seen: a cut result must fit whatever it holds.
+        ratio = max([calibration.ratio, *(r.value for r in calibration.kinds.values()), 0.1])
         room_bytes = int(room * BYTES_PER_RAW_TOKEN / ratio / max(calls, 1) * ROOM_SHARE)
         return max(MIN_OUTPUT_BYTES, min(self.h.tools.max_output_bytes, room_bytes))
 
@@ -269,10 +279,10 @@ class Session:
     def mask(self, call_ids: list[str], reason: str) -> bool:
         if not call_ids:
             return False
-        before = self.h.ledger.project(self.view.raw_total + self.schema_raw)
+        before = self.projected()
         self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
         self.view.mask(call_ids)
-        after = self.h.ledger.project(self.view.raw_total + self.schema_raw)
+        after = self.projected()
         self._pending_mask = {
             "session": self.state.session,
             "masked": len(call_ids),
@@ -284,8 +294,12 @@ class Session:
         }
         return True
 
+    def raw_prompt(self, view: RawTally | None = None) -> RawTally:
+        """Raw tokens of the next request (this view, else the current one), per kind."""
+        return {**(self.view.raw_kinds if view is None else view), SCHEMA_KIND: self.schema_raw}
+
     def projected(self) -> int:
-        return self.h.ledger.project(self.view.raw_total + self.schema_raw)
+        return self.h.ledger.project(self.raw_prompt())
 
     async def manage_context(self) -> None:
         """Mask (or compact) past the soft line; wind down past the hard one; end when full."""
@@ -361,7 +375,7 @@ class Session:
         request = snapshot_request(
             older, self.h.ledger.budget.prompt_budget * SNAPSHOT_CHARS_PER_TOKEN
         )
-        raw_request = sum(raw_estimate(m) for m in request)
+        raw_request = tally(request)
         try:
             completion = await retrying(
                 partial(self.h.llm.complete, request, []), self.h.settings.llm, self.h.log.retry
@@ -371,7 +385,7 @@ class Session:
             return False
         self.record_side_call(completion, raw_request, "compaction")
         snapshot = snapshot_message(completion.message.content)
-        after = self.h.ledger.project(view.compacted_total(split, snapshot) + self.schema_raw)
+        after = self.h.ledger.project(self.raw_prompt(view.compacted(split, snapshot)))
         if not completion.message.content.strip() or after >= before:
             self.compaction_failed(
                 before, after, "the snapshot is not smaller than what it replaces"
@@ -403,34 +417,23 @@ class Session:
             projected_after=after,
         )
 
-    def record_side_call(self, completion: Completion, raw_prompt: int, purpose: str) -> None:
+    def record_side_call(self, completion: Completion, raw_prompt: RawTally, purpose: str) -> None:
         """A call outside the conversation: its tokens count, but it is no turn and no anchor."""
         usage = completion.usage
         calibration = self.h.ledger.calibration
         raw_reply = raw_estimate(completion.message)
+        estimate = calibration.tally_tokens(raw_prompt)
+        total = sum(raw_prompt.values())
         if usage:
-            m = Measurement(
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                usage.source,
-                raw_prompt,
-                raw_reply,
-                False,
-            )
+            prompt, reply = usage.prompt_tokens, usage.completion_tokens
+            m = Measurement(prompt, reply, usage.source, total, raw_reply, False, raw_prompt)
         else:
-            m = Measurement(
-                calibration.tokens(raw_prompt),
-                calibration.tokens(raw_reply),
-                "estimate",
-                raw_prompt,
-                raw_reply,
-                False,
-            )
+            reply = calibration.tokens(raw_reply, "assistant")
+            m = Measurement(estimate, reply, "estimate", total, raw_reply, False, raw_prompt)
         turn = self.state.session_turns
         self.h.journal.record(
             "usage", session=self.state.session, turn=turn, purpose=purpose, **m.__dict__
         )
-        estimate = calibration.tokens(raw_prompt)
         self.log_usage(m, turn, estimate, completion.finish_reason, purpose=purpose)
 
     def log_usage(

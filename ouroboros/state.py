@@ -55,7 +55,7 @@ def _apply_message(state: RunState, record: dict[str, Any]) -> None:
     if "usage" in record:
         # A turn is a model reply with its usage: carried-over assistant messages are none.
         usage = record["usage"]
-        m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__})
+        m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__ if k in usage})
         state.measurements.append(m)
         state.total_prompt_tokens += m.prompt_tokens
         state.total_completion_tokens += m.completion_tokens

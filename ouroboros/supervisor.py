@@ -26,7 +26,7 @@ from ouroboros.messages import AssistantMessage, Message, SystemMessage, UserMes
 from ouroboros.servers import choose_window, discover
 from ouroboros.session import Harness, Session, SessionEnded
 from ouroboros.state import RESTARTING_REASONS, Journal
-from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate, tools_estimate
+from ouroboros.tokens import Budget, Calibration, Ledger, tools_estimate
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
 
@@ -99,6 +99,18 @@ def fresh_state(state_dir: Path) -> Path | None:
     aside = state_dir.with_name(f"{state_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
     state_dir.rename(aside)
     return aside
+
+
+def tool_output_cap(settings: Settings, budget: Budget) -> int:
+    """Bytes one tool result keeps: a quarter of the prompt budget at most."""
+    share = int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN)
+    return min(settings.context.max_tool_output_bytes, share)
+
+
+def mask_policy(settings: Settings, budget: Budget) -> MaskPolicy:
+    c = settings.context
+    protected_tokens = int(c.protected_max_fraction * budget.prompt_budget)
+    return MaskPolicy(c.protected_observations, protected_tokens, c.mask_min_tokens)
 
 
 class Supervisor:
@@ -176,23 +188,15 @@ class Supervisor:
             )
         for m in self.journal.state.measurements:
             ledger.apply(m)
-        max_output = min(
-            s.context.max_tool_output_bytes,
-            int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN),
-        )
         s.paths.workspace.mkdir(parents=True, exist_ok=True)
         tools = ToolRunner(
             Workspace(s.paths.workspace, s.paths.system_prompt),
             s.session.shell_timeout_s,
-            max_output,
+            tool_output_cap(s, budget),
             s.supervisor.allow_finish,
             s.paths.state_dir,
         )
-        policy = MaskPolicy(
-            s.context.protected_observations,
-            int(s.context.protected_max_fraction * budget.prompt_budget),
-            s.context.mask_min_tokens,
-        )
+        policy = mask_policy(s, budget)
         rendered = info.renders_tools is not False
         return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy, rendered)
 
@@ -248,9 +252,7 @@ class Supervisor:
     def carryover(self, harness: Harness, previous: list[Message]) -> list[Message]:
         ledger = harness.ledger
 
-        def tokens(m: Message) -> int:
-            return ledger.calibration.tokens(raw_estimate(m))
-
+        tokens = ledger.calibration.message_tokens
         fixed = tokens(self.system_message(harness)) + ledger.calibration.tokens(
             tools_estimate(harness.tools.schemas()) + MARKER_ALLOWANCE
         )

@@ -9,7 +9,8 @@ per run, so its error shrinks as calls accumulate.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
@@ -19,6 +20,18 @@ MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers, separators)."""
 MIN_TOKENS_FOR_TRUNCATION_CHECK = 256
 """Below this the estimate is too coarse to call a short count a truncation."""
+SCHEMA_KIND = "tools"
+"""The content kind of the tool schemas sent with every request."""
+MIN_STEP_RAW = 128
+"""A change between two calls smaller than this is mostly template noise: no lesson from it."""
+PURE_SHARE = 0.8
+"""A change teaches one kind's ratio when that kind is at least this share of it."""
+KIND_MEMORY = 0.9
+"""Each lesson's weight in a kind's ratio fades by this factor with every later lesson."""
+PLAUSIBLE = (0.2, 5.0)
+"""A kind's observed ratio outside these multiples of the whole-prompt ratio is noise."""
+RawTally = dict[str, int]
+"""Raw estimate per content kind (see `content_kind`)."""
 
 
 def raw_estimate(message: Message) -> int:
@@ -29,6 +42,25 @@ def raw_estimate(message: Message) -> int:
     elif isinstance(message, ToolMessage):
         size += len(message.tool_call_id)
     return size // 4 + MESSAGE_OVERHEAD
+
+
+def content_kind(message: Message) -> str:
+    """Tokenizers split code, test logs and prose differently (Gemma 3: 2.6 to 4.1 bytes a
+    token), so each tool's output and each role learns a ratio of its own."""
+    return f"tool:{message.name}" if isinstance(message, ToolMessage) else message.kind
+
+
+def tally(messages: Iterable[Message]) -> RawTally:
+    """Raw estimate of these messages, per content kind."""
+    result: RawTally = {}
+    for message in messages:
+        kind = content_kind(message)
+        result[kind] = result.get(kind, 0) + raw_estimate(message)
+    return result
+
+
+def difference(after: Mapping[str, int], before: Mapping[str, int]) -> RawTally:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in after.keys() | before.keys()}
 
 
 def tools_estimate(tools: list[dict[str, Any]]) -> int:
@@ -67,23 +99,90 @@ class Budget:
 
 
 @dataclass
-class Calibration:
-    """Running ratio of real prompt tokens to the raw estimate, for this model."""
+class Ratio:
+    """A running real/raw ratio: the plain mean of the first samples, then an average that
+    follows the content's drift."""
 
-    ratio: float = 1.0
+    value: float = 1.0
     samples: int = 0
 
-    def update(self, real: int, raw: int) -> None:
-        if raw <= 0 or real <= 0:
-            return
-        observed = real / raw
+    def update(self, observed: float) -> None:
         self.samples += 1
-        # A plain mean for the first calls, then an average that follows the content's drift.
         weight = max(1 / self.samples, 0.2)
-        self.ratio += weight * (observed - self.ratio)
+        self.value += weight * (observed - self.value)
 
-    def tokens(self, raw: int) -> int:
-        return max(0, round(raw * self.ratio))
+
+@dataclass
+class KindRatio:
+    """Real/raw ratio of one content kind, each lesson weighted by its size: the big outputs,
+    which masking and the protected window decide on, set it (a test log and a grep are both
+    shell_exec, and differ)."""
+
+    real: float = 0.0
+    raw: float = 0.0
+
+    def update(self, observed: float, raw: int) -> None:
+        self.real = self.real * KIND_MEMORY + observed * raw
+        self.raw = self.raw * KIND_MEMORY + raw
+
+    @property
+    def value(self) -> float:
+        return self.real / self.raw
+
+
+class Calibration:
+    """Real prompt tokens per raw estimate, for this model: one ratio for whole prompts, and one
+    per content kind learnt from what changed between two calls."""
+
+    def __init__(self) -> None:
+        self.whole = Ratio()
+        self.kinds: dict[str, KindRatio] = {}
+
+    @property
+    def ratio(self) -> float:
+        return self.whole.value
+
+    @property
+    def samples(self) -> int:
+        return self.whole.samples
+
+    def update(self, real: int, raw: int) -> None:
+        if raw > 0 and real > 0:
+            self.whole.update(real / raw)
+
+    def update_step(self, real_change: int, raw_change: Mapping[str, int]) -> None:
+        """Learn from the change between two prompts, when one kind makes most of it (a step
+        that appended a file or a test log): the others are priced at what is known of them."""
+        changed = {k: d for k, d in raw_change.items() if d}
+        size = sum(abs(d) for d in changed.values())
+        if size < MIN_STEP_RAW:
+            return
+        kind, main = max(changed.items(), key=lambda item: abs(item[1]))
+        if abs(main) < PURE_SHARE * size:
+            return
+        rest = self.price({k: d for k, d in changed.items() if k != kind})
+        observed = (real_change - rest) / main
+        low, high = PLAUSIBLE
+        if low * self.ratio <= observed <= high * self.ratio:
+            self.kinds.setdefault(kind, KindRatio()).update(observed, abs(main))
+
+    def ratio_of(self, kind: str) -> float:
+        learnt = self.kinds.get(kind)
+        return learnt.value if learnt else self.ratio
+
+    def tokens(self, raw: int, kind: str | None = None) -> int:
+        ratio = self.ratio if kind is None else self.ratio_of(kind)
+        return max(0, round(raw * ratio))
+
+    def message_tokens(self, message: Message) -> int:
+        return self.tokens(raw_estimate(message), content_kind(message))
+
+    def tally_tokens(self, raw: Mapping[str, int]) -> int:
+        return max(0, round(self.price(raw)))
+
+    def price(self, raw: Mapping[str, int]) -> float:
+        """Calibrated tokens of a tally, which may be a (negative) change."""
+        return sum(self.ratio_of(k) * r for k, r in raw.items())
 
 
 @dataclass(frozen=True)
@@ -97,6 +196,8 @@ class Measurement:
     """Raw estimate of the prompt that was sent (messages + tool schemas)."""
     raw_reply: int
     silent_truncation: bool
+    raw_kinds: RawTally = field(default_factory=dict)
+    """`raw_prompt` per content kind (empty in journals written before kinds were kept)."""
 
 
 class Ledger:
@@ -113,35 +214,29 @@ class Ledger:
         """False for servers that refuse an oversized prompt instead of cutting it."""
         self.calibration = calibration or Calibration()
         self._anchor_real: int | None = None
-        self._anchor_raw = 0
+        self._anchor_raw: RawTally = {}
         self.truncation_suspected = False
 
     def measure(
         self,
-        raw_prompt: int,
+        raw_prompt: Mapping[str, int],
         raw_reply: int,
         reported: tuple[int, int, Literal["server", "timings"]] | None,
     ) -> Measurement:
         """Take in one call's figures; detect Ollama-style silent truncation on the way."""
-        expected = self.calibration.tokens(raw_prompt)
+        expected = self.calibration.tally_tokens(raw_prompt)
+        total, kinds = sum(raw_prompt.values()), dict(raw_prompt)
         if reported is None:
-            measurement = Measurement(
-                expected,
-                self.calibration.tokens(raw_reply),
-                "estimate",
-                raw_prompt,
-                raw_reply,
-                False,
-            )
+            reply = self.calibration.tokens(raw_reply, "assistant")
             self._anchor_real = None
-            return measurement
+            return Measurement(expected, reply, "estimate", total, raw_reply, False, kinds)
         prompt, completion, source = reported
         truncated = (
             self.detect_truncation
             and expected >= MIN_TOKENS_FOR_TRUNCATION_CHECK
             and (prompt < 0.5 * expected or prompt >= self.budget.limit - 1)
         )
-        measurement = Measurement(prompt, completion, source, raw_prompt, raw_reply, truncated)
+        measurement = Measurement(prompt, completion, source, total, raw_reply, truncated, kinds)
         self.apply(measurement)
         return measurement
 
@@ -152,22 +247,31 @@ class Ledger:
             # A truncated count describes what the server kept, not what we sent.
             self._anchor_real = None
             return
+        if self._anchor_real is not None and m.raw_kinds:
+            change = difference(m.raw_kinds, self._anchor_raw)
+            self.calibration.update_step(m.prompt_tokens - self._anchor_real, change)
         self.calibration.update(m.prompt_tokens, m.raw_prompt)
+        if not m.raw_kinds:
+            self._anchor_real = None
+            return
         self._anchor_real = m.prompt_tokens + m.completion_tokens
-        self._anchor_raw = m.raw_prompt + m.raw_reply
+        # The reply comes back in the next prompt with its template overhead, which the
+        # completion count did not include.
+        reply = m.raw_reply - MESSAGE_OVERHEAD
+        self._anchor_raw = {**m.raw_kinds}
+        self._anchor_raw["assistant"] = self._anchor_raw.get("assistant", 0) + reply
 
-    def calibrate_overflow(self, n_prompt_tokens: int, raw_prompt: int) -> None:
+    def calibrate_overflow(self, n_prompt_tokens: int, raw_prompt: Mapping[str, int]) -> None:
         """A llama-server overflow error carries the exact count of the refused prompt."""
-        self.calibration.update(n_prompt_tokens, raw_prompt)
+        self.calibration.update(n_prompt_tokens, sum(raw_prompt.values()))
         self._anchor_real = None
 
-    def project(self, raw_view: int) -> int:
+    def project(self, raw_view: Mapping[str, int]) -> int:
         """Tokens the next prompt will take, given the raw estimate of the view to send."""
         if self._anchor_real is None:
-            return self.calibration.tokens(raw_view)
-        return max(
-            0, self._anchor_real + round(self.calibration.ratio * (raw_view - self._anchor_raw))
-        )
+            return self.calibration.tally_tokens(raw_view)
+        change = self.calibration.price(difference(raw_view, self._anchor_raw))
+        return max(0, self._anchor_real + round(change))
 
     def zone(self, projected: int) -> Zone:
         if self.truncation_suspected:

@@ -190,11 +190,13 @@ def test_token_figures_never_negative(
     calls: list[tuple[int, int, int, bool]], raw_view: int
 ) -> None:
     ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
-    for raw_prompt, reported, completion, has_usage in calls:
-        m = ledger.measure(raw_prompt, 10, (reported, completion, "server") if has_usage else None)
+    for i, (raw_prompt, reported, completion, has_usage) in enumerate(calls):
+        kinds = {"tool:file_read": raw_prompt // 2, "user": raw_prompt - raw_prompt // 2 - i}
+        m = ledger.measure(kinds, 10, (reported, completion, "server") if has_usage else None)
         assert m.prompt_tokens >= 0
-        assert ledger.project(raw_view) >= 0
+        assert ledger.project({"tool:shell_exec": raw_view}) >= 0
         assert ledger.calibration.ratio >= 0
+        assert all(r.value >= 0 for r in ledger.calibration.kinds.values())
 
 
 def test_calibration_error_shrinks() -> None:
@@ -203,21 +205,21 @@ def test_calibration_error_shrinks() -> None:
     errors = []
     for raw in (1000, 1500, 2200, 3000, 4100, 5000):
         real = round(raw * 1.3)
-        errors.append(abs(ledger.project(raw) - real))
-        ledger.measure(raw, 0, (real, 0, "server"))
+        errors.append(abs(ledger.project({"user": raw}) - real))
+        ledger.measure({"user": raw}, 0, (real, 0, "server"))
     assert errors[0] > 250
     assert errors[-1] < 10
 
 
 def test_silent_truncation_detected_and_ignored_for_calibration() -> None:
     ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
-    ledger.measure(2000, 10, (2000, 10, "server"))
-    m = ledger.measure(6000, 10, (1500, 10, "server"))
+    ledger.measure({"user": 2000}, 10, (2000, 10, "server"))
+    m = ledger.measure({"user": 6000}, 10, (1500, 10, "server"))
     assert m.silent_truncation
     assert ledger.zone(100) == "hard"
     assert ledger.calibration.ratio == pytest.approx(1.0)
     pinned = Ledger(Budget.for_window(4096, 0.7, 0.9, 256, 0.05))
-    assert pinned.measure(3900, 0, (4095, 0, "server")).silent_truncation
+    assert pinned.measure({"user": 3900}, 0, (4095, 0, "server")).silent_truncation
 
 
 def test_budget_lines() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked
 from ouroboros.messages import Message, ToolMessage
-from ouroboros.tokens import Calibration, raw_estimate
+from ouroboros.tokens import Calibration, RawTally, content_kind, raw_estimate, tally
 
 
 class ContextView:
@@ -20,8 +20,8 @@ class ContextView:
         self.history: list[Message] = []
         self.view: list[Message] = []
         self.raw: list[int] = []
-        self.raw_total = 0
-        """Raw tokens of what `messages()` returns."""
+        self.raw_kinds: RawTally = {}
+        """Raw tokens of what `messages()` returns, per content kind."""
         self.start = 0
         self.snapshot: Message | None = None
         self.masked_ids: set[str] = set()
@@ -38,7 +38,14 @@ class ContextView:
         self.view.append(message)
         cost = raw_estimate(message)
         self.raw.append(cost)
-        self.raw_total += cost
+        self._add(content_kind(message), cost)
+
+    @property
+    def raw_total(self) -> int:
+        return sum(self.raw_kinds.values())
+
+    def _add(self, kind: str, cost: int) -> None:
+        self.raw_kinds[kind] = self.raw_kinds.get(kind, 0) + cost
 
     def mask(self, call_ids: Iterable[str]) -> int:
         """Mask these results in the view; returns the raw tokens reclaimed."""
@@ -53,7 +60,7 @@ class ContextView:
             cost = raw_estimate(replacement)
             reclaimed += self.raw[index] - cost
             if index >= self.start:
-                self.raw_total += cost - self.raw[index]
+                self._add(content_kind(original), cost - self.raw[index])
             self.raw[index] = cost
             self.view[index] = replacement
             self.masked_ids.add(call_id)
@@ -65,25 +72,28 @@ class ContextView:
             return list(self.view)
         return [self.view[0], self.snapshot, *self.view[self.start :]]
 
-    def compacted_total(self, start: int, snapshot: Message) -> int:
+    def compacted(self, start: int, snapshot: Message) -> RawTally:
         """Raw tokens `messages()` would hold after `compact(start, snapshot)`."""
-        return self.raw[0] + raw_estimate(snapshot) + sum(self.raw[start:])
+        return tally([self.view[0], snapshot, *self.view[start:]])
 
     def compact(self, start: int, snapshot: Message) -> None:
         """Replace `history[1:start]` in what is sent by `snapshot` (the history keeps all)."""
         self.start = start
         self.snapshot = snapshot
-        self.raw_total = self.compacted_total(start, snapshot)
+        self.raw_kinds = self.compacted(start, snapshot)
         self._cursor = max(self._cursor, start)
 
     def choose_masks(self, policy: MaskPolicy, calibration: Calibration, excess: int) -> list[str]:
         """Oldest unmasked results worth masking to reclaim `excess` calibrated tokens."""
-
-        def tokens(message: Message) -> int:
-            return calibration.tokens(raw_estimate(message))
-
         self._advance_cursor(policy, calibration)
-        return choose_masks(self.history, self.masked_ids, policy, tokens, excess, self._cursor)
+        return choose_masks(
+            self.history,
+            self.masked_ids,
+            policy,
+            calibration.message_tokens,
+            excess,
+            self._cursor,
+        )
 
     def all_but_protected(self, policy: MaskPolicy, calibration: Calibration) -> list[str]:
         """Everything outside the protected window: the response to a context-overflow error."""
@@ -93,7 +103,8 @@ class ContextView:
         # Skip messages that can never become candidates again (not results, masked, small).
         while self._cursor < len(self.history):
             message = self.history[self._cursor]
-            small = calibration.tokens(self.raw[self._cursor]) <= policy.min_tokens
+            kind = content_kind(message)
+            small = calibration.tokens(self.raw[self._cursor], kind) <= policy.min_tokens
             if (
                 isinstance(message, ToolMessage)
                 and message.tool_call_id not in self.masked_ids
