@@ -21,6 +21,8 @@ from ouroboros.messages import (
     UserMessage,
     tool_call_pairs_valid,
 )
+from ouroboros.state import RunState
+from ouroboros.state import _apply as fold_record
 from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate
 
 POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
@@ -209,6 +211,51 @@ def test_calibration_error_shrinks() -> None:
         ledger.measure({"user": raw}, 0, (real, 0, "server"))
     assert errors[0] > 250
     assert errors[-1] < 10
+
+
+def test_each_kind_learns_its_own_ratio_from_steps() -> None:
+    # A tokenizer that makes 1.4 tokens per raw unit of code and 0.8 of test logs (real ones
+    # differ by kind too: Gemma 3 gives 3.3 bytes a token on code, 4.1 on prose).
+    true_ratio = {"system": 1.1, "user": 1.1, "assistant": 1.0, "tool:file_read": 1.4}
+    true_ratio["tool:shell_exec"] = 0.8
+    ledger = Ledger(Budget.for_window(131072, 0.7, 0.9, 1024, 0.05))
+    prompt = {"system": 900, "user": 40}
+    sizes = [1200, 3100, 800, 2600, 1900, 3500, 700, 2200, 1500, 2900]
+    errors = []
+    for step, size in enumerate(sizes):
+        kind = "tool:file_read" if step % 2 else "tool:shell_exec"
+        prompt = {**prompt, "assistant": prompt.get("assistant", 0) + 30}
+        prompt[kind] = prompt.get(kind, 0) + size
+        real = round(sum(true_ratio[k] * raw for k, raw in prompt.items()))
+        errors.append(abs(ledger.project(prompt) - real) / real)
+        ledger.measure(prompt, 30, (real, 26, "server"))
+    calibration = ledger.calibration
+    assert calibration.ratio_of("tool:file_read") == pytest.approx(1.4, rel=0.03)
+    assert calibration.ratio_of("tool:shell_exec") == pytest.approx(0.8, rel=0.03)
+    assert max(errors[-4:]) < 0.01, errors
+    # One ratio for everything prices a 3,000-unit file a third too low or a log too high.
+    assert not 0.95 < calibration.ratio / 1.4 < 1.05
+
+
+def test_measurements_from_before_kinds_replay_without_an_anchor() -> None:
+    state = RunState()
+    usage = {
+        "turn": 1,
+        "prompt_tokens": 1300,
+        "completion_tokens": 20,
+        "source": "server",
+        "raw_prompt": 1000,
+        "raw_reply": 20,
+        "silent_truncation": False,
+    }
+    reply = AssistantMessage(content="ok").model_dump()
+    fold_record(state, {"kind": "message", "session": 1, "message": reply, "usage": usage})
+    ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
+    ledger.apply(state.measurements[0])
+    assert state.measurements[0].raw_kinds == {}
+    assert ledger.calibration.ratio == pytest.approx(1.3)
+    # No anchor to project from: the whole prompt is priced at the learnt ratio.
+    assert ledger.project({"user": 2000}) == 2600
 
 
 def test_silent_truncation_detected_and_ignored_for_calibration() -> None:
