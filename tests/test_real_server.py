@@ -21,6 +21,7 @@ import http.client
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -51,7 +52,7 @@ from ouroboros.messages import (
 )
 from ouroboros.servers import discover
 from ouroboros.state import Journal
-from ouroboros.tokens import Calibration, raw_estimate
+from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate, tally
 from tests.conftest import Project
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -752,3 +753,129 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
     finished = log_since(live, mark).finished
     assert finished == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usage]
     assert 2 <= len(before_kill.finished) < turns  # the rest by the revived server
+
+
+# --- per-kind calibration: tool outputs of clearly different token density ---------------------
+
+VOCABULARY = "ledger budget mask view journal retry stream window overflow compaction".split()
+SEEN_CODE = ("session", "supervisor", "report", "cli")
+UNSEEN_CODE = ("watch", "scripted", "llm", "servers")
+
+
+def pytest_log(seed: int, size: int) -> str:
+    """`pytest -v` output of about `size` bytes: paths, `::`, brackets and percentages, which the
+    tokenizer cuts much finer than code."""
+    pick = random.Random(seed).choice
+    rows: list[str] = []
+    while sum(len(r) + 1 for r in rows) < size:
+        outcome = pick(("PASSED",) * 9 + ("FAILED",))
+        rows.append(
+            f"tests/test_{pick(VOCABULARY)}.py::test_{pick(VOCABULARY)}_{pick(VOCABULARY)} "
+            f"{outcome} [{len(rows) * 3 % 100:3d}%]"
+        )
+    failed, name = sum("FAILED" in r for r in rows), f"test_{pick(VOCABULARY)}"
+    return "\n".join([
+        "============================= test session starts ==============================",
+        f"platform linux -- Python 3.11.{seed % 10}, pytest-8.3.{seed % 5}, pluggy-1.5.0",
+        f"collected {len(rows)} items", "", *rows, "",
+        "=================================== FAILURES ===================================",
+        f"{'_' * 28} {name} {'_' * 28}", "", f"    def {name}():", f"        got = count({seed})",
+        ">       assert got == 4", f"E       assert {seed % 7} == 4", "",
+        f"tests/{name}.py:{40 + seed}: AssertionError",
+        f"===== {failed} failed, {len(rows) - failed} passed in {seed % 9 + 1}.{seed % 10}s =====",
+    ])  # fmt: skip
+
+
+def dir_listing(seed: int, size: int) -> str:
+    rng = random.Random(seed)
+    rows: list[str] = []
+    while sum(len(r) + 1 for r in rows) < size:
+        name = f"{rng.choice(VOCABULARY)}_{rng.choice(VOCABULARY)}.py"
+        rows.append(f"{name:<28} {rng.randrange(100, 90_000):>7,} bytes")
+    return "\n".join(rows)
+
+
+def tool_output(tool: str, seed: int, code: tuple[str, ...]) -> str:
+    """2-6 KB of project source, 2-6 KB of test log, or a ~1 KB listing."""
+    size = 2000 + seed * 1237 % 4000
+    if tool == "list_dir":
+        return dir_listing(seed, 700 + seed * 331 % 600)
+    if tool == "shell_exec":
+        return pytest_log(seed, size)
+    source = (PROJECT_ROOT / "ouroboros" / f"{code[seed % len(code)]}.py").read_text()
+    start = seed * 997 % max(1, len(source) - size)
+    return source[start : start + size]
+
+
+def test_calibration_per_kind_prices_code_logs_and_prose_apart(live: Any) -> None:
+    """A ledger fed a session's calls learns one ratio per tool from what each step appended,
+    and prices new results of each tool nearer the server's own count than the one ratio of
+    whole prompts does (that one is a blend of code, logs, listings and prose)."""
+    root = live.root_url
+
+    def count(messages: list[Message]) -> int:
+        return server_count(root, [to_wire(m) for m in messages])
+
+    tools = ("file_read", "shell_exec", "list_dir")
+    system = SystemMessage(content=(PROJECT_ROOT / "SYSTEM_PROMPT.md").read_text())
+    messages: list[Message] = [system, UserMessage(content="Find why the ledger test fails.")]
+    ledger = Ledger(Budget.for_window(32768, 0.7, 0.9, 1024, 0.05))
+    for step in range(12):
+        tool = tools[step % 3]
+        call = ToolCall(id=f"call_{step}", name=tool, arguments=json.dumps({"path": f"p{step}"}))
+        reply = AssistantMessage(
+            content=f"Step {step}: the {tool} output should show where it goes wrong.",
+            tool_calls=(call,),
+        )
+        # As `Session.record_reply` does: this call's prompt, and the reply it got back with its
+        # completion tokens (the text only: this template drops tool calls), so that the next
+        # step's change is the result plus the reply's template overhead, as in a session.
+        completion = len(post(f"{root}/tokenize", {"content": reply.content})["tokens"])
+        prompt = count(messages)
+        ledger.measure(tally(messages), raw_estimate(reply), (prompt, completion, "server"))
+        output = tool_output(tool, step, SEEN_CODE)
+        messages += [reply, ToolMessage(tool_call_id=call.id, name=tool, content=output)]
+    calibration = ledger.calibration
+    assert {f"tool:{t}" for t in tools} <= set(calibration.kinds)
+
+    def cost(result: ToolMessage, base_system: SystemMessage, pad: str) -> int:
+        """Tokens one result adds to a prompt: the base ends with a result too, so both prompts
+        end alike (an assistant message last would be a prefill, which the server refuses)."""
+        calls = (
+            ToolCall(id="pad", name="file_read", arguments="{}"),
+            ToolCall(id=result.tool_call_id, name=result.name, arguments="{}"),
+        )
+        base: list[Message] = [
+            base_system,
+            UserMessage(content="Go on."),
+            AssistantMessage(tool_calls=calls),
+            ToolMessage(tool_call_id="pad", name="file_read", content=pad),
+        ]
+        return count([*base, result]) - count(base)
+
+    brief = SystemMessage(content="Be brief.")
+    errors: dict[str, list[tuple[float, float]]] = {}  # per tool: (per kind, whole ratio)
+    for tool in tools:
+        for seed in range(20, 24):  # seeds and source files the ledger has not seen
+            content = tool_output(tool, seed, UNSEEN_CODE)
+            result = ToolMessage(tool_call_id=f"new_{seed}", name=tool, content=content)
+            real = cost(result, system, "ok")
+            # Nothing merges across a message's edges: the same cost after another history.
+            assert cost(result, brief, tool_output("file_read", 0, SEEN_CODE)) == real
+            priced = calibration.message_tokens(result), calibration.tokens(raw_estimate(result))
+            kind_error, whole_error = (abs(p - real) / real for p in priced)
+            errors.setdefault(tool, []).append((kind_error, whole_error))
+
+    def mean_error(way: int, *of: str) -> float:
+        picked = [e[way] for tool in of or tools for e in errors[tool]]
+        return sum(picked) / len(picked)
+
+    per_kind, whole = mean_error(0), mean_error(1)
+    figures = {
+        "per kind": per_kind,
+        "whole": whole,
+        "by tool (per kind, whole)": {t: (mean_error(0, t), mean_error(1, t)) for t in tools},
+        "ratios": {"whole": calibration.ratio} | {k: r.value for k, r in calibration.kinds.items()},
+    }
+    assert per_kind < whole / 2, figures
+    assert per_kind < 0.06, figures
