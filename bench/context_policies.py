@@ -18,11 +18,12 @@ overflow (llama-server refuses it; Ollama would silently cut it). Each policy ru
   over 70% of the window (no protected window, no minimum size); a restart at the hard line.
 
 Per policy and window it prints the sessions (with the lower bound that the unmaskable part alone
-forces, and the least sessions any policy needs that keeps the 3 newest results whole), overflows, prompt tokens of the accepted requests, mean and peak fill (prompt / window
-over every request sent, refused ones included), and the share of calls whose prompt held the 3
-newest tool results exactly as the tools printed them (not capped, masked or left behind at a
-restart). Then the harness's own context work per turn (view, ledger, masking decision) at 1,000
-and 5,000 messages in one session, and PASS/FAIL against the targets of the issue.
+forces, and the least sessions any policy needs that keeps the 3 newest results whole), overflows,
+prompt tokens of the accepted requests, mean and peak fill (prompt / window over every request
+sent, refused ones included), and the share of calls whose prompt held the 3 newest tool results
+exactly as the tools printed them (not capped, masked or left behind at a restart). Then the
+harness's own context work per turn (view, ledger, masking decision) at 1,000 and 5,000 messages
+in one session, and PASS/FAIL against the targets of the issue.
 
 Settings are the defaults of `ouroboros.config` (the environment and config.toml are ignored).
 
@@ -95,7 +96,7 @@ RECENT = 3
 """How many of the newest observations the intact-share metric looks at."""
 PERF_SIZES = (1_000, 5_000)
 PERF_TURNS = 150
-PERF_REPEATS = 3
+PERF_REPEATS = 5
 PERF_MAX_RATIO = 1.5
 PERF_MAX_US = 1_000.0
 

@@ -137,6 +137,8 @@ class Calibration:
     def __init__(self) -> None:
         self.whole = Ratio()
         self.kinds: dict[str, KindRatio] = {}
+        self._ratios: dict[str, float] = {}
+        """The kinds' current values, read on every projection."""
 
     @property
     def ratio(self) -> float:
@@ -164,11 +166,12 @@ class Calibration:
         observed = (real_change - rest) / main
         low, high = PLAUSIBLE
         if low * self.ratio <= observed <= high * self.ratio:
-            self.kinds.setdefault(kind, KindRatio()).update(observed, abs(main))
+            learnt = self.kinds.setdefault(kind, KindRatio())
+            learnt.update(observed, abs(main))
+            self._ratios[kind] = learnt.value
 
     def ratio_of(self, kind: str) -> float:
-        learnt = self.kinds.get(kind)
-        return learnt.value if learnt else self.ratio
+        return self._ratios.get(kind, self.whole.value)
 
     def tokens(self, raw: int, kind: str | None = None) -> int:
         ratio = self.ratio if kind is None else self.ratio_of(kind)
@@ -182,7 +185,8 @@ class Calibration:
 
     def price(self, raw: Mapping[str, int]) -> float:
         """Calibrated tokens of a tally, which may be a (negative) change."""
-        return sum(self.ratio_of(k) * r for k, r in raw.items())
+        ratios, whole = self._ratios, self.whole.value
+        return sum(ratios.get(k, whole) * r for k, r in raw.items())
 
 
 @dataclass(frozen=True)
