@@ -101,8 +101,11 @@ class ScriptedServer:
         n_ctx: int | None = None,
         model: str = "scripted",
         renders_tools: bool = True,
+        ollama_version: str = "0.33.0",
     ):
         self.dialect = dialect
+        self.ollama_version = ollama_version
+        """0.30.0 counts only the prompt tokens it had to process, as that release did."""
         self.n_ctx = n_ctx
         self.model = model
         self.renders_tools = renders_tools
@@ -222,7 +225,7 @@ class ScriptedServer:
                 return {"status": "ok"}
             return None
         if path == "/api/version":
-            return {"version": "0.33.0"}
+            return {"version": self.ollama_version}
         if path == "/api/tags":
             return {"models": [{"name": self.model}]}
         if path == "/api/ps":
@@ -358,7 +361,10 @@ class _Stream:
         if isinstance(limit, int) and completion >= limit:
             completion, finish = limit, "length"  # stopped at max_tokens, as the real servers do
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else self.prompt
-        cached = min(self.owner.cached_prefix(self.body), prompt) if llama else 0
+        new_only = not llama and self.owner.ollama_version == "0.30.0"
+        cached = min(self.owner.cached_prefix(self.body), prompt) if llama or new_only else 0
+        if new_only:
+            prompt -= cached
         timings = {
             "cache_n": cached,
             "prompt_n": prompt - cached,

@@ -23,6 +23,10 @@ class ServerInfo:
     """False when the server says the model's chat template drops tool schemas (llama-server
     `/props` `chat_template_caps.supports_tools`); None when it does not say."""
 
+    counts_whole_prompt: bool = True
+    """False when the usage counts only the prompt tokens the server had to process, leaving
+    out its cache (Ollama 0.30.0, and Ollama before 0.2.0)."""
+
     @property
     def truncates_silently(self) -> bool:
         """llama-server and vLLM refuse an oversized prompt with a 400; they never cut it."""
@@ -100,7 +104,13 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
                 f"model {model!r} is not pulled on this Ollama server: run `ollama pull {model}`"
             )
         window, detail = await _ollama_window(client, root, model)
-        return ServerInfo("ollama", window, f"{detail} (Ollama {version['version']})")
+        number = str(version["version"])
+        return ServerInfo(
+            "ollama",
+            window,
+            f"{detail} (Ollama {number})",
+            counts_whole_prompt=_ollama_counts_whole_prompt(number),
+        )
     props = await _get(client, f"{root}/props")
     if isinstance(props, dict) and "default_generation_settings" in props:
         n_ctx = props["default_generation_settings"].get("n_ctx")
@@ -123,6 +133,17 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
         if "max_model_len" in entry and entry.get("id") == model:
             return ServerInfo("vllm", entry["max_model_len"], "vLLM /v1/models max_model_len")
     return ServerInfo("unknown", None, "the server does not report its window")
+
+
+def _ollama_counts_whole_prompt(version: str) -> bool:
+    """servers.md 1b: `prompt_eval_count` left out cached tokens before 0.2.0 and again in
+    0.30.0 (fixed in 0.30.1)."""
+    parts = version.split("-")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return True  # an unusual version string (a dev build): assume the usual semantics
+    return not ((major, minor) < (0, 2) or version.split("-")[0] == "0.30.0")
 
 
 def choose_window(configured: int, info: ServerInfo) -> tuple[int, str | None]:

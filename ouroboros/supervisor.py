@@ -178,7 +178,19 @@ class Supervisor:
             hard_line=budget.hard_line,
         )
         calibration = Calibration()
-        ledger = Ledger(budget, calibration, detect_truncation=info.truncates_silently)
+        ledger = Ledger(
+            budget,
+            calibration,
+            detect_truncation=info.truncates_silently and info.counts_whole_prompt,
+            trust_reported=info.counts_whole_prompt,
+        )
+        if not info.counts_whole_prompt:
+            self.log.emit(
+                "warning",
+                message=f"{info.detail}: this version reports only the prompt tokens it had to "
+                "process, not those it took from its cache, so the harness estimates the context "
+                "instead of measuring it (upgrade Ollama to 0.30.1 or later)",
+            )
         if info.renders_tools is False:
             self.log.emit(
                 "warning",

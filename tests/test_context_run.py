@@ -6,7 +6,10 @@ import itertools
 import json
 from typing import Any
 
-from ouroboros.scripted import Reply, ScriptedServer, tool
+import pytest
+
+from ouroboros.scripted import Reply, ScriptedServer, count_tokens, tool
+from ouroboros.servers import _ollama_counts_whole_prompt
 from tests.conftest import Project
 
 PLACEHOLDER = "[file_read result masked:"
@@ -127,17 +130,11 @@ def test_overflow_when_server_hides_its_window(project: Project) -> None:
     assert overflows[0]["n_ctx"] == 3000
     first = overflows[0]
     # The retry after the first overflow was smaller: masked, not the same request again.
-    refused = next(i for i, b in enumerate(requests) if _tokens(b) >= 3000)
+    refused = next(i for i, b in enumerate(requests) if count_tokens(b) >= 3000)
     retry = requests[refused + 1]
     assert json.dumps(retry) != json.dumps(requests[refused])
     assert any(PLACEHOLDER in c for c in tool_contents(retry))
     assert first["attempt"] == 1
-
-
-def _tokens(body: dict[str, Any]) -> int:
-    from ouroboros.scripted import count_tokens
-
-    return count_tokens(body)
 
 
 def test_silent_truncation_is_detected(project: Project) -> None:
@@ -175,3 +172,30 @@ def test_template_without_tools_is_no_silent_truncation(project: Project) -> Non
             abs(line["estimated_prompt_tokens"] - line["prompt_tokens"])
             < 0.25 * line["prompt_tokens"]
         )
+
+
+def test_ollama_0_30_0_counts_are_estimated_not_taken_for_truncation(project: Project) -> None:
+    """Ollama 0.30.0 counted only the prompt tokens it had to process (servers.md 1b): with its
+    cache that is far below what was sent, which must read neither as a measurement nor as a
+    silent truncation."""
+    fill_workspace(project, files=4, words=400)
+    server = ScriptedServer(reader(4), dialect="ollama", n_ctx=32768, ollama_version="0.30.0")
+    with server:
+        project.configure(server.url, supervisor={"max_total_turns": 5, "max_restarts": 0})
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    # The cache left out: far below what was sent, which the harness must not take as a count.
+    assert server.reported[-1]["prompt_tokens"] < count_tokens(server.chat_requests()[-1]) / 2
+    assert any("0.30.1" in w["message"] for w in project.events("warning"))
+    assert not project.events("silent_truncation")
+    assert not project.events("wind_down")
+    assert {line["source"] for line in project.usage()} == {"estimate"}
+
+
+@pytest.mark.parametrize(
+    ("version", "whole"),
+    [("0.30.0", False), ("0.30.0-rc2", False), ("0.1.32", False), ("0.30.1", True),
+     ("0.29.6", True), ("0.33.0", True), ("main", True)],
+)  # fmt: skip
+def test_which_ollama_versions_count_the_whole_prompt(version: str, whole: bool) -> None:
+    assert _ollama_counts_whole_prompt(version) is whole
