@@ -45,6 +45,8 @@ class ToolMessage(_Record):
     """For `shell_exec`: kept so a masked placeholder can still say how the command ended."""
     arguments: str = ""
     """The call's arguments, kept so a placeholder can name the file it read."""
+    masked: bool = False
+    """This is a placeholder standing for the result (never sent: the model sees the text)."""
 
 
 Message = Annotated[

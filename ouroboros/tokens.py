@@ -51,7 +51,9 @@ def raw_estimate(message: Message) -> int:
 def content_kind(message: Message) -> str:
     """Tokenizers split code, test logs and prose differently (Gemma 3: 2.6 to 4.1 bytes a
     token), so each tool's output and each role learns a ratio of its own."""
-    return f"tool:{message.name}" if isinstance(message, ToolMessage) else message.kind
+    if isinstance(message, ToolMessage):
+        return "placeholder" if message.masked else f"tool:{message.name}"
+    return message.kind
 
 
 def tally(messages: Iterable[Message]) -> RawTally:

@@ -23,7 +23,7 @@ from ouroboros.messages import (
 )
 from ouroboros.state import RunState
 from ouroboros.state import _apply as fold_record
-from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate
+from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate, tally
 
 POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
 
@@ -133,6 +133,7 @@ def test_incremental_view_equals_the_pure_function(
         view.mask(view.choose_masks(POLICY, calibration, excess))
     assert view.view == apply_masks(history, view.masked_ids)
     assert view.raw_total == sum(raw_estimate(m) for m in view.view)
+    assert {k: v for k, v in view.raw_kinds.items() if v} == tally(view.view)
 
 
 @given(histories(complete=False), st.integers(1, 6), st.integers(0, 5000))

@@ -45,7 +45,7 @@ def placeholder(message: ToolMessage) -> str:
 
 
 def masked(message: ToolMessage) -> ToolMessage:
-    return message.model_copy(update={"content": placeholder(message)})
+    return message.model_copy(update={"content": placeholder(message), "masked": True})
 
 
 def apply_masks(messages: Sequence[Message], masked_ids: Collection[str]) -> list[Message]:

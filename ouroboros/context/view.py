@@ -60,7 +60,8 @@ class ContextView:
             cost = raw_estimate(replacement)
             reclaimed += self.raw[index] - cost
             if index >= self.start:
-                self._add(content_kind(original), cost - self.raw[index])
+                self._add(content_kind(original), -self.raw[index])
+                self._add(content_kind(replacement), cost)
             self.raw[index] = cost
             self.view[index] = replacement
             self.masked_ids.add(call_id)
