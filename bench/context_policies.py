@@ -664,6 +664,13 @@ class Replay:
 # --- derived figures --------------------------------------------------------------------------
 
 
+def session_fixed_tokens(limit: int, server: TokenServer) -> int:
+    """What every session's prompt holds before any turn: tool schemas, system prompt, opening."""
+    opening = UserMessage(content=prompts.FIRST_MESSAGE, origin="restart")
+    system = server.message_tokens(system_message(limit))
+    return server.tools_tokens + system + server.message_tokens(opening)
+
+
 def lower_bound(limit: int, script: list[Step], server: TokenServer) -> tuple[int, int, int]:
     """(unmaskable tokens, usable tokens per session, sessions they force at the least)."""
     budget = budget_for(default_settings(), limit)
@@ -676,13 +683,7 @@ def lower_bound(limit: int, script: list[Step], server: TokenServer) -> tuple[in
             unmaskable += min(server.message_tokens(full), server.message_tokens(masked(full)))
         if not step.observations:
             unmaskable += continue_tokens
-    opening = UserMessage(content=prompts.FIRST_MESSAGE, origin="restart")
-    fixed = (
-        server.tools_tokens
-        + server.message_tokens(system_message(limit))
-        + server.message_tokens(opening)
-    )
-    usable = budget.prompt_budget - fixed
+    usable = budget.prompt_budget - session_fixed_tokens(limit, server)
     return unmaskable, usable, math.ceil(unmaskable / usable)
 
 
@@ -697,12 +698,7 @@ def floor_keeping_recent(limit: int, script: list[Step], server: TokenServer) ->
     budget = budget_for(settings, limit)
     cap, policy = tool_output_cap(settings, budget), mask_policy(settings, budget)
     continue_tokens = server.message_tokens(UserMessage(content=prompts.CONTINUE))
-    opening = UserMessage(content=prompts.FIRST_MESSAGE, origin="restart")
-    fixed = (
-        server.tools_tokens
-        + server.message_tokens(system_message(limit))
-        + server.message_tokens(opening)
-    )
+    fixed = session_fixed_tokens(limit, server)
 
     def unmasked_extra(recent: list[tuple[int, int]]) -> int:
         """What the protected results cost over their placeholders (`protected_ids`' rule)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from ouroboros import prompts
 from ouroboros.config import Settings
@@ -42,6 +42,12 @@ COMPACTION_REGROWTH = 1.25
 """After a failed compaction, how much the view must grow before the next try."""
 SNAPSHOT_CHARS_PER_TOKEN = 3
 """The snapshot call's transcript is cut to fit the window (conservatively, per token)."""
+
+
+def reported(completion: Completion) -> tuple[int, int, Literal["server", "timings"]] | None:
+    """The server's own figures for this call, if it gave any."""
+    usage = completion.usage
+    return (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
 
 
 class SessionEnded(Exception):
@@ -178,11 +184,10 @@ class Session:
         raise AssertionError("unreachable")
 
     def record_reply(self, completion: Completion, raw_prompt: RawTally) -> None:
-        usage = completion.usage
-        reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
         estimate = self.h.ledger.calibration.tally_tokens(raw_prompt)
         turn = self.state.session_turns + 1
-        m = self.h.ledger.measure(raw_prompt, raw_estimate(completion.message), reported)
+        raw_reply = raw_estimate(completion.message)
+        m = self.h.ledger.measure(raw_prompt, raw_reply, reported(completion))
         self.append(completion.message, {"turn": turn, **m.__dict__})
         self.log_usage(m, turn, estimate, completion.finish_reason)
         budget = self.h.ledger.budget
@@ -209,9 +214,8 @@ class Session:
         window a result is cut to fit, rather than ending the session before the agent could
         save its state."""
         room = self.h.ledger.budget.prompt_budget - self.projected()
-        calibration = self.h.ledger.calibration
-        # Priced as the densest tool output seen: a cut result must fit whatever it holds.
-        ratio = max([calibration.ratio, *(r.value for r in calibration.kinds.values()), 0.1])
+        # Priced as the densest content seen: a cut result must fit whatever it holds.
+        ratio = max(self.h.ledger.calibration.densest(), 0.1)
         room_bytes = int(room * BYTES_PER_RAW_TOKEN / ratio / max(calls, 1) * ROOM_SHARE)
         return max(MIN_OUTPUT_BYTES, min(self.h.tools.max_output_bytes, room_bytes))
 
@@ -419,17 +423,9 @@ class Session:
 
     def record_side_call(self, completion: Completion, raw_prompt: RawTally, purpose: str) -> None:
         """A call outside the conversation: its tokens count, but it is no turn and no anchor."""
-        usage = completion.usage
-        calibration = self.h.ledger.calibration
-        raw_reply = raw_estimate(completion.message)
-        estimate = calibration.tally_tokens(raw_prompt)
-        total = sum(raw_prompt.values())
-        if usage:
-            prompt, reply = usage.prompt_tokens, usage.completion_tokens
-            m = Measurement(prompt, reply, usage.source, total, raw_reply, False, raw_prompt)
-        else:
-            reply = calibration.tokens(raw_reply, "assistant")
-            m = Measurement(estimate, reply, "estimate", total, raw_reply, False, raw_prompt)
+        ledger = self.h.ledger
+        estimate = ledger.calibration.tally_tokens(raw_prompt)
+        m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported(completion))
         turn = self.state.session_turns
         self.h.journal.record(
             "usage", session=self.state.session, turn=turn, purpose=purpose, **m.__dict__

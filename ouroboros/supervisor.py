@@ -181,7 +181,7 @@ class Supervisor:
         ledger = Ledger(
             budget,
             calibration,
-            detect_truncation=info.truncates_silently and info.counts_whole_prompt,
+            detect_truncation=info.truncates_silently,
             trust_reported=info.counts_whole_prompt,
         )
         if not info.counts_whole_prompt:

@@ -186,6 +186,10 @@ class Calibration:
     def message_tokens(self, message: Message) -> int:
         return self.tokens(raw_estimate(message), content_kind(message))
 
+    def densest(self) -> float:
+        """The highest ratio learnt: what a result of unknown content may cost per raw unit."""
+        return max([self.whole.value, *self._ratios.values()])
+
     def tally_tokens(self, raw: Mapping[str, int]) -> int:
         return max(0, round(self.price(raw)))
 
@@ -230,18 +234,18 @@ class Ledger:
         self._anchor_raw: RawTally = {}
         self.truncation_suspected = False
 
-    def measure(
+    def figures(
         self,
         raw_prompt: Mapping[str, int],
         raw_reply: int,
         reported: tuple[int, int, Literal["server", "timings"]] | None,
     ) -> Measurement:
-        """Take in one call's figures; detect Ollama-style silent truncation on the way."""
+        """One call's figures: the server's where they can be trusted, else the calibrated
+        estimate; a count far below the estimate is flagged as an Ollama-style truncation."""
         expected = self.calibration.tally_tokens(raw_prompt)
         total, kinds = sum(raw_prompt.values()), dict(raw_prompt)
         if reported is None or not self.trust_reported:
             reply = self.calibration.tokens(raw_reply, "assistant")
-            self._anchor_real = None
             return Measurement(expected, reply, "estimate", total, raw_reply, False, kinds)
         prompt, completion, source = reported
         truncated = (
@@ -249,7 +253,16 @@ class Ledger:
             and expected >= MIN_TOKENS_FOR_TRUNCATION_CHECK
             and (prompt < 0.5 * expected or prompt >= self.budget.limit - 1)
         )
-        measurement = Measurement(prompt, completion, source, total, raw_reply, truncated, kinds)
+        return Measurement(prompt, completion, source, total, raw_reply, truncated, kinds)
+
+    def measure(
+        self,
+        raw_prompt: Mapping[str, int],
+        raw_reply: int,
+        reported: tuple[int, int, Literal["server", "timings"]] | None,
+    ) -> Measurement:
+        """A conversation turn's figures: they move the anchor and teach the calibration."""
+        measurement = self.figures(raw_prompt, raw_reply, reported)
         self.apply(measurement)
         return measurement
 
