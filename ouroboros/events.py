@@ -26,6 +26,7 @@ EventKind = Literal[
     "compaction",
     "compaction_failed",
     "wind_down",
+    "wind_down_missed",
     "silent_truncation",
     "context_overflow",
     "retry",

@@ -47,6 +47,15 @@ class ToolMessage(_Record):
     """The call's arguments, kept so a placeholder can name the file it read."""
     masked: bool = False
     """This is a placeholder standing for the result (never sent: the model sees the text)."""
+    output_bytes: int | None = None
+    """Size of the whole output before any cap (None in journals written before it was kept)."""
+    output_lines: int | None = None
+    saved_to: str | None = None
+    """Where in the workspace the whole output was saved, when `content` does not hold it all."""
+    room_bytes: int | None = None
+    """`content` is the output at the run's normal cap; the session it ran in had room for only
+    this many bytes, so it was shown cut to that (`context.truncate.shown`). A session with room
+    shows it whole again."""
 
 
 Message = Annotated[

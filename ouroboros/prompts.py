@@ -72,11 +72,12 @@ def restart_marker(
     )
 
 
-def wind_down(used: int, limit: int, turns_left: int) -> str:
+def wind_down(room: int, turns_left: int) -> str:
     return (
-        f"Context is {used / limit:.0%} full ({limit - used:,} tokens left). Save what matters to "
-        f"your workspace files and SYSTEM_PROMPT.md now: progress, findings, next steps. The "
-        f"session restarts after {turns_left} more replies, with only your last few turns."
+        f"This session is nearly full: about {room:,} tokens are left before it ends. Save what "
+        "matters to your workspace files and SYSTEM_PROMPT.md now: progress, findings, next "
+        f"steps. The session restarts after {turns_left} more replies; the next one begins with "
+        "your last reply and its results."
     )
 
 

@@ -16,11 +16,13 @@ from ouroboros.config import Settings
 from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.view import ContextView
+from ouroboros.context.winddown import RECENT, WindDownLine, place
 from ouroboros.events import EventLog
 from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.state import Journal
 from ouroboros.tokens import (
+    MESSAGE_OVERHEAD,
     SCHEMA_KIND,
     Ledger,
     Measurement,
@@ -173,7 +175,7 @@ class Session:
                 )
                 if e.n_prompt_tokens:
                     self.h.ledger.calibrate_overflow(e.n_prompt_tokens, raw_prompt)
-                if attempt == 2 or not self.mask(
+                if attempt == 2 or not await self.mask(
                     self.view.all_but_protected(self.h.mask_policy, self.h.ledger.calibration),
                     reason="overflow",
                 ):
@@ -210,13 +212,17 @@ class Session:
     # --- tools ------------------------------------------------------------------------------
 
     def output_cap(self, calls: int) -> int:
-        """The room left under the budget, shared by this reply's calls: near the top of the
-        window a result is cut to fit, rather than ending the session before the agent could
-        save its state."""
-        room = self.h.ledger.budget.prompt_budget - self.projected()
+        """Bytes each of this reply's results may keep: the room left, after what masking could
+        free, below the hard line (so the wind-down's room stays free), or below the cut once
+        the wind-down began; shared by the reply's calls. A result cut for room is saved whole
+        and shown whole again in a session that has room."""
+        budget, calibration = self.h.ledger.budget, self.h.ledger.calibration
+        winding = self.state.wind_down_replies is not None
+        line = budget.prompt_budget if winding else self.lines().hard_line
+        floor = self.projected() - self.view.reclaimable(self.h.mask_policy, calibration, calls)
         # Priced as the densest content seen: a cut result must fit whatever it holds.
-        ratio = max(self.h.ledger.calibration.densest(), 0.1)
-        room_bytes = int(room * BYTES_PER_RAW_TOKEN / ratio / max(calls, 1) * ROOM_SHARE)
+        ratio = max(calibration.densest(), 0.1)
+        room_bytes = int((line - floor) * BYTES_PER_RAW_TOKEN / ratio / max(calls, 1) * ROOM_SHARE)
         return max(MIN_OUTPUT_BYTES, min(self.h.tools.max_output_bytes, room_bytes))
 
     async def run_tool(self, call: ToolCall, max_bytes: int | None = None) -> None:
@@ -225,12 +231,14 @@ class Session:
         )
         outcome = await self.h.tools.run(call, max_bytes)
         self.append(outcome.message)
-        kept = len(outcome.message.content.encode())
+        kept = len(self.view.view[-1].content.encode())
         self.h.log.emit(
             "tool_call",
             session=self.state.session,
             turn=self.state.session_turns,
+            call_id=call.id,
             name=call.name,
+            result_tokens=self.h.ledger.calibration.message_tokens(self.view.view[-1]),
             arguments_bytes=len(call.arguments.encode()),
             duration_s=round(outcome.duration_s, 3),
             exit_code=outcome.message.exit_code,
@@ -280,9 +288,13 @@ class Session:
 
     # --- context ----------------------------------------------------------------------------
 
-    def mask(self, call_ids: list[str], reason: str) -> bool:
+    async def mask(self, call_ids: list[str], reason: str) -> bool:
         if not call_ids:
             return False
+        # A placeholder says where the whole result can be read again: make it true first.
+        await self.h.tools.save_whole(
+            [self.view.history[self.view.index_of(call_id)] for call_id in call_ids]
+        )
         before = self.projected()
         self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
         self.view.mask(call_ids)
@@ -306,51 +318,91 @@ class Session:
         return self.h.ledger.project(self.raw_prompt())
 
     async def manage_context(self) -> None:
-        """Mask (or compact) past the soft line; wind down past the hard one; end when full."""
-        strategy = self.h.settings.context.strategy
-        budget = self.h.ledger.budget
+        """Past the soft line, or (before a wind-down) past the point where the wind-down must
+        start: free room as configured (mask, or compact). Then wind down, or end when full."""
+        lines = self.lines()
         requested = self.take_compaction_request()
-        over_soft = self.projected() >= budget.soft_line
-        if requested or (over_soft and strategy == "compact"):
-            if not await self.compact(forced=requested) and over_soft:
-                self.mask_down_to_target()
-        elif over_soft:
-            self.mask_down_to_target()
-            if strategy == "mask_then_compact" and self.projected() >= budget.soft_line:
-                await self.compact(forced=False)
-        self.wind_down_or_end(self.projected())
+        line, target, reason = self.room_wanted(lines)
+        if requested or self.projected() >= line:
+            await self.free_room(line, target, reason, forced=requested)
+        await self.wind_down_or_end(lines)
 
-    def mask_down_to_target(self) -> None:
-        c = self.h.settings.context
-        budget = self.h.ledger.budget
-        target = max(budget.soft_line - int(c.mask_hysteresis * budget.prompt_budget), 0)
-        excess = self.projected() - target
+    def room_wanted(self, lines: WindDownLine) -> tuple[int, int, str]:
+        """The line past which room is freed, and how far below it: the soft line down to its
+        hysteresis; the wind-down start (when it comes first) down to just below it."""
+        c, budget = self.h.settings.context, self.h.ledger.budget
+        soft_target = budget.soft_line - int(c.mask_hysteresis * budget.prompt_budget)
+        if self.state.wind_down_replies is None and lines.hard_line < budget.soft_line:
+            return lines.hard_line, min(soft_target, lines.hard_line - 1), "wind_down_line"
+        return budget.soft_line, soft_target, "soft_threshold"
+
+    async def free_room(self, line: int, target: int, reason: str, forced: bool) -> None:
+        strategy = self.h.settings.context.strategy
+        if forced or strategy == "compact":
+            if not await self.compact(forced=forced) and self.projected() >= line:
+                await self.mask_down_to(target, reason)
+            return
+        await self.mask_down_to(target, reason)
+        if strategy == "mask_then_compact" and self.projected() >= line:
+            await self.compact(forced=False)
+
+    async def mask_down_to(self, target: int, reason: str) -> None:
+        excess = self.projected() - max(target, 0)
         chosen = self.view.choose_masks(self.h.mask_policy, self.h.ledger.calibration, excess)
-        self.mask(chosen, reason="soft_threshold")
+        await self.mask(chosen, reason=reason)
 
-    def wind_down_or_end(self, projected: int) -> None:
-        budget = self.h.ledger.budget
-        zone = self.h.ledger.zone(projected)
+    def lines(self) -> WindDownLine:
+        """The hard line, from this run's own reply sizes."""
+        s, calibration = self.h.settings, self.h.ledger.calibration
+        replies = [m.completion_tokens for m in self.state.measurements[-RECENT:]]
+        least = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN + MESSAGE_OVERHEAD
+        return place(
+            self.h.ledger.budget,
+            replies,
+            round(least * calibration.densest()),
+            calibration.message_tokens(UserMessage(content=prompts.wind_down(99_999, 9))),
+            s.session.wind_down_turns,
+            s.llm.max_output_tokens,
+        )
+
+    async def wind_down_or_end(self, lines: WindDownLine) -> None:
+        ledger, budget = self.h.ledger, self.h.ledger.budget
+        turns = self.h.settings.session.wind_down_turns
         replies = self.state.wind_down_replies
-        if zone == "over":
+        projected = self.projected()
+        if projected > budget.prompt_budget:
+            if replies is None:
+                self.h.log.emit(
+                    "wind_down_missed",
+                    message="one step went past the hard line and the cut at once: no room was "
+                    "left to ask the agent to save its state",
+                    session=self.state.session,
+                    projected=projected,
+                    hard_line=lines.hard_line,
+                    prompt_budget=budget.prompt_budget,
+                )
             raise SessionEnded(
                 "context_full",
                 f"next prompt ~{projected:,} tokens > budget {budget.prompt_budget:,}",
             )
-        if replies is not None and replies >= self.h.settings.session.wind_down_turns:
-            raise SessionEnded("context_full", "wind-down replies used")
-        if zone == "hard" and replies is None:
-            turns = self.h.settings.session.wind_down_turns
+        if replies is not None:
+            if replies >= turns:
+                raise SessionEnded("context_full", "wind-down replies used")
+            return
+        if projected >= lines.hard_line or ledger.truncation_suspected:
+            room = budget.prompt_budget - projected
             self.h.log.emit(
                 "wind_down",
                 session=self.state.session,
                 projected=projected,
-                hard_line=budget.hard_line,
+                hard_line=lines.hard_line,
+                room=room,
+                reply_allowance=lines.reply,
                 turns_left=turns,
             )
             if turns == 0:
                 raise SessionEnded("context_full", "hard threshold reached")
-            text = prompts.wind_down(projected, budget.limit, turns)
+            text = prompts.wind_down(room, turns)
             self.append(UserMessage(content=text, origin="wind_down"))
 
     # --- compaction (context.strategy "compact" / "mask_then_compact", or on request) ----------
@@ -449,7 +501,7 @@ class Session:
             estimated_prompt_tokens=estimate,
             context_limit=budget.limit,
             fraction=round(used / budget.limit, 4),
-            zone=budget.zone(used),
+            zone=budget.zone(used, self.lines().hard_line),
             finish_reason=finish_reason,
         )
 

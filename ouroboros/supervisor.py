@@ -20,9 +20,10 @@ from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.truncate import shown
 from ouroboros.events import EventLog
 from ouroboros.llm import FatalError, LLMClient, LLMError, retrying
-from ouroboros.messages import AssistantMessage, Message, SystemMessage, UserMessage
+from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from ouroboros.servers import choose_window, discover
 from ouroboros.session import Harness, Session, SessionEnded
 from ouroboros.state import RESTARTING_REASONS, Journal
@@ -36,10 +37,12 @@ TOOL_OUTPUT_SHARE = 0.25
 RESUME_REQUEST = "resume"
 """File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
 CARRYOVER_SHARE = 0.25
-"""Of the room under the soft line, what carry-over may fill: a new session that starts nearly
-at the soft line would mask at once and restart again soon."""
-MARKER_ALLOWANCE = 120
-"""Raw tokens kept for the restart marker and a continuation message."""
+"""Of the room under the soft line, what the steps before the last may fill together with it
+(the last step is carried whatever its size): a new session that starts nearly at the soft line
+would mask at once and restart again soon."""
+OPENING_ALLOWANCE = 200
+"""Raw tokens kept for the restart marker (with its list of recent actions) and a continuation
+message."""
 
 
 class RunError(Exception):
@@ -257,25 +260,37 @@ class Supervisor:
             return self.finished("max_restarts")
         if not self.settings.supervisor.auto_restart:
             await self.wait_for_resume()
-        carry = self.carryover(harness, state.messages)
+        carry = await self.carryover(harness, state.messages)
         self.start_session(harness, state.session + 1, state.ended_reason or "restart", carry)
         return None
 
-    def carryover(self, harness: Harness, previous: list[Message]) -> list[Message]:
-        ledger = harness.ledger
+    async def carryover(self, harness: Harness, previous: list[Message]) -> list[Message]:
+        """The last step always (whole where the fresh session has room below its soft line),
+        then earlier steps within a share of that room."""
+        calibration = harness.ledger.calibration
 
-        tokens = ledger.calibration.message_tokens
-        fixed = tokens(self.system_message(harness)) + ledger.calibration.tokens(
-            tools_estimate(harness.tools.schemas()) + MARKER_ALLOWANCE
+        def tokens(message: Message) -> int:
+            return calibration.message_tokens(
+                shown(message) if isinstance(message, ToolMessage) else message
+            )
+
+        fixed = tokens(self.system_message(harness)) + calibration.tokens(
+            tools_estimate(harness.tools.schemas()) + OPENING_ALLOWANCE
         )
-        room = int((ledger.budget.soft_line - fixed) * CARRYOVER_SHARE)
-        return select_carryover(
+        capacity = harness.ledger.budget.soft_line - fixed
+        carried = select_carryover(
             previous,
             self.settings.context.carryover_turns,
-            room,
+            capacity,
+            int(capacity * CARRYOVER_SHARE),
             tokens,
             self.settings.context.mask_min_tokens,
         )
+        masked_ids = {m.tool_call_id for m in carried if isinstance(m, ToolMessage) and m.masked}
+        await harness.tools.save_whole(
+            [m for m in previous if isinstance(m, ToolMessage) and m.tool_call_id in masked_ids]
+        )
+        return carried
 
     def system_message(self, harness: Harness) -> SystemMessage:
         s = self.settings

@@ -96,10 +96,11 @@ class Budget:
         prompt_budget = max(1, limit - max_output - int(limit * safety_margin))
         return cls(limit, prompt_budget, int(prompt_budget * soft), int(prompt_budget * hard))
 
-    def zone(self, tokens: int) -> Zone:
+    def zone(self, tokens: int, hard_line: int | None = None) -> Zone:
+        """`hard_line`: where the run placed it (`context.winddown`), if not at the threshold."""
         if tokens > self.prompt_budget:
             return "over"
-        if tokens >= self.hard_line:
+        if tokens >= (self.hard_line if hard_line is None else hard_line):
             return "hard"
         return "soft" if tokens >= self.soft_line else "normal"
 

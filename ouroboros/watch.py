@@ -218,8 +218,17 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     "wind_down": (
         "bold yellow",
         lambda r: (
-            f"wind-down: next prompt ~{_n(r.get('projected'))} tokens is past the hard "
-            f"line {_n(r.get('hard_line'))}; {r.get('turns_left')} replies left"
+            f"wind-down: next prompt ~{_n(r.get('projected'))} tokens, ~{_n(r.get('room'))} "
+            f"left before the cut (hard line {_n(r.get('hard_line'))}); "
+            f"{r.get('turns_left')} replies left"
+        ),
+    ),
+    "wind_down_missed": (
+        "bold red",
+        lambda r: (
+            f"no wind-down: one step took the next prompt to ~{_n(r.get('projected'))} tokens, "
+            f"past the hard line {_n(r.get('hard_line'))} and the cut "
+            f"{_n(r.get('prompt_budget'))}"
         ),
     ),
     "silent_truncation": (

@@ -107,7 +107,8 @@ def test_report_draws_the_run(demo: Demo) -> None:
     labels = [t.text for t in svg.iter(f"{SVG}text") if t.text]
     assert f"soft 70%: {budget.soft_line:,}" in labels
     assert f"hard 90%: {budget.hard_line:,}" in labels
-    assert {w["hard_line"] for w in demo.project.events("wind_down")} == {budget.hard_line}
+    # The wind-down line is placed from the run's own reply sizes, never after the hard line.
+    assert all(0 < w["hard_line"] <= budget.hard_line for w in demo.project.events("wind_down"))
     assert f"prompt budget {budget.prompt_budget:,}" in labels
     assert "window 4,096" in labels
     # Masks, wind-downs and restarts are marked; sessions are labelled bands.

@@ -1,8 +1,11 @@
 """Which messages of an ending session start the next one.
 
-A turn runs from a user (or injected) message, through the assistant's tool calls and all their
-results, to the assistant's next reply without tool calls or the session's end. Carry-over takes
-the last complete turns and always leaves every tool call with exactly its results.
+The unit is the step: one reply of the agent with the results of all its tool calls, and the
+harness's messages that answered it (a "continue" after a text-only reply, a nudge). A harness
+message never starts a step, so it is never carried alone. The last step is always carried,
+results included, also those the model never saw (the session may end right after the tools
+ran): they are the newest facts the agent has. Earlier steps follow as room allows, their results
+as placeholders before a step is dropped. Every tool call keeps exactly its results.
 """
 
 from __future__ import annotations
@@ -11,12 +14,19 @@ import json
 from collections.abc import Callable, Sequence
 
 from ouroboros.context.mask import masked
+from ouroboros.context.truncate import shown
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+
+Step = list[Message]
+Tokens = Callable[[Message], int]
 
 _NOT_CARRIED = ("restart", "wind_down")
 """The old restart marker (the next session gets its own) and the wind-down request (it would end
 the new session at once). Both always follow a tool result or a user message, so dropping them
 never leaves two assistant messages in a row, which llama-server rejects."""
+SHRINK_TRIES = 8
+"""Tries to cut the last step's results to the room, each aiming a little lower: tokens per byte
+differ along an output, so a proportional cut may miss."""
 
 
 def settled(messages: Sequence[Message]) -> list[Message]:
@@ -31,45 +41,10 @@ def settled(messages: Sequence[Message]) -> list[Message]:
     return result
 
 
-def _shrink_results(
-    messages: Sequence[Message],
-    budget_tokens: int,
-    min_tokens: int,
-    tokens: Callable[[Message], int],
-    keep_newest: bool,
-) -> list[Message]:
-    """Placeholders for big results, oldest first, until the messages fit (or none is left)."""
-    result = list(messages)
-    results = [i for i, m in enumerate(result) if isinstance(m, ToolMessage)]
-    if keep_newest and results:
-        results.pop()
-    total = sum(tokens(m) for m in result)
-    for index in results:
-        if total <= budget_tokens:
-            break
-        message = result[index]
-        if tokens(message) > min_tokens:
-            result[index] = masked(message)  # type: ignore[arg-type]
-            total += tokens(result[index]) - tokens(message)
-    return result
-
-
-def select_carryover(
-    history: Sequence[Message],
-    max_turns: int,
-    budget_tokens: int,
-    tokens: Callable[[Message], int],
-    min_mask_tokens: int = 100,
-) -> list[Message]:
-    """The last `max_turns` complete turns that fit `budget_tokens`, shrunk if they do not.
-
-    Shrinking goes: fewer turns; then, within the last turn (or the whole session if no turn
-    ever started), the longest suffix that fits once its older big results are placeholders,
-    keeping the newest result whole; at last the final step with every result a placeholder.
-    """
-    if max_turns <= 0:
-        return []
-    messages = settled(
+def steps(history: Sequence[Message]) -> list[Step]:
+    """The session's complete steps, oldest first. Messages before the first reply (the opening,
+    a user's task) start the first step."""
+    kept = settled(
         [
             m
             for m in history
@@ -77,29 +52,109 @@ def select_carryover(
             and not (isinstance(m, UserMessage) and m.origin in _NOT_CARRIED)
         ]
     )
+    result: list[Step] = []
+    lead: Step = []
+    for message in kept:
+        if isinstance(message, AssistantMessage):
+            result.append([*lead, message])
+            lead = []
+        elif result:
+            result[-1].append(message)
+        elif not (isinstance(message, UserMessage) and message.origin != "user"):
+            lead.append(message)  # a person's message before any reply; harness ones are not
+    return result
 
-    def size(ms: Sequence[Message]) -> int:
-        return sum(tokens(m) for m in ms)
 
-    turns = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
-    if messages and turns[:1] != [0]:
-        # The session's first turn began with the restart marker, which is not carried.
-        turns.insert(0, 0)
-    for start in turns[-max_turns:]:  # earliest first: the most turns that fit
-        if size(messages[start:]) <= budget_tokens:
-            return messages[start:]
-    first = turns[-1] if turns else 0
-    starts = [first] + [
-        i for i, m in enumerate(messages) if i > first and isinstance(m, AssistantMessage)
-    ]
-    for keep_newest in (True, False):
-        for start in starts:
-            shrunk = _shrink_results(
-                messages[start:], budget_tokens, min_mask_tokens, tokens, keep_newest
-            )
-            if size(shrunk) <= budget_tokens:
-                return shrunk
-    return []
+def _size(messages: Sequence[Message], tokens: Tokens) -> int:
+    return sum(tokens(m) for m in messages)
+
+
+def whole(message: Message) -> Message:
+    """A result as a session with room shows it: at the run's normal cap, not cut for room."""
+    if isinstance(message, ToolMessage) and message.room_bytes is not None:
+        return message.model_copy(update={"room_bytes": None})
+    return message
+
+
+def _level(sizes: Sequence[int], allowed: int) -> int:
+    """The largest L with sum(min(size, L)) <= allowed: cut the biggest results first."""
+    level, left = 0, allowed
+    for count, size in enumerate(sorted(sizes)):
+        share = left // (len(sizes) - count)
+        if size > share:
+            return share
+        level, left = size, left - size
+    return max(level, left)
+
+
+def _cut_to(message: ToolMessage, target: int, tokens: Tokens) -> ToolMessage:
+    if tokens(message) <= target:
+        return message
+    size = len(shown(message).content.encode())
+    return message.model_copy(update={"room_bytes": max(1, size * target // tokens(message))})
+
+
+def fit_step(step: Step, room: int, tokens: Tokens) -> Step:
+    """The step whole if it fits `room`; else its results cut (head and tail, as the tool cap
+    cuts) to share what the rest of the step leaves, the biggest cut first. Never dropped."""
+    wholes = [whole(m) for m in step]
+    results = [m for m in wholes if isinstance(m, ToolMessage) and not m.masked]
+    allowed = room - (_size(wholes, tokens) - _size(results, tokens))
+    result = wholes
+    for _ in range(SHRINK_TRIES):
+        if _size(result, tokens) <= room or allowed <= 0:
+            break
+        level = _level([tokens(m) for m in results], allowed)
+        cut = {id(m): _cut_to(m, level, tokens) for m in results}
+        result = [cut.get(id(m), m) for m in wholes]
+        allowed = allowed * 9 // 10  # tokens per byte vary along an output: aim a little lower
+    return result
+
+
+def _placeholders_oldest_first(
+    earlier: list[Step], room: int, tokens: Tokens, min_tokens: int
+) -> list[Message] | None:
+    """The earlier steps within `room`, masking their results oldest first as needed."""
+    messages = [m for step in earlier for m in step]
+    total = _size(messages, tokens)
+    for index, message in enumerate(messages):
+        if total <= room:
+            break
+        if isinstance(message, ToolMessage) and not message.masked:
+            if tokens(message) > min_tokens:
+                replacement = masked(message)
+                total += tokens(replacement) - tokens(message)
+                messages[index] = replacement
+    return messages if total <= room else None
+
+
+def select_carryover(
+    history: Sequence[Message],
+    max_steps: int,
+    capacity: int,
+    share: int,
+    tokens: Tokens,
+    min_mask_tokens: int = 100,
+) -> list[Message]:
+    """The last step, whole if it fits `capacity` (else its results cut to fit); then as many
+    of the `max_steps - 1` steps before it as fit the room left of `share` (or of the last
+    step's own size, if that is more), their results masked oldest first before a step is
+    dropped.
+
+    `tokens` prices a message as the model is shown it (`context.truncate.shown`)."""
+    done = steps(history)
+    if max_steps <= 0 or not done:
+        return []
+    last = fit_step(done[-1], capacity, tokens)
+    used = _size(last, tokens)
+    left = min(capacity, max(share, used)) - used
+    earlier = [[whole(m) for m in step] for step in done[-max_steps:-1]]
+    while earlier:
+        carried = _placeholders_oldest_first(earlier, left, tokens, min_mask_tokens)
+        if carried is not None:
+            return [*carried, *last]
+        earlier = earlier[1:]
+    return last
 
 
 def _brief(arguments: str) -> str:

@@ -10,11 +10,17 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from ouroboros.messages import Message, ToolMessage
+from ouroboros.context.truncate import saved_name
+from ouroboros.messages import AssistantMessage, Message, ToolMessage
+
+QUOTE_CHARS = 48
+COMMAND_CHARS = 80
+_HARNESS_LINES = ("exit code ", "[... ", "[lines ")
+"""Lines the harness itself writes into a result: not what the output says."""
 
 
-def _quote(line: str, limit: int = 48) -> str:
-    line = line.strip()
+def _quote(line: str, limit: int = QUOTE_CHARS) -> str:
+    line = " ".join(line.split())
     return json.dumps(line if len(line) <= limit else line[: limit - 1] + "…", ensure_ascii=False)
 
 
@@ -26,22 +32,46 @@ def _argument(message: ToolMessage, name: str) -> str:
     return str(value)
 
 
+def _said(text: str) -> list[str]:
+    """The output's own non-blank lines, without the harness's framing lines."""
+    return [
+        line for line in text.splitlines() if line.strip() and not line.startswith(_HARNESS_LINES)
+    ]
+
+
+def saved_path(message: ToolMessage) -> str:
+    """Where the whole result can be read again: the file the tool runner saved, else the file
+    the session writes from the journal when it masks the result (named by its content)."""
+    return message.saved_to or saved_name(message.name, message.content)
+
+
 def placeholder(message: ToolMessage) -> str:
-    """What the model sees instead of a masked result: enough to know what it was and refetch it."""
+    """What the model sees instead of a masked result: what it was, how it ended, how big, its
+    first and last lines, and where to read it again."""
     text = message.content
-    lines = text.splitlines() or [""]
-    size = len(text.encode())
+    size = message.output_bytes if message.output_bytes is not None else len(text.encode())
+    lines = message.output_lines if message.output_lines is not None else len(text.splitlines())
+    said = _said(text)
     name = message.name
     if name == "file_read":
-        detail = f"{_argument(message, 'path')}, {len(lines):,} lines, starts {_quote(lines[0])}"
-    elif name == "shell_exec":
-        code = "?" if message.exit_code is None else message.exit_code
-        detail = f"exit {code}, {size:,} bytes, last line {_quote(lines[-1])}"
-    elif name == "list_dir":
-        detail = f"{_argument(message, 'path') or '.'}, {len(lines):,} entries"
+        what = _argument(message, "path")
+        again = "read it again with file_read"
     else:
-        detail = f"{size:,} bytes, starts {_quote(lines[0])}"
-    return f"[{name} result masked: {detail}]"
+        command = " ".join(_argument(message, "command").split())
+        what = f"$ {command[: COMMAND_CHARS - 1]}…" if len(command) > COMMAND_CHARS else command
+        what = f"`{what}`" if command else _argument(message, "path") or _argument(message, "query")
+        again = f"full text in {saved_path(message)}"
+    parts = [what] if what else []
+    if message.exit_code is not None:
+        parts.append(f"exit {message.exit_code}")
+    parts.append(f"{lines:,} lines, {size:,} bytes")
+    if said:
+        parts.append(f"first {_quote(said[0])}")
+    if len(said) > 1:
+        parts.append(f"last {_quote(said[-1])}")
+    if not said:
+        parts.append("no output")
+    return f"[{name} result masked: {', '.join(parts)}; {again}]"
 
 
 def masked(message: ToolMessage) -> ToolMessage:
@@ -66,21 +96,35 @@ class MaskPolicy:
     """Results this small are not worth a placeholder."""
 
 
+def unseen_ids(messages: Sequence[Message]) -> set[str]:
+    """Results after the last reply: the model has not been sent them yet."""
+    unseen: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            break
+        if isinstance(message, ToolMessage):
+            unseen.add(message.tool_call_id)
+    return unseen
+
+
 def protected_ids(
     messages: Sequence[Message], policy: MaskPolicy, tokens: Callable[[Message], int]
 ) -> set[str]:
-    """The protected window: newest results first, bounded in count and in tokens."""
-    protected: set[str] = set()
+    """The protected window: every result the model has not seen yet, however many calls its
+    last reply made; then the newest results, bounded in count and in tokens."""
+    protected = unseen_ids(messages)
     spent = 0
     for message in reversed(messages):
-        if len(protected) >= policy.protected_count:
-            break
-        if isinstance(message, ToolMessage):
-            cost = tokens(message)
-            if protected and spent + cost > policy.protected_tokens:
+        if not isinstance(message, ToolMessage):
+            continue
+        cost = tokens(message)
+        if message.tool_call_id not in protected:
+            if len(protected) >= policy.protected_count or (
+                protected and spent + cost > policy.protected_tokens
+            ):
                 break
             protected.add(message.tool_call_id)
-            spent += cost
+        spent += cost
     return protected
 
 
@@ -107,6 +151,7 @@ def choose_masks(
             break
         if (
             not isinstance(message, ToolMessage)
+            or message.masked
             or message.tool_call_id in already_masked
             or message.tool_call_id in protected
         ):

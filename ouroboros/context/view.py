@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked
+from ouroboros.context.truncate import shown
 from ouroboros.messages import Message, ToolMessage
 from ouroboros.tokens import Calibration, RawTally, content_kind, raw_estimate, tally
 
@@ -34,11 +36,13 @@ class ContextView:
     def append(self, message: Message) -> None:
         if isinstance(message, ToolMessage):
             self._tool_index[message.tool_call_id] = len(self.history)
+            self.view.append(shown(message))
+        else:
+            self.view.append(message)
         self.history.append(message)
-        self.view.append(message)
-        cost = raw_estimate(message)
+        cost = raw_estimate(self.view[-1])
         self.raw.append(cost)
-        self._add(content_kind(message), cost)
+        self._add(content_kind(self.view[-1]), cost)
 
     @property
     def raw_total(self) -> int:
@@ -85,10 +89,11 @@ class ContextView:
         self._cursor = max(self._cursor, start)
 
     def choose_masks(self, policy: MaskPolicy, calibration: Calibration, excess: int) -> list[str]:
-        """Oldest unmasked results worth masking to reclaim `excess` calibrated tokens."""
+        """Oldest unmasked results worth masking to reclaim `excess` calibrated tokens, priced
+        as they are shown."""
         self._advance_cursor(policy, calibration)
         return choose_masks(
-            self.history,
+            self.view,
             self.masked_ids,
             policy,
             calibration.message_tokens,
@@ -100,6 +105,21 @@ class ContextView:
         """Everything outside the protected window: the response to a context-overflow error."""
         return self.choose_masks(policy, calibration, excess=self.raw_total * 10 + 1)
 
+    def index_of(self, call_id: str) -> int:
+        return self._tool_index[call_id]
+
+    def reclaimable(self, policy: MaskPolicy, calibration: Calibration, incoming: int = 0) -> int:
+        """Calibrated tokens that masking everything outside the protected window would free,
+        once `incoming` new results have taken their places in it."""
+        policy = replace(policy, protected_count=max(policy.protected_count - incoming, 0))
+        tokens = calibration.message_tokens
+        freed = 0
+        for call_id in self.all_but_protected(policy, calibration):
+            index = self._tool_index[call_id]
+            original = self.history[index]
+            assert isinstance(original, ToolMessage)
+            freed += tokens(self.view[index]) - tokens(masked(original))
+        return freed
     def _advance_cursor(self, policy: MaskPolicy, calibration: Calibration) -> None:
         # Skip messages that can never become candidates again (not results, masked, small).
         while self._cursor < len(self.history):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -13,16 +13,13 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from ouroboros.context.truncate import Capped, cap_output
-from ouroboros.messages import ToolCall, ToolMessage
+from ouroboros.context.truncate import cap_output, saved_name
+from ouroboros.messages import Message, ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import blocked_reason
 from ouroboros.tools.builtin import Output, ToolFailed
 from ouroboros.tools.search import SearchContextArgs, search_context
 from ouroboros.tools.workspace import PathRefused, Workspace
-
-SPILL_FACTOR = 2
-"""Outputs over this many times the cap are also saved in full to the workspace."""
 
 
 @dataclass(frozen=True)
@@ -151,25 +148,60 @@ class ToolRunner:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
         except ValueError as e:  # e.g. a path the file system cannot encode
             output, error = Output(f"error: {e}"), str(e)
-        capped = await self._cap(call.name, output.text, max_bytes or self.max_output_bytes)
-        message = ToolMessage(
+        message = await self._result(call, output, max_bytes)
+        return ToolOutcome(
+            message,
+            time.monotonic() - started,
+            message.output_bytes or 0,
+            error,
+            blocked,
+            summary,
+        )
+
+    async def save_whole(self, results: list[Message]) -> None:
+        """Save results about to be masked whose whole text is not in a file yet, where their
+        placeholders say (a file read is read again from the file itself)."""
+        unsaved = [
+            m
+            for m in results
+            if isinstance(m, ToolMessage)
+            and not m.masked
+            and m.saved_to is None
+            and m.name != "file_read"
+        ]
+
+        def save() -> None:
+            for m in unsaved:
+                # The journal keeps the result whatever happens here: a full disk leaves the
+                # agent search_context to find it, not a crashed run.
+                with contextlib.suppress(OSError):
+                    builtin.spill(self.workspace, saved_name(m.name, m.content), m.content)
+
+        if unsaved:
+            await anyio.to_thread.run_sync(save)
+
+    async def _result(self, call: ToolCall, output: Output, max_bytes: int | None) -> ToolMessage:
+        """The result at the normal cap; the whole output saved in the workspace whenever what
+        the model is shown is cut; `room_bytes` when this session had room for less."""
+        text = output.text
+        size = len(text.encode())
+        shown_bytes = min(self.max_output_bytes, max_bytes or self.max_output_bytes)
+        saved_to = None
+        if size > shown_bytes:
+            path = await anyio.to_thread.run_sync(
+                builtin.spill, self.workspace, saved_name(call.name, text), text
+            )
+            saved_to = self.workspace.display(path)
+        capped = cap_output(text, self.max_output_bytes, saved_to)
+        short = shown_bytes < capped.kept_bytes
+        return ToolMessage(
             tool_call_id=call.id,
             name=call.name,
             content=capped.text,
             exit_code=output.exit_code,
             arguments=call.arguments,
+            output_bytes=size,
+            output_lines=len(text.splitlines()),
+            saved_to=saved_to,
+            room_bytes=shown_bytes if short else None,
         )
-        return ToolOutcome(
-            message, time.monotonic() - started, capped.original_bytes, error, blocked, summary
-        )
-
-    async def _cap(self, name: str, text: str, max_bytes: int) -> Capped:
-        size = len(text.encode())
-        spill_path = None
-        if size > max_bytes * SPILL_FACTOR:
-            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-            path = await anyio.to_thread.run_sync(
-                builtin.spill, self.workspace, f"{digest}-{name}.txt", text
-            )
-            spill_path = self.workspace.display(path)
-        return cap_output(text, max_bytes, spill_path)

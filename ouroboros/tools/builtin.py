@@ -142,7 +142,7 @@ async def shell_exec(ws: Workspace, args: ShellExecArgs, default_timeout: float)
         # Also reaps background children left holding nothing we wait for.
         _kill_group(process.pid)
         with anyio.CancelScope(shield=True):
-            await process.wait()
+            await process.aclose()  # waits, and closes the pipe a timed-out read left open
     text = captured.decode(errors="replace")
     if total > len(captured):
         text += f"\n[{total - len(captured):,} more bytes not captured]"
@@ -152,11 +152,10 @@ async def shell_exec(ws: Workspace, args: ShellExecArgs, default_timeout: float)
     return Output(f"exit code {code}\n{text}", code)
 
 
-def spill(ws: Workspace, name: str, text: str) -> Path:
-    """Write a full output into the workspace where the agent can page through it."""
-    folder = ws.root / ".outputs"
-    folder.mkdir(exist_ok=True)
-    path = folder / name
+def spill(ws: Workspace, relative: str, text: str) -> Path:
+    """Write a whole output into the workspace where the agent can page through it."""
+    path = ws.root / relative
+    path.parent.mkdir(exist_ok=True)
     if not path.exists():
         path.write_text(text)
     return path
