@@ -359,6 +359,7 @@ class Session:
         return place(
             self.h.ledger.budget,
             replies,
+            self.state.wind_down_reply_tokens,
             round(least * calibration.densest()),
             calibration.message_tokens(UserMessage(content=prompts.wind_down(99_999, 9))),
             s.session.wind_down_turns,
@@ -369,6 +370,8 @@ class Session:
         ledger, budget = self.h.ledger, self.h.ledger.budget
         turns = self.h.settings.session.wind_down_turns
         replies = self.state.wind_down_replies
+        if replies is not None and replies >= turns:
+            raise SessionEnded("context_full", "wind-down replies used")
         projected = self.projected()
         if projected > budget.prompt_budget:
             if replies is None:
@@ -386,8 +389,6 @@ class Session:
                 f"next prompt ~{projected:,} tokens > budget {budget.prompt_budget:,}",
             )
         if replies is not None:
-            if replies >= turns:
-                raise SessionEnded("context_full", "wind-down replies used")
             return
         if projected >= lines.hard_line or ledger.truncation_suspected:
             room = budget.prompt_budget - projected

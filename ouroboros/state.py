@@ -31,6 +31,8 @@ class RunState:
     started_calls: set[str] = field(default_factory=set)
     measurements: list[Measurement] = field(default_factory=list)
     """Every model call of the run, oldest first (they calibrate the estimator)."""
+    wind_down_reply_tokens: list[int] = field(default_factory=list)
+    """Completion tokens of every reply the agent gave after a wind-down message, in the run."""
     compaction: tuple[int, Message] | None = None
     """This session's latest compaction: the first history index kept, and the snapshot."""
     wind_down_replies: int | None = None
@@ -57,6 +59,8 @@ def _apply_message(state: RunState, record: dict[str, Any]) -> None:
         usage = record["usage"]
         m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__ if k in usage})
         state.measurements.append(m)
+        if state.wind_down_replies is not None:
+            state.wind_down_reply_tokens.append(m.completion_tokens)
         state.total_prompt_tokens += m.prompt_tokens
         state.total_completion_tokens += m.completion_tokens
         state.session_turns += 1

@@ -58,7 +58,7 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
         if True in flags:
             assert flags == sorted(flags, reverse=True)
     placeholder = next(c for c in tool_contents(requests[-1]) if PLACEHOLDER in c)
-    assert "25 lines, 879 bytes, first \"def function_" in placeholder
+    assert '25 lines, 879 bytes, first "def function_' in placeholder
 
     masks = project.events("context_mask")
     assert masks

@@ -120,6 +120,7 @@ class ContextView:
             assert isinstance(original, ToolMessage)
             freed += tokens(self.view[index]) - tokens(masked(original))
         return freed
+
     def _advance_cursor(self, policy: MaskPolicy, calibration: Calibration) -> None:
         # Skip messages that can never become candidates again (not results, masked, small).
         while self._cursor < len(self.history):

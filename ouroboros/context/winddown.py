@@ -54,13 +54,17 @@ class WindDownLine:
 def place(
     budget: Budget,
     replies: Sequence[int],
+    wind_down_replies: Sequence[int],
     least_result: int,
     notice: int,
     turns: int,
     max_output: int,
 ) -> WindDownLine:
-    """The line from the run's own replies (tokens as the server counted them); `least_result`
-    is what a result cut to the minimum costs, `notice` the wind-down message."""
+    """The line from the run's own replies (tokens as the server counted them), those given to
+    earlier wind-downs counted apart too (saving notes makes long replies); `least_result` is
+    what a result cut to the minimum costs, `notice` the wind-down message."""
     reply = reply_allowance(replies, max_output)
+    if wind_down_replies:
+        reply = max(reply, reply_allowance(wind_down_replies, max_output))
     room = turns * (reply + least_result) + notice if turns else 0
     return WindDownLine(max(0, min(budget.hard_line, budget.prompt_budget - room)), reply)
