@@ -33,7 +33,6 @@ Run: .venv/bin/python bench/context_policies.py   (about a minute; exit status 1
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import math
 import random
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import anyio
+from floor import StepTokens, sessions_keeping_recent
 
 from ouroboros import prompts
 from ouroboros.config import (
@@ -59,7 +59,6 @@ from ouroboros.config import (
     SupervisorSettings,
 )
 from ouroboros.context.mask import masked
-from ouroboros.context.truncate import cap_output
 from ouroboros.events import EventLog
 from ouroboros.llm import Completion, ContextOverflow, LLMClient, Usage
 from ouroboros.messages import (
@@ -83,7 +82,8 @@ from ouroboros.tokens import (
     Ledger,
     raw_estimate,
 )
-from ouroboros.tools import SPILL_FACTOR, ToolOutcome, ToolRunner
+from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
+from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
 
 SEED = 20240611
@@ -467,41 +467,29 @@ class ScriptedTools(ToolRunner):
         self.cap = cap
         self.observations = {o.call.id: o for s in replay.script for o in s.observations}
 
-    async def run(self, call: ToolCall, max_bytes: int | None = None) -> ToolOutcome:
+    async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
         if call.name == "finish":
             message = ToolMessage(tool_call_id=call.id, name=call.name, content="run finished")
             return ToolOutcome(message, 0.0, 12, finish_summary="done")
         observation = self.observations[call.id]
         self.r.recent.append(observation)
         size = len(observation.text.encode())
-        cap = self.cap
-        if cap is not None and max_bytes is not None and self.r.policy == "ours":
-            cap = min(cap, max_bytes)  # the real session lowers the cap near the top
-        return ToolOutcome(tool_message(observation, cap), 0.0, size)
+        if room is None or self.r.policy != "ours":
+            return ToolOutcome(tool_message(observation, self.cap), 0.0, size)
+        # The real session shows less near the top of the window.
+        output = Output(observation.text, observation.exit_code)
+        return ToolOutcome(shaped_result(call, output, self.max_output_bytes, room), 0.0, size)
 
 
 _RESULTS: dict[tuple[str, int | None], ToolMessage] = {}
 
 
 def tool_message(observation: Observation, cap: int | None) -> ToolMessage:
-    """The result as `ToolRunner.run` makes it: capped, with the spill marker, or not at all."""
+    """The result as `ToolRunner.run` makes it with room to spare: capped, or not at all."""
     key = (observation.call.id, cap)
     if key not in _RESULTS:
-        text = observation.text
-        if cap is not None:
-            data = text.encode()
-            spill = None
-            if len(data) > cap * SPILL_FACTOR:
-                digest = hashlib.sha256(data).hexdigest()[:16]
-                spill = f".outputs/{digest}-{observation.call.name}.txt"
-            text = cap_output(text, cap, spill).text
-        _RESULTS[key] = ToolMessage(
-            tool_call_id=observation.call.id,
-            name=observation.call.name,
-            content=text,
-            exit_code=observation.exit_code,
-            arguments=observation.call.arguments,
-        )
+        output = Output(observation.text, observation.exit_code)
+        _RESULTS[key] = shaped_result(observation.call, output, cap or 1 << 40, None)
     return _RESULTS[key]
 
 
@@ -544,7 +532,7 @@ class RustOriginal(RefusalEndsSession):
                 for m in self.view.history
                 if isinstance(m, ToolMessage) and m.tool_call_id not in self.view.masked_ids
             )
-            self.mask(list(islice(oldest, RUST_MASK_PER_ROUND)), reason="rust_original")
+            await self.mask(list(islice(oldest, RUST_MASK_PER_ROUND)), reason="rust_original")
         self.end_at_hard()
 
 
@@ -688,43 +676,25 @@ def lower_bound(limit: int, script: list[Step], server: TokenServer) -> tuple[in
 
 
 def floor_keeping_recent(limit: int, script: list[Step], server: TokenServer) -> int:
-    """Sessions that any policy needs which keeps the newest results whole as the protected
-    window does, even with exact counts, nothing carried over and every prompt filled to the
-    budget: everything else masked at once, a session ends when the next prompt cannot fit.
-
-    Greedy is optimal here: a session that fits from one start also fits from any later one.
-    """
+    """`floor.sessions_keeping_recent` for this script: results at the harness's cap, its own
+    placeholders, word-level counts."""
     settings = default_settings()
     budget = budget_for(settings, limit)
     cap, policy = tool_output_cap(settings, budget), mask_policy(settings, budget)
     continue_tokens = server.message_tokens(UserMessage(content=prompts.CONTINUE))
+
+    def figures(step: Step) -> StepTokens:
+        results = [tool_message(o, cap) for o in step.observations]
+        return StepTokens(
+            prompt=server.message_tokens(step.reply) + (0 if results else continue_tokens),
+            completion=server.completion_tokens(step.reply),
+            results=tuple(
+                (server.message_tokens(r), server.message_tokens(masked(r))) for r in results
+            ),
+        )
+
     fixed = session_fixed_tokens(limit, server)
-
-    def unmasked_extra(recent: list[tuple[int, int]]) -> int:
-        """What the protected results cost over their placeholders (`protected_ids`' rule)."""
-        spent = extra = 0
-        for whole, placeholder in reversed(recent[-policy.protected_count :]):
-            if extra and spent + whole > policy.protected_tokens:
-                break
-            spent += whole
-            extra += whole - placeholder
-        return extra
-
-    sessions, used, recent = 1, fixed, list[tuple[int, int]]()
-    for step in script:
-        reply = server.completion_tokens(step.reply)
-        if used + unmasked_extra(recent) + reply > budget.prompt_budget:
-            sessions, used, recent = sessions + 1, fixed, []
-        used += server.message_tokens(step.reply)
-        for observation in step.observations:
-            result = tool_message(observation, cap)
-            whole = server.message_tokens(result)
-            placeholder = min(whole, server.message_tokens(masked(result)))
-            used += placeholder
-            recent.append((whole, placeholder))
-        if not step.observations:
-            used += continue_tokens
-    return sessions
+    return sessions_keeping_recent(map(figures, script), fixed, budget.prompt_budget, policy)
 
 
 def cycled(script: list[Step]) -> Iterator[Step]:

@@ -57,11 +57,13 @@ class ContextSettings(_Section):
     soft_threshold: float = Field(0.70, gt=0, lt=1)
     """Fraction of the limit where the oldest tool observations start to be masked."""
     hard_threshold: float = Field(0.90, gt=0, le=1)
-    """Fraction of the limit where the agent is told to save its state; the session then ends."""
+    """Fraction of the prompt budget where, at the latest, the agent is told to save its state;
+    the run places the line lower when its replies need more room (`context.winddown`)."""
     safety_margin: float = Field(0.05, ge=0, lt=0.5)
     """Fraction of the limit kept free besides the output reserve, for estimate error."""
     carryover_turns: int = Field(5, ge=0)
-    """Complete turns carried into the next session."""
+    """Steps (a reply with its tool results) carried into the next session at most; the last
+    one always."""
     max_tool_output_bytes: int = Field(30000, ge=256)
     """Cap per tool output; also bounded to a quarter of the prompt budget."""
     protected_observations: int = Field(3, ge=0)

@@ -66,6 +66,8 @@ class Reply:
     """Report this instead of the real count (a lying or truncating server)."""
     completion_tokens: int | None = None
     delay_s: float = 0.0
+    call_ids: tuple[str, ...] = ()
+    """Ids for the tool calls, in order (else fresh ones are made up)."""
 
 
 def quick_config(base_url: str, **sections: dict[str, Any]) -> str:
@@ -91,6 +93,9 @@ def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
 
 
 Responder = Callable[[dict[str, Any]], Reply]
+Counter = Callable[[dict[str, Any]], int]
+"""Prompt tokens of a request body (its `messages` and `tools`)."""
+Endpoints = Callable[[str, dict[str, Any]], Any]
 
 
 class ScriptedServer:
@@ -102,6 +107,8 @@ class ScriptedServer:
         model: str = "scripted",
         renders_tools: bool = True,
         ollama_version: str = "0.33.0",
+        counter: Counter | None = None,
+        endpoints: Endpoints | None = None,
     ):
         self.dialect = dialect
         self.ollama_version = ollama_version
@@ -109,6 +116,11 @@ class ScriptedServer:
         self.n_ctx = n_ctx
         self.model = model
         self.renders_tools = renders_tools
+        self.endpoints = endpoints
+        """More POST endpoints (path, body -> answer or None): a replay gives llama-server's
+        `/apply-template` and `/tokenize` of a real tokenizer."""
+        self.count: Counter = counter or (lambda body: count_tokens(body, renders_tools))
+        """How this server counts prompt tokens (default: word-level, `count_tokens`)."""
         self._previous_prompt: list[Any] = []
         """The last request's messages: llama-server reuses their cached prefix."""
         self._responder: Responder | None = script if callable(script) else None
@@ -172,7 +184,7 @@ class ScriptedServer:
 
     def fit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         """Prompt tokens as this server would count them, or the error it would send."""
-        tokens = count_tokens(body, self.renders_tools)
+        tokens = self.count(body)
         if self.n_ctx is None or tokens < self.n_ctx:
             return tokens, None
         if self.dialect == "llama":
@@ -186,16 +198,12 @@ class ScriptedServer:
             }
         # Ollama: drop the oldest non-system messages until it fits, keep the last one; say nothing.
         messages = list(body["messages"])
-        while count_tokens({**body, "messages": messages}, self.renders_tools) >= self.n_ctx and (
-            len(messages) > 2
-        ):
+        while self.count({**body, "messages": messages}) >= self.n_ctx and len(messages) > 2:
             drop = next(i for i, m in enumerate(messages) if m.get("role") != "system")
             if drop == len(messages) - 1:
                 break
             messages.pop(drop)
-        return min(
-            count_tokens({**body, "messages": messages}, self.renders_tools), self.n_ctx
-        ), None
+        return min(self.count({**body, "messages": messages}), self.n_ctx), None
 
     def cached_prefix(self, body: dict[str, Any]) -> int:
         """Tokens of the longest message prefix shared with the previous request (llama-server's
@@ -207,7 +215,7 @@ class ScriptedServer:
             if old != new:
                 break
             shared += 1
-        return count_tokens({"messages": body["messages"][:shared]}) if shared else 0
+        return self.count({"messages": body["messages"][:shared]}) if shared else 0
 
     def native(self, path: str) -> dict[str, Any] | None:
         """The non-OpenAI endpoints each server has (context discovery)."""
@@ -265,6 +273,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"parameters": "", "model_info": {"test.context_length": 131072}})
         elif self.path == "/v1/chat/completions":
             self._chat(body)
+        elif self.owner.endpoints and (answer := self.owner.endpoints(self.path, body)):
+            self._json(200, answer)
         else:
             self._json(404, {"error": {"message": f"not found: {self.path}"}})
 
@@ -393,7 +403,8 @@ class _Stream:
     def tool_calls(self) -> None:
         for index, (name, arguments) in enumerate(self.reply.tool_calls):
             raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-            call_id = f"call_{next(_CALL_IDS):08d}"
+            ids = self.reply.call_ids
+            call_id = ids[index] if index < len(ids) else f"call_{next(_CALL_IDS):08d}"
             head = {"index": index, "id": call_id, "type": "function"}
             if self.owner.dialect == "ollama":
                 self.chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": raw}}]})

@@ -26,6 +26,10 @@ class ServerInfo:
     counts_whole_prompt: bool = True
     """False when the usage counts only the prompt tokens the server had to process, leaving
     out its cache (Ollama 0.30.0, and Ollama before 0.2.0)."""
+    frame_tokens: int | None = None
+    """Tokens the model's chat template puts around each message, where the server can say
+    (llama-server's `/apply-template` and `/tokenize`): 4 to 6 with a template of special
+    tokens, 15 with the ChatML fallback on a model whose vocabulary lacks them."""
 
     @property
     def truncates_silently(self) -> bool:
@@ -120,6 +124,7 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
             n_ctx,
             "llama-server /props n_ctx",
             tools if isinstance(tools, bool) else None,
+            frame_tokens=await _llama_frame(client, root),
         )
     lmstudio = await _get(client, f"{root}/api/v1/models")
     if isinstance(lmstudio, dict) and "models" in lmstudio:
@@ -133,6 +138,28 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
         if "max_model_len" in entry and entry.get("id") == model:
             return ServerInfo("vllm", entry["max_model_len"], "vLLM /v1/models max_model_len")
     return ServerInfo("unknown", None, "the server does not report its window")
+
+
+async def _llama_frame(client: LLMClient, root: str) -> int | None:
+    """Tokens one more message adds beyond its text: two one-word messages through the model's
+    own template and tokenizer, less one, less the word."""
+
+    async def tokens(content: str, special: bool) -> int:
+        answer = await client.post_json(
+            f"{root}/tokenize", {"content": content, "add_special": special}
+        )
+        return len(answer["tokens"])
+
+    async def templated(count: int) -> int:
+        messages = [{"role": "user", "content": "x"}] * count
+        answer = await client.post_json(f"{root}/apply-template", {"messages": messages})
+        return await tokens(str(answer["prompt"]), special=True)
+
+    try:
+        frame = await templated(2) - await templated(1) - await tokens("x", special=False)
+    except (LLMError, KeyError, TypeError):
+        return None  # an older build without these endpoints
+    return frame if 0 <= frame <= 64 else None
 
 
 def _ollama_counts_whole_prompt(version: str) -> bool:

@@ -22,16 +22,17 @@ from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.state import Journal
 from ouroboros.tokens import (
-    MESSAGE_OVERHEAD,
     SCHEMA_KIND,
     Ledger,
     Measurement,
     RawTally,
+    output_kind,
     raw_estimate,
     tally,
     tools_estimate,
+    units,
 )
-from ouroboros.tools import ToolRunner
+from ouroboros.tools import Fit, ToolRunner
 
 BYTES_PER_RAW_TOKEN = 4
 ROOM_SHARE = 0.8
@@ -111,7 +112,7 @@ class Session:
             if resuming
             else {}
         )
-        cap = self.output_cap(len(reply.tool_calls))
+        room = partial(self.fitting_bytes, self.result_room(len(reply.tool_calls)))
         for call in reply.tool_calls:
             if call.id in results:
                 if call.name == "finish" and not results[call.id].content.startswith("error"):
@@ -125,7 +126,7 @@ class Session:
                 )
                 self.append(interrupted)
             else:
-                await self.run_tool(call, cap)
+                await self.run_tool(call, room)
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
@@ -211,8 +212,8 @@ class Session:
 
     # --- tools ------------------------------------------------------------------------------
 
-    def output_cap(self, calls: int) -> int:
-        """Bytes each of this reply's results may keep: the room left, after what masking could
+    def result_room(self, calls: int) -> int:
+        """Tokens each of this reply's results may take: the room left, after what masking could
         free, below the hard line (so the wind-down's room stays free), or below the cut once
         the wind-down began; shared by the reply's calls. A result cut for room is saved whole
         and shown whole again in a session that has room."""
@@ -220,16 +221,21 @@ class Session:
         winding = self.state.wind_down_replies is not None
         line = budget.prompt_budget if winding else self.lines().hard_line
         floor = self.projected() - self.view.reclaimable(self.h.mask_policy, calibration, calls)
-        # Priced as the densest content seen: a cut result must fit whatever it holds.
-        ratio = max(calibration.densest(), 0.1)
-        room_bytes = int((line - floor) * BYTES_PER_RAW_TOKEN / ratio / max(calls, 1) * ROOM_SHARE)
-        return max(MIN_OUTPUT_BYTES, min(self.h.tools.max_output_bytes, room_bytes))
+        return int((line - floor) / max(calls, 1) * ROOM_SHARE)
 
-    async def run_tool(self, call: ToolCall, max_bytes: int | None = None) -> None:
+    def fitting_bytes(self, room: int, text: str) -> int:
+        """Bytes of `text` whose price fits `room` tokens, at the text's own density."""
+        calibration = self.h.ledger.calibration
+        price = calibration.tokens(units(text), output_kind(text)) + round(calibration.frame)
+        size = len(text.encode())
+        fitting = size if price <= room else int(size * max(room, 0) / max(price, 1))
+        return max(MIN_OUTPUT_BYTES, fitting)
+
+    async def run_tool(self, call: ToolCall, room: Fit | None = None) -> None:
         self.h.journal.record(
             "tool_started", session=self.state.session, call_id=call.id, name=call.name
         )
-        outcome = await self.h.tools.run(call, max_bytes)
+        outcome = await self.h.tools.run(call, room)
         self.append(outcome.message)
         kept = len(self.view.view[-1].content.encode())
         self.h.log.emit(
@@ -355,12 +361,12 @@ class Session:
         """The hard line, from this run's own reply sizes."""
         s, calibration = self.h.settings, self.h.ledger.calibration
         replies = [m.completion_tokens for m in self.state.measurements[-RECENT:]]
-        least = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN + MESSAGE_OVERHEAD
+        least = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN * calibration.densest() + calibration.frame
         return place(
             self.h.ledger.budget,
             replies,
             self.state.wind_down_reply_tokens,
-            round(least * calibration.densest()),
+            round(least),
             calibration.message_tokens(UserMessage(content=prompts.wind_down(99_999, 9))),
             s.session.wind_down_turns,
             s.llm.max_output_tokens,

@@ -27,7 +27,7 @@ from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMes
 from ouroboros.servers import choose_window, discover
 from ouroboros.session import Harness, Session, SessionEnded
 from ouroboros.state import RESTARTING_REASONS, Journal
-from ouroboros.tokens import Budget, Calibration, Ledger, tools_estimate
+from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration, Ledger, tools_estimate
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
 
@@ -179,8 +179,9 @@ class Supervisor:
             prompt_budget=budget.prompt_budget,
             soft_line=budget.soft_line,
             hard_line=budget.hard_line,
+            frame_tokens=info.frame_tokens or MESSAGE_OVERHEAD,
         )
-        calibration = Calibration()
+        calibration = Calibration(info.frame_tokens or MESSAGE_OVERHEAD)
         ledger = Ledger(
             budget,
             calibration,

@@ -2,8 +2,9 @@
 
 Projected size of the next prompt = the last server-reported prompt + completion tokens, plus the
 calibrated estimate of what changed in the view since (results appended, observations masked).
-The estimator is bytes/4 plus a per-message overhead; its ratio to the real counts is learnt
-per run, so its error shrinks as calls accumulate.
+The estimator counts pre-tokens (`pretokens.raw_units`: where a tokenizer must start a new token)
+plus a per-message overhead; its ratio to the real counts is learnt per run and per content kind,
+so its error shrinks as calls accumulate.
 """
 
 from __future__ import annotations
@@ -11,19 +12,27 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
+from ouroboros.pretokens import raw_units, text_kind
 
 Zone = Literal["normal", "soft", "hard", "over"]
 MESSAGE_OVERHEAD = 4
-"""Tokens a chat template adds around each message (role markers, separators)."""
+"""Tokens a chat template adds around each message (role markers, separators), unless the
+server can say (`servers.ServerInfo.frame_tokens`)."""
+FRAME_KIND = "frame"
+"""The chat template's tokens around each message: one raw unit a message, priced at the
+template's own count (never learnt from the content)."""
+CALL_OVERHEAD = 4
+"""...and around each tool call of a reply."""
 MIN_TOKENS_FOR_TRUNCATION_CHECK = 256
 """Below this the estimate is too coarse to call a short count a truncation."""
-UNCALIBRATED_RATIO = 1.25
-"""Until the server's first count (or for good, when it gives none to trust): real tokenizers
-give 2.6 to 4.5 bytes a token (Gemma 3: 3.3 on code, 2.6 on short listings), so bytes/4 alone
-would undercount, and an undercount is what overflows."""
+UNCALIBRATED_RATIO = 1.2
+"""Until the server's first count (or for good, when it gives none to trust): Gemma 3 gives 1.01
+to 1.16 tokens a pre-token on ordinary output (medians by source), and an undercount is what
+overflows."""
 SCHEMA_KIND = "tools"
 """The content kind of the tool schemas sent with every request."""
 MIN_STEP_RAW = 128
@@ -39,29 +48,44 @@ RawTally = dict[str, int]
 
 
 def raw_estimate(message: Message) -> int:
-    """Uncalibrated tokens of one message: UTF-8 bytes / 4 plus template overhead."""
-    size = len(message.content.encode())
+    """Uncalibrated tokens of one message's text: its pre-tokens (`pretokens.raw_units`). The
+    chat template's own tokens around it are the `FRAME_KIND`, one unit a message."""
+    size = units(message.content)
     if isinstance(message, AssistantMessage):
-        size += sum(len(c.name) + len(c.arguments.encode()) + 16 for c in message.tool_calls)
-    elif isinstance(message, ToolMessage):
-        size += len(message.tool_call_id)
-    return size // 4 + MESSAGE_OVERHEAD
+        size += sum(units(c.name) + units(c.arguments) + CALL_OVERHEAD for c in message.tool_calls)
+    return size
+
+
+@lru_cache(maxsize=1024)
+def units(text: str) -> int:
+    """`raw_units`, remembered: masking and the protected window price the same results on
+    every turn (the cache holds at most 1,024 texts of at most one tool cap each)."""
+    return raw_units(text)
+
+
+@lru_cache(maxsize=1024)
+def output_kind(text: str) -> str:
+    """The content kind of a tool result holding `text`."""
+    return f"output:{text_kind(text)}"
 
 
 def content_kind(message: Message) -> str:
-    """Tokenizers split code, test logs and prose differently (Gemma 3: 2.6 to 4.1 bytes a
-    token), so each tool's output and each role learns a ratio of its own."""
+    """Each kind learns its own ratio. A tool result is priced by what it holds, not by the tool
+    that printed it (a shell prints listings, code, logs and JSON alike): even counted in
+    pre-tokens, markup, numbers and opaque text (binary, base64, other scripts) tokenize apart
+    from ordinary text."""
     if isinstance(message, ToolMessage):
-        return "placeholder" if message.masked else f"tool:{message.name}"
+        return "placeholder" if message.masked else output_kind(message.content)
     return message.kind
 
 
 def tally(messages: Iterable[Message]) -> RawTally:
-    """Raw estimate of these messages, per content kind."""
-    result: RawTally = {}
+    """Raw estimate of these messages, per content kind, with one frame unit for each."""
+    result: RawTally = {FRAME_KIND: 0}
     for message in messages:
         kind = content_kind(message)
         result[kind] = result.get(kind, 0) + raw_estimate(message)
+        result[FRAME_KIND] += 1
     return result
 
 
@@ -71,7 +95,7 @@ def difference(after: Mapping[str, int], before: Mapping[str, int]) -> RawTally:
 
 def tools_estimate(tools: list[dict[str, Any]]) -> int:
     """Tool schemas count against the window too (LM Studio >=0.3.17 says so in its usage)."""
-    return len(json.dumps(tools).encode()) // 4 if tools else 0
+    return raw_units(json.dumps(tools)) if tools else 0
 
 
 @dataclass(frozen=True)
@@ -141,10 +165,12 @@ class Calibration:
     """Real prompt tokens per raw estimate, for this model: one ratio for whole prompts, and one
     per content kind learnt from what changed between two calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, frame: float = MESSAGE_OVERHEAD) -> None:
         self.whole = Ratio(UNCALIBRATED_RATIO)
         self.kinds: dict[str, KindRatio] = {}
-        self._ratios: dict[str, float] = {}
+        self.frame = frame
+        """Tokens the chat template puts around each message."""
+        self._ratios: dict[str, float] = {FRAME_KIND: frame}
         """The kinds' current values, read on every projection."""
 
     @property
@@ -155,9 +181,12 @@ class Calibration:
     def samples(self) -> int:
         return self.whole.samples
 
-    def update(self, real: int, raw: int) -> None:
-        if raw > 0 and real > 0:
-            self.whole.update(real / raw)
+    def update(self, real: int, raw: int, frames: int = 0) -> None:
+        """Learn the whole-prompt ratio from a prompt of `raw` units, `frames` of them the
+        frames of its messages (priced at the template's count, not learnt)."""
+        content, real_content = raw - frames, real - self.frame * frames
+        if content > 0 and real_content > 0:
+            self.whole.update(real_content / content)
 
     def update_step(self, real_change: int, raw_change: Mapping[str, int]) -> None:
         """Learn from the change between two prompts, when one kind makes most of it (a step
@@ -167,7 +196,7 @@ class Calibration:
         if size < MIN_STEP_RAW:
             return
         kind, main = max(changed.items(), key=lambda item: abs(item[1]))
-        if abs(main) < PURE_SHARE * size:
+        if kind == FRAME_KIND or abs(main) < PURE_SHARE * size:
             return
         rest = self.price({k: d for k, d in changed.items() if k != kind})
         observed = (real_change - rest) / main
@@ -185,11 +214,11 @@ class Calibration:
         return max(0, round(raw * ratio))
 
     def message_tokens(self, message: Message) -> int:
-        return self.tokens(raw_estimate(message), content_kind(message))
+        return self.tokens(raw_estimate(message), content_kind(message)) + round(self.frame)
 
     def densest(self) -> float:
         """The highest ratio learnt: what a result of unknown content may cost per raw unit."""
-        return max([self.whole.value, *self._ratios.values()])
+        return max([self.whole.value, *(self.kinds[k].value for k in self.kinds)])
 
     def tally_tokens(self, raw: Mapping[str, int]) -> int:
         return max(0, round(self.price(raw)))
@@ -277,20 +306,20 @@ class Ledger:
         if self._anchor_real is not None and m.raw_kinds:
             change = difference(m.raw_kinds, self._anchor_raw)
             self.calibration.update_step(m.prompt_tokens - self._anchor_real, change)
-        self.calibration.update(m.prompt_tokens, m.raw_prompt)
+        self.calibration.update(m.prompt_tokens, m.raw_prompt, m.raw_kinds.get(FRAME_KIND, 0))
         if not m.raw_kinds:
             self._anchor_real = None
             return
         self._anchor_real = m.prompt_tokens + m.completion_tokens
-        # The reply comes back in the next prompt with its template overhead, which the
-        # completion count did not include.
-        reply = m.raw_reply - MESSAGE_OVERHEAD
+        # The reply comes back in the next prompt, with a frame the completion count did not
+        # include: the next tally has it, the anchor does not.
         self._anchor_raw = {**m.raw_kinds}
-        self._anchor_raw["assistant"] = self._anchor_raw.get("assistant", 0) + reply
+        self._anchor_raw["assistant"] = self._anchor_raw.get("assistant", 0) + m.raw_reply
 
     def calibrate_overflow(self, n_prompt_tokens: int, raw_prompt: Mapping[str, int]) -> None:
         """A llama-server overflow error carries the exact count of the refused prompt."""
-        self.calibration.update(n_prompt_tokens, sum(raw_prompt.values()))
+        total, frames = sum(raw_prompt.values()), raw_prompt.get(FRAME_KIND, 0)
+        self.calibration.update(n_prompt_tokens, total, frames)
         self._anchor_real = None
 
     def project(self, raw_view: Mapping[str, int]) -> int:

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ouroboros.context.carryover import select_carryover, settled, steps
+from ouroboros.context.mask import masked
 from ouroboros.context.truncate import cap_output, shown
 from ouroboros.messages import (
     AssistantMessage,
@@ -122,7 +123,10 @@ WAITING = [*FIVE_PARALLEL, AssistantMessage(tool_calls=(call(6), call(7))), resu
             SIX_STEPS,
             3,
             10_000,
-            700,
+            # Room for the last step, the one before it whole, and the next as a placeholder.
+            3 * tokens(read_step(0, 200)[0])
+            + 2 * tokens(result(0, 200))
+            + tokens(masked(result(0, 200))),
             ["assistant:c3", "tool:c3:masked", "assistant:c4", "tool:c4"]
             + ["assistant:c5", "tool:c5"],
             id="earlier-steps-as-placeholders-before-dropping",
@@ -131,7 +135,10 @@ WAITING = [*FIVE_PARALLEL, AssistantMessage(tool_calls=(call(6), call(7))), resu
             SIX_STEPS,
             6,
             10_000,
-            400,
+            # The last step whole, two earlier ones as placeholders: not three.
+            3 * tokens(read_step(0, 200)[0])
+            + tokens(result(0, 200))
+            + 2 * tokens(masked(result(0, 200))),
             ["assistant:c3", "tool:c3:masked", "assistant:c4", "tool:c4:masked"]
             + ["assistant:c5", "tool:c5"],
             id="then-the-oldest-steps-dropped",

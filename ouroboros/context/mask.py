@@ -32,6 +32,14 @@ def _argument(message: ToolMessage, name: str) -> str:
     return str(value)
 
 
+def _unparsed(message: ToolMessage) -> str:
+    try:
+        json.loads(message.arguments or "{}")
+    except json.JSONDecodeError:
+        return message.arguments
+    return ""
+
+
 def _said(text: str) -> list[str]:
     """The output's own non-blank lines, without the harness's framing lines."""
     return [
@@ -57,7 +65,8 @@ def placeholder(message: ToolMessage) -> str:
         what = _argument(message, "path")
         again = "read it again with file_read"
     else:
-        command = " ".join(_argument(message, "command").split())
+        # A call whose arguments are not JSON (cut at the output limit) is named by their start.
+        command = " ".join((_argument(message, "command") or _unparsed(message)).split())
         what = f"$ {command[: COMMAND_CHARS - 1]}…" if len(command) > COMMAND_CHARS else command
         what = f"`{what}`" if command else _argument(message, "path") or _argument(message, "query")
         again = f"full text in {saved_path(message)}"

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked
 from ouroboros.context.truncate import shown
 from ouroboros.messages import Message, ToolMessage
-from ouroboros.tokens import Calibration, RawTally, content_kind, raw_estimate, tally
+from ouroboros.tokens import FRAME_KIND, Calibration, RawTally, content_kind, raw_estimate, tally
 
 
 class ContextView:
@@ -43,6 +43,7 @@ class ContextView:
         cost = raw_estimate(self.view[-1])
         self.raw.append(cost)
         self._add(content_kind(self.view[-1]), cost)
+        self._add(FRAME_KIND, 1)
 
     @property
     def raw_total(self) -> int:

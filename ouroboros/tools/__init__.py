@@ -21,6 +21,9 @@ from ouroboros.tools.builtin import Output, ToolFailed
 from ouroboros.tools.search import SearchContextArgs, search_context
 from ouroboros.tools.workspace import PathRefused, Workspace
 
+Fit = Callable[[str], int]
+"""Bytes of this text that fit the room left for it."""
+
 
 @dataclass(frozen=True)
 class ToolOutcome:
@@ -127,10 +130,11 @@ class ToolRunner:
             )
             raise ToolFailed(f"bad arguments for {call.name}: {problems}") from None
 
-    async def run(self, call: ToolCall, max_bytes: int | None = None) -> ToolOutcome:
+    async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
         """Run one call; every failure becomes a result the model can read.
 
-        `max_bytes` lowers the output cap for this call (the room left in the window)."""
+        `room` says how many bytes of an output (at the normal cap) fit the room left in the
+        window: the model is shown no more, the journal keeps the output at the normal cap."""
         started = time.monotonic()
         error = blocked = summary = None
         try:
@@ -148,7 +152,7 @@ class ToolRunner:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
         except ValueError as e:  # e.g. a path the file system cannot encode
             output, error = Output(f"error: {e}"), str(e)
-        message = await self._result(call, output, max_bytes)
+        message = await self._result(call, output, room)
         return ToolOutcome(
             message,
             time.monotonic() - started,
@@ -170,38 +174,43 @@ class ToolRunner:
             and m.name != "file_read"
         ]
 
+        for m in unsaved:
+            await self._save(saved_name(m.name, m.content), m.content)
+
+    async def _result(self, call: ToolCall, output: Output, room: Fit | None) -> ToolMessage:
+        message = shaped_result(call, output, self.max_output_bytes, room)
+        if message.saved_to is not None:
+            await self._save(message.saved_to, output.text)
+        return message
+
+    async def _save(self, relative: str, text: str) -> None:
         def save() -> None:
-            for m in unsaved:
-                # The journal keeps the result whatever happens here: a full disk leaves the
-                # agent search_context to find it, not a crashed run.
-                with contextlib.suppress(OSError):
-                    builtin.spill(self.workspace, saved_name(m.name, m.content), m.content)
+            # The journal keeps the result at the cap whatever happens here: a full disk costs
+            # the agent the whole text, not the run.
+            with contextlib.suppress(OSError):
+                builtin.spill(self.workspace, relative, text)
 
-        if unsaved:
-            await anyio.to_thread.run_sync(save)
+        await anyio.to_thread.run_sync(save)
 
-    async def _result(self, call: ToolCall, output: Output, max_bytes: int | None) -> ToolMessage:
-        """The result at the normal cap; the whole output saved in the workspace whenever what
-        the model is shown is cut; `room_bytes` when this session had room for less."""
-        text = output.text
-        size = len(text.encode())
-        shown_bytes = min(self.max_output_bytes, max_bytes or self.max_output_bytes)
-        saved_to = None
-        if size > shown_bytes:
-            path = await anyio.to_thread.run_sync(
-                builtin.spill, self.workspace, saved_name(call.name, text), text
-            )
-            saved_to = self.workspace.display(path)
-        capped = cap_output(text, self.max_output_bytes, saved_to)
-        short = shown_bytes < capped.kept_bytes
-        return ToolMessage(
-            tool_call_id=call.id,
-            name=call.name,
-            content=capped.text,
-            exit_code=output.exit_code,
-            arguments=call.arguments,
-            output_bytes=size,
-            output_lines=len(text.splitlines()),
-            saved_to=saved_to,
-            room_bytes=shown_bytes if short else None,
-        )
+
+def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) -> ToolMessage:
+    """The result at the normal cap `cap`; `room_bytes` when the room left shows less; the whole
+    output to be saved (`saved_to`) whenever what the model is shown is cut."""
+    text = output.text
+    size = len(text.encode())
+    capped = cap_output(text, cap)
+    shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
+    saved_to = saved_name(call.name, text) if size > shown_bytes else None
+    if saved_to is not None:
+        capped = cap_output(text, cap, saved_to)
+    return ToolMessage(
+        tool_call_id=call.id,
+        name=call.name,
+        content=capped.text,
+        exit_code=output.exit_code,
+        arguments=call.arguments,
+        output_bytes=size,
+        output_lines=len(text.splitlines()),
+        saved_to=saved_to,
+        room_bytes=shown_bytes if shown_bytes < capped.kept_bytes else None,
+    )
