@@ -627,8 +627,8 @@ class Replay:
         in_prompt = {m.tool_call_id: m.content for m in sent if isinstance(m, ToolMessage)}
         intact = all(in_prompt.get(o.call.id) == o.text for o in self.recent)
         self.out.intact += intact
-        # Eligible: whole in this session's history (not capped, not shrunk by a carry-over) and
-        # together within the protected window's bound.
+        # Eligible: whole in this session (not capped, not cut for room, not shrunk by a
+        # carry-over) and together within the protected window's bound.
         ids = {o.call.id for o in self.recent}
         whole = [
             m
@@ -636,7 +636,8 @@ class Replay:
             if isinstance(m, ToolMessage) and m.tool_call_id in ids
         ]
         if len(whole) != len(self.recent) or any(
-            m.content != o.text for m, o in zip(whole, self.recent, strict=True)
+            m.content != o.text or m.room_bytes is not None  # cut for room: shown cut
+            for m, o in zip(whole, self.recent, strict=True)
         ):
             return
         bound = self.mask_policy.protected_tokens
@@ -870,7 +871,7 @@ async def main() -> int:
         print(f"| {size:,} | {parts['total']:.0f} µs | {cells} |")
     print(f"\nRatio {PERF_SIZES[1]:,}/{PERF_SIZES[0]:,}: {ratio:.2f}.\n")
 
-    ok = report_targets(results, baseline, bounds, per_turn, ratio)
+    ok = report_targets(results, baseline, floors, per_turn, ratio)
     for w in WINDOWS:
         print(
             f"note  {window_label(w)}: the issue's lower bound is {bounds[w][2]}; a policy that "
@@ -884,7 +885,7 @@ async def main() -> int:
 def report_targets(
     results: dict[tuple[Policy, int], Outcome],
     baseline: Outcome,
-    bounds: dict[int, tuple[int, int, int]],
+    floors: dict[int, int],
     per_turn: dict[int, dict[str, float]],
     ratio: float,
 ) -> bool:
@@ -894,12 +895,13 @@ def report_targets(
         zero = all(results[policy, w].overflows == 0 for w in WINDOWS)
         checks.append(verdict(zero, f"zero overflows, {LABELS[policy]}: {counts}"))
     for w in WINDOWS:
-        ours, bound = results["ours", w], bounds[w][2]
+        ours, floor = results["ours", w], floors[w]
         trunc = results["truncate", w]
         checks.append(
             verdict(
-                ours.sessions <= 1.10 * bound,
-                f"{window_label(w)}: ours {ours.sessions} sessions <= 1.10 x lower bound {bound}",
+                ours.sessions <= 1.10 * floor,
+                f"{window_label(w)}: ours {ours.sessions} sessions <= 1.10 x the {floor} any "
+                f"policy keeping the {RECENT} newest results whole needs",
             )
         )
         checks.append(

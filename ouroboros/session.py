@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 from ouroboros import prompts
 from ouroboros.config import Settings
+from ouroboros.context.carryover import fit_step
 from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
 from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.truncate import shown
 from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import RECENT, WindDownLine, place
 from ouroboros.events import EventLog
@@ -81,7 +83,7 @@ class Session:
     def __init__(self, harness: Harness):
         self.h = harness
         self.state = state = harness.journal.state
-        self.view = ContextView(state.messages, state.masked)
+        self.view = ContextView(state.messages, state.masked, state.cuts)
         self.schemas = harness.tools.schemas()
         self.schema_raw = tools_estimate(self.schemas) if harness.tools_rendered else 0
         self._pending_mask: dict[str, Any] | None = None
@@ -175,16 +177,38 @@ class Session:
                     attempt=attempt,
                 )
                 if e.n_prompt_tokens:
-                    self.h.ledger.calibrate_overflow(e.n_prompt_tokens, raw_prompt)
-                if attempt == 2 or not await self.mask(
-                    self.view.all_but_protected(self.h.mask_policy, self.h.ledger.calibration),
-                    reason="overflow",
-                ):
+                    m = self.h.ledger.refused(e.n_prompt_tokens, raw_prompt)
+                    self.h.journal.record("refused", session=self.state.session, **m.__dict__)
+                    self.h.ledger.apply(m)
+                if attempt == 2 or not await self.room_after_overflow():
                     raise SessionEnded("context_overflow", str(e)[:200]) from e
                 continue
             self.record_reply(completion, raw_prompt)
             return completion
         raise AssertionError("unreachable")
+
+    async def room_after_overflow(self) -> bool:
+        """Mask everything outside the protected window; if the prompt is still too big, cut
+        the results the model has not seen (it would never see them whole anyway), as the
+        carry-over cuts a step. False if nothing changed."""
+        policy, calibration = self.h.mask_policy, self.h.ledger.calibration
+        masked_any = await self.mask(self.view.all_but_protected(policy, calibration), "overflow")
+        over = self.projected() - self.h.ledger.budget.prompt_budget
+        unseen = self.view.unseen()
+        if over <= 0 or not unseen:
+            return masked_any
+        tokens = calibration.message_tokens
+        await self.h.tools.save_whole(unseen)  # the cut marker says where the whole text is
+        fitted = fit_step(list(unseen), sum(tokens(shown(m)) for m in unseen) - over, tokens)
+        cuts = {
+            m.tool_call_id: m.room_bytes
+            for m in fitted
+            if isinstance(m, ToolMessage) and m.room_bytes is not None
+        }
+        if cuts:
+            self.h.journal.record("cut", session=self.state.session, cuts=cuts)
+            self.view.cut(cuts)
+        return masked_any or bool(cuts)
 
     def record_reply(self, completion: Completion, raw_prompt: RawTally) -> None:
         estimate = self.h.ledger.calibration.tally_tokens(raw_prompt)
@@ -297,10 +321,10 @@ class Session:
     async def mask(self, call_ids: list[str], reason: str) -> bool:
         if not call_ids:
             return False
-        # A placeholder says where the whole result can be read again: make it true first.
-        await self.h.tools.save_whole(
-            [self.view.history[self.view.index_of(call_id)] for call_id in call_ids]
-        )
+        # A placeholder says where the whole result can be read again: make it true first (a
+        # file read is read again from the file).
+        results = [self.view.result(call_id) for call_id in call_ids]
+        await self.h.tools.save_whole([m for m in results if m.name != "file_read"])
         before = self.projected()
         self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
         self.view.mask(call_ids)

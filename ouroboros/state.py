@@ -28,11 +28,14 @@ class RunState:
     messages: list[Message] = field(default_factory=list)
     """The current (or just ended) session's messages."""
     masked: set[str] = field(default_factory=set)
+    cuts: dict[str, int] = field(default_factory=dict)
+    """Results of this session shown cut after the server refused a prompt: bytes by call id."""
     started_calls: set[str] = field(default_factory=set)
     measurements: list[Measurement] = field(default_factory=list)
     """Every model call of the run, oldest first (they calibrate the estimator)."""
-    wind_down_reply_tokens: list[int] = field(default_factory=list)
-    """Completion tokens of every reply the agent gave after a wind-down message, in the run."""
+    wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
+    """Every reply the agent gave after a wind-down message in the run: which one it was after
+    the message (1, 2, ...) and its completion tokens."""
     compaction: tuple[int, Message] | None = None
     """This session's latest compaction: the first history index kept, and the snapshot."""
     wind_down_replies: int | None = None
@@ -56,15 +59,33 @@ def _apply_message(state: RunState, record: dict[str, Any]) -> None:
         state.wind_down_replies += 1
     if "usage" in record:
         # A turn is a model reply with its usage: carried-over assistant messages are none.
-        usage = record["usage"]
-        m = Measurement(**{k: usage[k] for k in Measurement.__dataclass_fields__ if k in usage})
+        m = _measurement(record["usage"])
         state.measurements.append(m)
         if state.wind_down_replies is not None:
-            state.wind_down_reply_tokens.append(m.completion_tokens)
+            state.wind_down_reply_tokens.append((state.wind_down_replies, m.completion_tokens))
         state.total_prompt_tokens += m.prompt_tokens
         state.total_completion_tokens += m.completion_tokens
         state.session_turns += 1
         state.total_turns += 1
+
+
+def _measurement(fields: dict[str, Any]) -> Measurement:
+    return Measurement(**{k: fields[k] for k in Measurement.__dataclass_fields__ if k in fields})
+
+
+def _start_session(state: RunState, record: dict[str, Any]) -> None:
+    if state.session:
+        state.restarts += 1
+    state.session = record["session"]
+    state.session_open = True
+    state.session_turns = 0
+    state.messages = [MESSAGE_ADAPTER.validate_python(m) for m in record["messages"]]
+    state.masked = set()
+    state.cuts = {}
+    state.started_calls = set()
+    state.wind_down_replies = None
+    state.compaction = None
+    state.ended_reason = None
 
 
 def _apply(state: RunState, record: dict[str, Any]) -> None:
@@ -72,23 +93,17 @@ def _apply(state: RunState, record: dict[str, Any]) -> None:
     if kind == "run_start" and state.started_at is None:
         state.started_at = datetime.fromisoformat(record["ts"]).timestamp()
     elif kind == "session_start":
-        if state.session:
-            state.restarts += 1
-        state.session = record["session"]
-        state.session_open = True
-        state.session_turns = 0
-        state.messages = [MESSAGE_ADAPTER.validate_python(m) for m in record["messages"]]
-        state.masked = set()
-        state.started_calls = set()
-        state.wind_down_replies = None
-        state.compaction = None
-        state.ended_reason = None
+        _start_session(state, record)
     elif kind == "message":
         _apply_message(state, record)
     elif kind == "tool_started":
         state.started_calls.add(record["call_id"])
     elif kind == "mask":
         state.masked.update(record["call_ids"])
+    elif kind == "cut":
+        state.cuts.update(record["cuts"])
+    elif kind == "refused":  # a prompt the server refused, with its exact count: no turn
+        state.measurements.append(_measurement(record))
     elif kind == "compaction":
         state.compaction = (record["start"], MESSAGE_ADAPTER.validate_python(record["snapshot"]))
     elif kind == "usage":  # a call outside the conversation (compaction): tokens, no turn

@@ -287,9 +287,15 @@ class Supervisor:
             tokens,
             self.settings.context.mask_min_tokens,
         )
-        masked_ids = {m.tool_call_id for m in carried if isinstance(m, ToolMessage) and m.masked}
+        # Placeholders and cut markers say where the whole text is: make it true.
+        shortened = {
+            m.tool_call_id
+            for m in carried
+            if isinstance(m, ToolMessage)
+            and (m.room_bytes is not None or (m.masked and m.name != "file_read"))
+        }
         await harness.tools.save_whole(
-            [m for m in previous if isinstance(m, ToolMessage) and m.tool_call_id in masked_ids]
+            [m for m in previous if isinstance(m, ToolMessage) and m.tool_call_id in shortened]
         )
         return carried
 

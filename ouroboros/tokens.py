@@ -235,7 +235,8 @@ class Measurement:
 
     prompt_tokens: int
     completion_tokens: int
-    source: Literal["server", "timings", "estimate"]
+    source: Literal["server", "timings", "estimate", "refused"]
+    """`refused`: a prompt the server refused as too long, with its exact count (no reply)."""
     raw_prompt: int
     """Raw estimate of the prompt that was sent (messages + tool schemas)."""
     raw_reply: int
@@ -298,6 +299,14 @@ class Ledger:
 
     def apply(self, m: Measurement) -> None:
         """Update anchor and calibration (also used to replay a journal after a crash)."""
+        if m.source == "refused":
+            # What changed since the anchor was counted exactly; the anchor itself still holds.
+            if self._anchor_real is not None:
+                change = difference(m.raw_kinds, self._anchor_raw)
+                self.calibration.update_step(m.prompt_tokens - self._anchor_real, change)
+            frames = m.raw_kinds.get(FRAME_KIND, 0)
+            self.calibration.update(m.prompt_tokens, m.raw_prompt, frames)
+            return
         self.truncation_suspected = m.silent_truncation
         if m.source == "estimate" or m.silent_truncation:
             # A truncated count describes what the server kept, not what we sent.
@@ -316,11 +325,11 @@ class Ledger:
         self._anchor_raw = {**m.raw_kinds}
         self._anchor_raw["assistant"] = self._anchor_raw.get("assistant", 0) + m.raw_reply
 
-    def calibrate_overflow(self, n_prompt_tokens: int, raw_prompt: Mapping[str, int]) -> None:
-        """A llama-server overflow error carries the exact count of the refused prompt."""
-        total, frames = sum(raw_prompt.values()), raw_prompt.get(FRAME_KIND, 0)
-        self.calibration.update(n_prompt_tokens, total, frames)
-        self._anchor_real = None
+    def refused(self, n_prompt_tokens: int, raw_prompt: Mapping[str, int]) -> Measurement:
+        """A llama-server overflow error carries the exact count of the refused prompt: a
+        measurement like a reply's, teaching what the new content really costs."""
+        total = sum(raw_prompt.values())
+        return Measurement(n_prompt_tokens, 0, "refused", total, 0, False, dict(raw_prompt))
 
     def project(self, raw_view: Mapping[str, int]) -> int:
         """Tokens the next prompt will take, given the raw estimate of the view to send."""

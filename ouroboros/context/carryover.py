@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ouroboros.context.mask import masked
-from ouroboros.context.truncate import shown
+from ouroboros.context.truncate import saved_name, shown
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 Step = list[Message]
@@ -91,7 +91,10 @@ def _cut_to(message: ToolMessage, target: int, tokens: Tokens) -> ToolMessage:
     if tokens(message) <= target:
         return message
     size = len(shown(message).content.encode())
-    return message.model_copy(update={"room_bytes": max(1, size * target // tokens(message))})
+    cut = max(1, size * target // tokens(message))
+    # The whole text is saved (by the caller) where the cut marker says.
+    saved = message.saved_to or saved_name(message.name, message.content)
+    return message.model_copy(update={"room_bytes": cut, "saved_to": saved})
 
 
 def fit_step(step: Step, room: int, tokens: Tokens) -> Step:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from ouroboros.context.mask import MaskPolicy, choose_masks, masked
-from ouroboros.context.truncate import shown
+from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
+from ouroboros.context.truncate import saved_name, shown
 from ouroboros.messages import Message, ToolMessage
 from ouroboros.tokens import FRAME_KIND, Calibration, RawTally, content_kind, raw_estimate, tally
 
@@ -18,7 +18,12 @@ class ContextView:
     is that view, unless a compaction replaced `history[1:start]` by a snapshot message.
     """
 
-    def __init__(self, messages: Iterable[Message] = (), masked_ids: Iterable[str] = ()):
+    def __init__(
+        self,
+        messages: Iterable[Message] = (),
+        masked_ids: Iterable[str] = (),
+        cuts: Mapping[str, int] | None = None,
+    ):
         self.history: list[Message] = []
         self.view: list[Message] = []
         self.raw: list[int] = []
@@ -31,6 +36,7 @@ class ContextView:
         self._cursor = 0
         for message in messages:
             self.append(message)
+        self.cut(cuts or {})
         self.mask(masked_ids)
 
     def append(self, message: Message) -> None:
@@ -72,6 +78,28 @@ class ContextView:
             self.masked_ids.add(call_id)
         return reclaimed
 
+    def cut(self, cuts: Mapping[str, int]) -> None:
+        """Show these results cut to so many bytes (after the server refused a prompt)."""
+        for call_id, size in cuts.items():
+            index = self._tool_index.get(call_id)
+            if index is None or call_id in self.masked_ids:
+                continue
+            original = self.history[index]
+            assert isinstance(original, ToolMessage)
+            # Its whole text was saved (by the session) where the cut marker says.
+            saved = original.saved_to or saved_name(original.name, original.content)
+            replacement = shown(original.model_copy(update={"room_bytes": size, "saved_to": saved}))
+            cost = raw_estimate(replacement)
+            if index >= self.start:
+                self._add(content_kind(replacement), cost - self.raw[index])
+            self.raw[index] = cost
+            self.view[index] = replacement
+
+    def unseen(self) -> list[ToolMessage]:
+        """The results the model has not been sent yet, as they are in the history."""
+        ids = unseen_ids(self.history)
+        return [m for m in self.history if isinstance(m, ToolMessage) and m.tool_call_id in ids]
+
     def messages(self) -> list[Message]:
         """What the model is sent."""
         if self.snapshot is None:
@@ -106,8 +134,11 @@ class ContextView:
         """Everything outside the protected window: the response to a context-overflow error."""
         return self.choose_masks(policy, calibration, excess=self.raw_total * 10 + 1)
 
-    def index_of(self, call_id: str) -> int:
-        return self._tool_index[call_id]
+    def result(self, call_id: str) -> ToolMessage:
+        """A result as the history holds it."""
+        message = self.history[self._tool_index[call_id]]
+        assert isinstance(message, ToolMessage)
+        return message
 
     def reclaimable(self, policy: MaskPolicy, calibration: Calibration, incoming: int = 0) -> int:
         """Calibrated tokens that masking everything outside the protected window would free,

@@ -1,12 +1,13 @@
 """Where the wind-down goes: far enough below the cut that the replies it asks for still fit.
 
 The cut is the prompt budget: a session ends when its next prompt would not fit. A wind-down
-asks for `wind_down_turns` more replies, and each of them comes back in the next prompt with the
-results of its calls. Replies cannot be shortened; results can (the harness cuts them to the
-room left, and shows them whole again in the next session). So the room kept below the cut is,
-per promised reply, a reply as long as this run's replies are at their 90th percentile plus the
-least a result is cut to, and the notice itself: the hard line sits that far below the cut, and
-never later than the configured `hard_threshold`.
+asks for `wind_down_turns` more replies; each but the last comes back in a prompt of this session
+with the results of its calls, and the step that crossed the line may have gone past it by one
+reply. Replies cannot be shortened; results can (the harness cuts them to the room left, and
+shows them whole again in the next session). So the room kept below the cut is that many replies
+as long as this run's replies are at their 90th percentile, each with the least a result is cut
+to, and the notice itself: the hard line sits that far below the cut, and never later than the
+configured `hard_threshold`.
 
 Results of ordinary steps are cut to the room below the hard line (after what masking can free),
 so the wind-down's room stays free: near the line a step's results are cut to most of what is
@@ -54,17 +55,24 @@ class WindDownLine:
 def place(
     budget: Budget,
     replies: Sequence[int],
-    wind_down_replies: Sequence[int],
+    wind_down_replies: Sequence[tuple[int, int]],
     least_result: int,
     notice: int,
     turns: int,
     max_output: int,
 ) -> WindDownLine:
-    """The line from the run's own replies (tokens as the server counted them), those given to
-    earlier wind-downs counted apart too (saving notes makes long replies); `least_result` is
-    what a result cut to the minimum costs, `notice` the wind-down message."""
-    reply = reply_allowance(replies, max_output)
-    if wind_down_replies:
-        reply = max(reply, reply_allowance(wind_down_replies, max_output))
-    room = turns * (reply + least_result) + notice if turns else 0
-    return WindDownLine(max(0, min(budget.hard_line, budget.prompt_budget - room)), reply)
+    """The line from the run's own replies (completion tokens as the server counted them).
+
+    Room is kept for the step that crosses the line (a reply of the usual size, `replies`), and
+    for each promised reply but the last, whose results only the next session sees: sized from
+    the replies earlier wind-downs got (`wind_down_replies`: which one after the notice, and its
+    tokens; saving notes makes long replies), or the usual ones before there were any. Each with
+    a result cut to the least the harness shows (`least_result`), and the notice."""
+    if not turns:
+        return WindDownLine(budget.hard_line, 0)
+    usual = reply_allowance(replies, max_output)
+    answering = [tokens for index, tokens in wind_down_replies if index < turns]
+    winding = reply_allowance(answering, max_output) if answering else usual
+    room = usual + least_result + (turns - 1) * (winding + least_result) + notice
+    line = max(0, min(budget.hard_line, budget.prompt_budget - room))
+    return WindDownLine(line, max(usual, winding))

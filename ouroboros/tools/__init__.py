@@ -14,7 +14,7 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from ouroboros.context.truncate import cap_output, saved_name
-from ouroboros.messages import Message, ToolCall, ToolMessage
+from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import blocked_reason
 from ouroboros.tools.builtin import Output, ToolFailed
@@ -162,20 +162,14 @@ class ToolRunner:
             summary,
         )
 
-    async def save_whole(self, results: list[Message]) -> None:
-        """Save results about to be masked whose whole text is not in a file yet, where their
-        placeholders say (a file read is read again from the file itself)."""
-        unsaved = [
-            m
-            for m in results
-            if isinstance(m, ToolMessage)
-            and not m.masked
-            and m.saved_to is None
-            and m.name != "file_read"
-        ]
-
-        for m in unsaved:
-            await self._save(saved_name(m.name, m.content), m.content)
+    async def save_whole(self, results: list[ToolMessage]) -> None:
+        """Save results about to be masked or cut whose whole text is in no file yet, where
+        their placeholders and cut markers say."""
+        for m in results:
+            # A result cut at the cap had its whole output saved when it ran.
+            whole = m.output_bytes is None or m.output_bytes == len(m.content.encode())
+            if not m.masked and whole:
+                await self._save(saved_name(m.name, m.content), m.content)
 
     async def _result(self, call: ToolCall, output: Output, room: Fit | None) -> ToolMessage:
         message = shaped_result(call, output, self.max_output_bytes, room)
