@@ -60,6 +60,7 @@ from ouroboros.config import (
 )
 from ouroboros.context.mask import masked
 from ouroboros.events import EventLog
+from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, ContextOverflow, LLMClient, Usage
 from ouroboros.messages import (
     AssistantMessage,
@@ -71,17 +72,12 @@ from ouroboros.messages import (
     to_wire,
 )
 from ouroboros.scripted import count_tokens
-from ouroboros.session import Harness, Session, SessionEnded
+from ouroboros.harness import Harness, SessionEnded, mask_policy, tool_output_cap
+from ouroboros.session import Session
 from ouroboros.state import Journal, RunState
 from ouroboros.state import _apply as fold_record
-from ouroboros.supervisor import Supervisor, mask_policy, tool_output_cap
-from ouroboros.tokens import (
-    MESSAGE_OVERHEAD,
-    Budget,
-    Calibration,
-    Ledger,
-    raw_estimate,
-)
+from ouroboros.supervisor import Supervisor
+from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration, raw_estimate
 from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
@@ -500,16 +496,17 @@ class RefusalEndsSession(Session):
     """`call_model` without our overflow response: a refused prompt just ends the session."""
 
     async def call_model(self) -> Completion:
-        raw_prompt = self.raw_prompt()
+        window = self.window
+        raw_prompt = window.raw_prompt()
         try:
-            completion = await self.h.llm.complete(self.view.messages(), self.schemas)
+            completion = await self.h.llm.complete(window.view.messages(), window.schemas)
         except ContextOverflow as e:
             raise SessionEnded("context_overflow", str(e)) from e
         self.record_reply(completion, raw_prompt)
         return completion
 
     def end_at_hard(self) -> None:
-        projected = self.projected()
+        projected = self.window.projected()
         if self.h.ledger.zone(projected) in ("hard", "over"):
             raise SessionEnded("context_full", f"next prompt ~{projected:,} tokens")
 
@@ -526,13 +523,14 @@ class TruncationOnly(RefusalEndsSession):
 
 class RustOriginal(RefusalEndsSession):
     async def manage_context(self) -> None:
-        if self.projected() > RUST_MASK_AT * self.h.ledger.budget.limit:
+        window = self.window
+        if window.projected() > RUST_MASK_AT * self.h.ledger.budget.limit:
             oldest = (
                 m.tool_call_id
-                for m in self.view.history
-                if isinstance(m, ToolMessage) and m.tool_call_id not in self.view.masked_ids
+                for m in window.view.history
+                if isinstance(m, ToolMessage) and m.tool_call_id not in window.view.masked_ids
             )
-            await self.mask(list(islice(oldest, RUST_MASK_PER_ROUND)), reason="rust_original")
+            await window.mask(list(islice(oldest, RUST_MASK_PER_ROUND)), reason="rust_original")
         self.end_at_hard()
 
 
@@ -733,7 +731,7 @@ async def time_context_work(
     replay.track_recent = False
     await replay.supervisor.next_session(replay.harness)
     session = Session(replay.harness)
-    while len(session.view.history) < size - PERF_TURNS * per_step / 2:
+    while len(session.window.view.history) < size - PERF_TURNS * per_step / 2:
         await one_turn(replay, session, None)
     # As timeit does: the collector's full passes cost what the whole heap holds (the bench's
     # own script and counts included), whichever code happens to trigger them.
@@ -771,8 +769,8 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     clock = time.perf_counter
     appending = 0.0
     t0 = clock()
-    sent = session.view.messages()  # what call_model hands the client
-    raw_prompt = session.raw_prompt()
+    sent = session.window.view.messages()  # what call_model hands the client
+    raw_prompt = session.window.raw_prompt()
     t1 = clock()
     prompt = replay.server.prompt_tokens(sent)
     completion = replay.server.completion_tokens(step.reply)
@@ -783,7 +781,7 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
         # Session.append's two halves: the journal (disk, not timed) and the view.
         replay.journal.record("message", message=message.model_dump())
         start = clock()
-        session.view.append(message)
+        session.window.view.append(message)
         appending += clock() - start
     t4 = clock()
     await session.manage_context()

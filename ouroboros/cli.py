@@ -12,12 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from ouroboros import watch
+from ouroboros.compaction import COMPACT_REQUEST
 from ouroboros.config import ConfigError, Settings, load_settings
 from ouroboros.demo import demo_dir, run_demo
 from ouroboros.journal import JournalCorrupt
+from ouroboros.lock import RESUME_REQUEST, RunError, fresh_state
 from ouroboros.report import write_report
-from ouroboros.session import COMPACT_REQUEST
-from ouroboros.supervisor import RESUME_REQUEST, RunError, fresh_state, run_to_end
+from ouroboros.supervisor import run_to_end
 
 EXIT_FATAL = 1
 EXIT_CONFIG = 2

@@ -17,8 +17,9 @@ from typing import Any
 from rich.console import Console
 
 from ouroboros.config import load_settings, to_toml
+from ouroboros.lock import fresh_state
 from ouroboros.scripted import Reply, ScriptedServer, tool
-from ouroboros.supervisor import fresh_state, run_to_end
+from ouroboros.supervisor import run_to_end
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")

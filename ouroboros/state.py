@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.journal import JsonlWriter, read_jsonl, repair_torn_tail
+from ouroboros.ledger import Measurement
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
-from ouroboros.tokens import Measurement
 
 RESTARTING_REASONS = ("context_full", "context_overflow", "max_turns")
 """Session ends after which the supervisor starts another session."""

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
-import select
 import signal
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 from rich.console import Console
@@ -19,23 +11,16 @@ from rich.console import Console
 from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
-from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.truncate import shown
 from ouroboros.events import EventLog
-from ouroboros.llm import FatalError, LLMClient, LLMError, retrying
+from ouroboros.harness import Harness, SessionEnded, build_harness
+from ouroboros.llm import FatalError, LLMClient, LLMError
+from ouroboros.lock import RunError, state_lock, wait_for_resume
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
-from ouroboros.servers import choose_window, discover
-from ouroboros.session import Harness, Session, SessionEnded
+from ouroboros.session import Session
 from ouroboros.state import RESTARTING_REASONS, Journal
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration, Ledger, tools_estimate
-from ouroboros.tools import ToolRunner
-from ouroboros.tools.workspace import Workspace
+from ouroboros.tokens import tools_estimate
 
-BYTES_PER_TOKEN = 4
-TOOL_OUTPUT_SHARE = 0.25
-"""No single tool output may take more than this share of the prompt budget."""
-RESUME_REQUEST = "resume"
-"""File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
 CARRYOVER_SHARE = 0.25
 """Of the room under the soft line, what the steps before the last may fill together with it
 (the last step is carried whatever its size): a new session that starts nearly at the soft line
@@ -45,75 +30,10 @@ OPENING_ALLOWANCE = 200
 message."""
 
 
-class RunError(Exception):
-    """A run-time problem a person must fix; printed as one line, exit code 1."""
-
-
 @dataclass(frozen=True)
 class RunOutcome:
     reason: str
     exit_code: int
-
-
-@contextmanager
-def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
-    """flock is released by the kernel when the owner dies, so only a live owner blocks us."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / "lock"
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        owner = handle.read().strip() or "unknown"
-        handle.close()
-        raise RunError(
-            f"another supervisor (pid {owner}) is running on {state_dir}; stop it first"
-        ) from None
-    handle.seek(0)
-    previous = handle.read().strip()
-    if previous and log is not None:
-        log.emit("warning", message=f"took over a stale lock left by pid {previous}")
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    try:
-        yield
-    finally:
-        handle.seek(0)
-        handle.truncate()
-        handle.close()
-
-
-def fresh_state(state_dir: Path) -> Path | None:
-    """Move an old run aside (never delete it) so the next run starts from nothing."""
-    if not state_dir.exists() or not any(state_dir.iterdir()):
-        return None
-    lock = state_dir / "lock"
-    if lock.exists():
-        with lock.open("a+") as handle:  # closing it releases the flock at once
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise RunError(
-                    f"a supervisor is running on {state_dir}; stop it before starting afresh"
-                ) from None
-    aside = state_dir.with_name(f"{state_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
-    state_dir.rename(aside)
-    return aside
-
-
-def tool_output_cap(settings: Settings, budget: Budget) -> int:
-    """Bytes one tool result keeps: a quarter of the prompt budget at most."""
-    share = int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN)
-    return min(settings.context.max_tool_output_bytes, share)
-
-
-def mask_policy(settings: Settings, budget: Budget) -> MaskPolicy:
-    c = settings.context
-    protected_tokens = int(c.protected_max_fraction * budget.prompt_budget)
-    return MaskPolicy(c.protected_observations, protected_tokens, c.mask_min_tokens)
 
 
 class Supervisor:
@@ -157,64 +77,7 @@ class Supervisor:
                     return outcome
 
     async def build_harness(self) -> Harness:
-        s = self.settings
-        info = await retrying(
-            lambda: discover(self.llm, s.llm.base_url, s.llm.model), s.llm, self.log.retry
-        )
-        limit, warning = choose_window(s.context.limit, info)
-        if warning:
-            self.log.emit("warning", message=warning)
-        budget = Budget.for_window(
-            limit,
-            s.context.soft_threshold,
-            s.context.hard_threshold,
-            s.llm.max_output_tokens,
-            s.context.safety_margin,
-        )
-        self.log.emit(
-            "context_window",
-            server=info.kind,
-            context_limit=limit,
-            detail=info.detail,
-            prompt_budget=budget.prompt_budget,
-            soft_line=budget.soft_line,
-            hard_line=budget.hard_line,
-            frame_tokens=info.frame_tokens or MESSAGE_OVERHEAD,
-        )
-        calibration = Calibration(info.frame_tokens or MESSAGE_OVERHEAD)
-        ledger = Ledger(
-            budget,
-            calibration,
-            detect_truncation=info.truncates_silently,
-            trust_reported=info.counts_whole_prompt,
-        )
-        if not info.counts_whole_prompt:
-            self.log.emit(
-                "warning",
-                message=f"{info.detail}: this version reports only the prompt tokens it had to "
-                "process, not those it took from its cache, so the harness estimates the context "
-                "instead of measuring it (upgrade Ollama to 0.30.1 or later)",
-            )
-        if info.renders_tools is False:
-            self.log.emit(
-                "warning",
-                message="the model's chat template cannot render tools: the server drops the "
-                "tool schemas, so the model never sees its tools (for llama-server, start it "
-                "with --chat-template-file of a tool-capable template, or use another model)",
-            )
-        for m in self.journal.state.measurements:
-            ledger.apply(m)
-        s.paths.workspace.mkdir(parents=True, exist_ok=True)
-        tools = ToolRunner(
-            Workspace(s.paths.workspace, s.paths.system_prompt),
-            s.session.shell_timeout_s,
-            tool_output_cap(s, budget),
-            s.supervisor.allow_finish,
-            s.paths.state_dir,
-        )
-        policy = mask_policy(s, budget)
-        rendered = info.renders_tools is not False
-        return Harness(s, self.llm, tools, self.journal, self.log, ledger, policy, rendered)
+        return await build_harness(self.settings, self.llm, self.journal, self.log)
 
     def session_ended(self, end: SessionEnded) -> RunOutcome | None:
         state = self.journal.state
@@ -260,7 +123,7 @@ class Supervisor:
         if limit is not None and state.restarts >= limit:
             return self.finished("max_restarts")
         if not self.settings.supervisor.auto_restart:
-            await self.wait_for_resume()
+            await wait_for_resume(self.settings.paths.state_dir, self.log)
         carry = await self.carryover(harness, state.messages)
         self.start_session(harness, state.session + 1, state.ended_reason or "restart", carry)
         return None
@@ -360,23 +223,6 @@ class Supervisor:
                 restarts=state.restarts,
             )
         self.log.emit("session_start", session=number, reason=reason)
-
-    async def wait_for_resume(self) -> None:
-        flag = self.settings.paths.state_dir / RESUME_REQUEST
-        self.log.emit(
-            "waiting",
-            message="auto_restart is off: press Enter here, or run "
-            "`python -m ouroboros resume`, to start the next session",
-        )
-        # Polled, not read in a thread: a thread blocked in readline would keep the process
-        # alive after the run ends, and swallow the next Enter.
-        terminal = sys.stdin is not None and sys.stdin.isatty()
-        while not flag.exists():
-            if terminal and select.select([sys.stdin], [], [], 0)[0]:
-                sys.stdin.readline()
-                break
-            await anyio.sleep(0.2)
-        flag.unlink(missing_ok=True)
 
 
 async def run(settings: Settings, log: EventLog) -> RunOutcome:

@@ -18,6 +18,7 @@ from ouroboros.context.mask import (
 )
 from ouroboros.context.truncate import cap_output
 from ouroboros.context.view import ContextView
+from ouroboros.ledger import Ledger
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -29,7 +30,7 @@ from ouroboros.messages import (
 )
 from ouroboros.state import RunState
 from ouroboros.state import _apply as fold_record
-from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate, tally
+from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
 
 POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
 

@@ -41,6 +41,7 @@ import openai
 import pytest
 
 from ouroboros.config import LLMSettings, to_toml
+from ouroboros.ledger import Ledger
 from ouroboros.llm import ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import (
     AssistantMessage,
@@ -53,7 +54,7 @@ from ouroboros.messages import (
 )
 from ouroboros.servers import discover
 from ouroboros.state import Journal
-from ouroboros.tokens import Budget, Calibration, Ledger, raw_estimate, tally
+from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
 from tests.conftest import Project
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

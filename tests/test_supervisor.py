@@ -292,7 +292,7 @@ def test_crash_after_finish_still_ends_the_run(project: Project) -> None:
 
 
 def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:
-    from ouroboros.supervisor import state_lock
+    from ouroboros.lock import state_lock
 
     project.state.mkdir(parents=True)
     (project.state / "journal.jsonl").write_text("")

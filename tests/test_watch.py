@@ -25,8 +25,9 @@ from rich.console import Console
 from ouroboros.cli import main
 from ouroboros.config import load_settings
 from ouroboros.events import EventLog
+from ouroboros.lock import RunError, state_lock
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
-from ouroboros.supervisor import RunError, run, state_lock
+from ouroboros.supervisor import run
 from ouroboros.watch import Follower, Merger, liveness
 from tests.conftest import PROJECT_ROOT, Project
 from tests.test_context_run import fill_workspace

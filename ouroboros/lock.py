@@ -1,0 +1,91 @@
+"""The state folder: one supervisor at a time (an flock), an old run moved aside, and the wait
+for `python -m ouroboros resume`."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+
+from ouroboros.events import EventLog
+
+RESUME_REQUEST = "resume"
+"""File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
+
+
+class RunError(Exception):
+    """A run-time problem a person must fix; printed as one line, exit code 1."""
+
+
+@contextmanager
+def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
+    """flock is released by the kernel when the owner dies, so only a live owner blocks us."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "lock"
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise RunError(
+            f"another supervisor (pid {owner}) is running on {state_dir}; stop it first"
+        ) from None
+    handle.seek(0)
+    previous = handle.read().strip()
+    if previous and log is not None:
+        log.emit("warning", message=f"took over a stale lock left by pid {previous}")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    try:
+        yield
+    finally:
+        handle.seek(0)
+        handle.truncate()
+        handle.close()
+
+
+def fresh_state(state_dir: Path) -> Path | None:
+    """Move an old run aside (never delete it) so the next run starts from nothing."""
+    if not state_dir.exists() or not any(state_dir.iterdir()):
+        return None
+    lock = state_dir / "lock"
+    if lock.exists():
+        with lock.open("a+") as handle:  # closing it releases the flock at once
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunError(
+                    f"a supervisor is running on {state_dir}; stop it before starting afresh"
+                ) from None
+    aside = state_dir.with_name(f"{state_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+    state_dir.rename(aside)
+    return aside
+
+
+async def wait_for_resume(state_dir: Path, log: EventLog) -> None:
+    flag = state_dir / RESUME_REQUEST
+    log.emit(
+        "waiting",
+        message="auto_restart is off: press Enter here, or run "
+        "`python -m ouroboros resume`, to start the next session",
+    )
+    # Polled, not read in a thread: a thread blocked in readline would keep the process alive
+    # after the run ends, and swallow the next Enter.
+    terminal = sys.stdin is not None and sys.stdin.isatty()
+    while not flag.exists():
+        if terminal and select.select([sys.stdin], [], [], 0)[0]:
+            sys.stdin.readline()
+            break
+        await anyio.sleep(0.2)
+    flag.unlink(missing_ok=True)

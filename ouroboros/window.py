@@ -1,0 +1,236 @@
+"""A session's context window: what is sent, how full it is, and what is done as it fills.
+
+Past the soft line (or the hard line, when the run placed it first) old results are masked, or
+the older part compacted; past the hard line the agent is told to wind down; a prompt that would
+not fit ends the session. Results are cut to the room left, and when the server refuses a prompt
+the results the model has not seen are cut too. Every decision is journalled before it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ouroboros import prompts
+from ouroboros.compaction import Compactor
+from ouroboros.context.carryover import fit_step
+from ouroboros.context.truncate import shown
+from ouroboros.context.view import ContextView
+from ouroboros.context.winddown import RECENT, WindDownLine, place
+from ouroboros.harness import Harness, SessionEnded
+from ouroboros.ledger import Measurement
+from ouroboros.messages import Message, ToolMessage, UserMessage
+from ouroboros.tokens import SCHEMA_KIND, RawTally, output_kind, tools_estimate, units
+
+BYTES_PER_RAW_TOKEN = 4
+ROOM_SHARE = 0.8
+"""Of the room left in the window, what this reply's tool results may fill."""
+MIN_OUTPUT_BYTES = 1024
+"""Even with no room left the agent sees the start and end of what it ran."""
+
+
+class Window:
+    def __init__(self, harness: Harness, append: Callable[[Message], None]):
+        self.h = harness
+        self.state = state = harness.journal.state
+        self.append = append
+        """How a message joins the session (journal first): the wind-down notice does."""
+        self.view = ContextView(state.messages, state.masked, state.cuts)
+        self.schemas = harness.tools.schemas()
+        self.schema_raw = tools_estimate(self.schemas) if harness.tools_rendered else 0
+        self.compactor = Compactor(harness, self)
+        self._pending_mask: dict[str, Any] | None = None
+        if state.compaction is not None:
+            self.view.compact(*state.compaction)
+
+    def raw_prompt(self, view: RawTally | None = None) -> RawTally:
+        """Raw tokens of the next request (this view, else the current one), per kind."""
+        return {**(self.view.raw_kinds if view is None else view), SCHEMA_KIND: self.schema_raw}
+
+    def projected(self) -> int:
+        return self.h.ledger.project(self.raw_prompt())
+
+    def lines(self) -> WindDownLine:
+        """The hard line, from this run's own reply sizes."""
+        s, calibration = self.h.settings, self.h.ledger.calibration
+        replies = [m.completion_tokens for m in self.state.measurements[-RECENT:]]
+        least = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN * calibration.densest() + calibration.frame
+        return place(
+            self.h.ledger.budget,
+            replies,
+            self.state.wind_down_reply_tokens,
+            round(least),
+            calibration.message_tokens(UserMessage(content=prompts.wind_down(99_999, 9))),
+            s.session.wind_down_turns,
+            s.llm.max_output_tokens,
+        )
+
+    # --- room for results ---------------------------------------------------------------------
+
+    def result_room(self, calls: int) -> int:
+        """Tokens each of this reply's results may take: the room left, after what masking could
+        free, below the hard line (so the wind-down's room stays free), or below the cut once
+        the wind-down began; shared by the reply's calls. A result cut for room is saved whole
+        and shown whole again in a session that has room."""
+        budget, calibration = self.h.ledger.budget, self.h.ledger.calibration
+        winding = self.state.wind_down_replies is not None
+        line = budget.prompt_budget if winding else self.lines().hard_line
+        floor = self.projected() - self.view.reclaimable(self.h.mask_policy, calibration, calls)
+        return int((line - floor) / max(calls, 1) * ROOM_SHARE)
+
+    def fitting_bytes(self, room: int, text: str) -> int:
+        """Bytes of `text` whose price fits `room` tokens, at the text's own density."""
+        calibration = self.h.ledger.calibration
+        price = calibration.tokens(units(text), output_kind(text)) + round(calibration.frame)
+        size = len(text.encode())
+        fitting = size if price <= room else int(size * max(room, 0) / max(price, 1))
+        return max(MIN_OUTPUT_BYTES, fitting)
+
+    # --- masking --------------------------------------------------------------------------------
+
+    async def mask(self, call_ids: list[str], reason: str) -> bool:
+        if not call_ids:
+            return False
+        # A placeholder says where the whole result can be read again: make it true first (a
+        # file read is read again from the file).
+        results = [self.view.result(call_id) for call_id in call_ids]
+        await self.h.tools.save_whole([m for m in results if m.name != "file_read"])
+        before = self.projected()
+        self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
+        self.view.mask(call_ids)
+        after = self.projected()
+        self._pending_mask = {
+            "session": self.state.session,
+            "masked": len(call_ids),
+            "reason": reason,
+            "total_masked": len(self.view.masked_ids),
+            "projected_before": before,
+            "projected_after": after,
+            "estimated_reclaimed": before - after,
+        }
+        return True
+
+    def masked_then_measured(self, prompt_tokens: int) -> None:
+        """The last masking round, logged with the real size of the prompt it made."""
+        if self._pending_mask is not None:
+            self.h.log.emit(
+                "context_mask", **self._pending_mask, measured_prompt_tokens=prompt_tokens
+            )
+            self._pending_mask = None
+
+    async def mask_down_to(self, target: int, reason: str) -> None:
+        excess = self.projected() - max(target, 0)
+        chosen = self.view.choose_masks(self.h.mask_policy, self.h.ledger.calibration, excess)
+        await self.mask(chosen, reason=reason)
+
+    async def room_after_overflow(self) -> bool:
+        """Mask everything outside the protected window; if the prompt is still too big, cut
+        the results the model has not seen (it would never see them whole anyway), as the
+        carry-over cuts a step. False if nothing changed."""
+        policy, calibration = self.h.mask_policy, self.h.ledger.calibration
+        masked_any = await self.mask(self.view.all_but_protected(policy, calibration), "overflow")
+        over = self.projected() - self.h.ledger.budget.prompt_budget
+        unseen = self.view.unseen()
+        if over <= 0 or not unseen:
+            return masked_any
+        tokens = calibration.message_tokens
+        await self.h.tools.save_whole(unseen)  # the cut marker says where the whole text is
+        fitted = fit_step(list(unseen), sum(tokens(shown(m)) for m in unseen) - over, tokens)
+        cuts = {
+            m.tool_call_id: m.room_bytes
+            for m in fitted
+            if isinstance(m, ToolMessage) and m.room_bytes is not None
+        }
+        if cuts:
+            self.h.journal.record("cut", session=self.state.session, cuts=cuts)
+            self.view.cut(cuts)
+        return masked_any or bool(cuts)
+
+    # --- after every step ---------------------------------------------------------------------
+
+    async def manage(self) -> None:
+        """Past the soft line, or (before a wind-down) past the hard line when it comes first:
+        free room as configured (mask, or compact). Then wind down, or end when full."""
+        lines = self.lines()
+        requested = self.compactor.requested()
+        line, target, reason = self.room_wanted(lines)
+        if requested or self.projected() >= line:
+            await self.free_room(line, target, reason, forced=requested)
+        await self.wind_down_or_end(lines)
+
+    def room_wanted(self, lines: WindDownLine) -> tuple[int, int, str]:
+        """The line past which room is freed, and how far below it: the soft line down to its
+        hysteresis; the hard line (when it comes first) down to just below it."""
+        c, budget = self.h.settings.context, self.h.ledger.budget
+        soft_target = budget.soft_line - int(c.mask_hysteresis * budget.prompt_budget)
+        if self.state.wind_down_replies is None and lines.hard_line < budget.soft_line:
+            return lines.hard_line, min(soft_target, lines.hard_line - 1), "wind_down_line"
+        return budget.soft_line, soft_target, "soft_threshold"
+
+    async def free_room(self, line: int, target: int, reason: str, forced: bool) -> None:
+        strategy = self.h.settings.context.strategy
+        if forced or strategy == "compact":
+            if not await self.compactor.compact(forced=forced) and self.projected() >= line:
+                await self.mask_down_to(target, reason)
+            return
+        await self.mask_down_to(target, reason)
+        if strategy == "mask_then_compact" and self.projected() >= line:
+            await self.compactor.compact(forced=False)
+
+    async def wind_down_or_end(self, lines: WindDownLine) -> None:
+        ledger, budget = self.h.ledger, self.h.ledger.budget
+        turns = self.h.settings.session.wind_down_turns
+        replies = self.state.wind_down_replies
+        if replies is not None and replies >= turns:
+            raise SessionEnded("context_full", "wind-down replies used")
+        projected = self.projected()
+        if projected > budget.prompt_budget:
+            if replies is None:
+                self.h.log.emit(
+                    "wind_down_missed",
+                    message="one step went past the hard line and the cut at once: no room was "
+                    "left to ask the agent to save its state",
+                    session=self.state.session,
+                    projected=projected,
+                    hard_line=lines.hard_line,
+                    prompt_budget=budget.prompt_budget,
+                )
+            raise SessionEnded(
+                "context_full",
+                f"next prompt ~{projected:,} tokens > budget {budget.prompt_budget:,}",
+            )
+        if replies is None and (projected >= lines.hard_line or ledger.truncation_suspected):
+            room = budget.prompt_budget - projected
+            self.h.log.emit(
+                "wind_down",
+                session=self.state.session,
+                projected=projected,
+                hard_line=lines.hard_line,
+                room=room,
+                reply_allowance=lines.reply,
+                turns_left=turns,
+            )
+            if turns == 0:
+                raise SessionEnded("context_full", "hard threshold reached")
+            self.append(UserMessage(content=prompts.wind_down(room, turns), origin="wind_down"))
+
+    def log_usage(
+        self, m: Measurement, turn: int, estimate: int, finish_reason: str, **extra: str
+    ) -> None:
+        """One line of token_usage.jsonl (and of the terminal)."""
+        budget = self.h.ledger.budget
+        used = m.prompt_tokens + m.completion_tokens
+        self.h.log.token_usage(
+            session=self.state.session,
+            turn=turn,
+            **extra,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=m.completion_tokens,
+            total_tokens=used,
+            source=m.source,
+            estimated_prompt_tokens=estimate,
+            context_limit=budget.limit,
+            fraction=round(used / budget.limit, 4),
+            zone=budget.zone(used, self.lines().hard_line),
+            finish_reason=finish_reason,
+        )
