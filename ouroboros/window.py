@@ -9,6 +9,7 @@ the results the model has not seen are cut too. Every decision is journalled bef
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ouroboros import prompts
@@ -183,6 +184,8 @@ class Window:
         replies = self.state.wind_down_replies
         if replies is not None and replies >= turns:
             raise SessionEnded("context_full", "wind-down replies used")
+        if replies is not None:
+            await self.room_for_replies(lines)
         projected = self.projected()
         if projected > budget.prompt_budget:
             if replies is None:
@@ -213,6 +216,18 @@ class Window:
             if turns == 0:
                 raise SessionEnded("context_full", "hard threshold reached")
             self.append(UserMessage(content=prompts.wind_down(room, turns), origin="wind_down"))
+            await self.room_for_replies(lines)
+
+    async def room_for_replies(self, lines: WindDownLine) -> None:
+        """In a wind-down, the promised replies need their room more than results the model
+        has seen: when the line moved under a step (the run's replies grew) or one step went
+        far past it, those are masked, the newest too; never one it has not seen."""
+        budget = self.h.ledger.budget
+        short = (budget.prompt_budget - lines.hard_line) - (budget.prompt_budget - self.projected())
+        if short > 0:
+            relaxed = replace(self.h.mask_policy, protected_count=0)
+            chosen = self.view.choose_masks(relaxed, self.h.ledger.calibration, short)
+            await self.mask(chosen, "wind_down_room")
 
     def log_usage(
         self, m: Measurement, turn: int, estimate: int, finish_reason: str, **extra: str

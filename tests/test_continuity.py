@@ -262,3 +262,29 @@ def test_one_step_past_both_lines_is_logged_and_still_carried(project: Project) 
     carried = [str(m["content"]) for m in sent if m["role"] == "tool"]
     assert len(carried) == 12
     assert not any(MASKED in c for c in carried)
+
+
+def test_a_wind_down_makes_room_when_the_line_moved_under_the_session(project: Project) -> None:
+    # Short replies first, long ones later: the line placed from the early replies moves up
+    # once the long ones are seen, under a session already past it. The promise still holds:
+    # results the model has seen give way, even the newest (never one it has not seen).
+    fill_workspace(project, files=12, words=700)
+    paths = itertools.cycle(f"mod{i}.py" for i in range(12))
+    calls = itertools.count()
+    long = "Going over every function again, slowly, to be sure of each detail. " * 55
+
+    def agent(body: dict[str, Any]) -> Reply:
+        thought = "Reading on." if next(calls) < 9 else long
+        return Reply(text=thought, tool_calls=[tool("file_read", path=next(paths))])
+
+    with ScriptedServer(agent, dialect="llama", n_ctx=8192) as server:
+        project.configure(
+            server.url,
+            llm={"max_output_tokens": 1024},
+            supervisor={"max_restarts": 2, "max_total_turns": 200},
+        )
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    ends = [e for e in project.events("session_end") if e["reason"] == "context_full"]
+    assert [e["detail"] for e in ends] == ["wind-down replies used"] * 3
+    assert any(m["reason"] == "wind_down_room" for m in project.events("context_mask"))
