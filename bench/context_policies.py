@@ -60,6 +60,7 @@ from ouroboros.config import (
 )
 from ouroboros.context.mask import masked
 from ouroboros.events import EventLog
+from ouroboros.harness import Harness, SessionEnded, mask_policy, tool_output_cap
 from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, ContextOverflow, LLMClient, Usage
 from ouroboros.messages import (
@@ -72,7 +73,6 @@ from ouroboros.messages import (
     to_wire,
 )
 from ouroboros.scripted import count_tokens
-from ouroboros.harness import Harness, SessionEnded, mask_policy, tool_output_cap
 from ouroboros.session import Session
 from ouroboros.state import Journal, RunState
 from ouroboros.state import _apply as fold_record

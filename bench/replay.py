@@ -67,10 +67,10 @@ from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.mask import masked
 from ouroboros.context.truncate import cap_output
+from ouroboros.harness import mask_policy, tool_output_cap
 from ouroboros.journal import read_jsonl
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, ToolMessage, to_wire
 from ouroboros.scripted import Reply, ScriptedServer, quick_config
-from ouroboros.harness import mask_policy, tool_output_cap
 from ouroboros.tokens import Budget
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
