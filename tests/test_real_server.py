@@ -52,7 +52,7 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
-from ouroboros.servers import discover
+from ouroboros.servers import ServerInfo, discover
 from ouroboros.state import Journal
 from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
 from tests.conftest import Project
@@ -458,16 +458,23 @@ def test_stream_shape_and_props(live: Any) -> None:
     assert anyio.run(through_client) == (server_count(root, wire), 16, "server")
 
 
-def test_discovery_finds_n_ctx(live: Any) -> None:
-    async def probe() -> Any:
+def discovered(live: Any) -> ServerInfo:
+    """What the harness's discovery finds on the live server."""
+
+    async def probe() -> ServerInfo:
         llm = LLMClient(settings_for(live))
         try:
             return await discover(llm, live.base_url, "whatever-name")
         finally:
             await llm.aclose()
 
-    info = anyio.run(probe)
+    return anyio.run(probe)
+
+
+def test_discovery_finds_n_ctx(live: Any) -> None:
+    info = discovered(live)
     assert info.kind == "llama-server"
+    assert info.frame_tokens is not None
     assert info.context_window == N_CTX
     # The template's tokens around a message, as the server itself counts a prompt: this GGUF
     # has no template of its own, and the ChatML fallback spells its markers out in text.
@@ -833,17 +840,12 @@ def test_results_are_priced_by_content_within_a_tenth_of_the_real_count(live: An
     def count(messages: list[Message]) -> int:
         return server_count(root, [to_wire(m) for m in messages])
 
-    async def probe() -> Any:
-        llm = LLMClient(settings_for(live))
-        try:
-            return await discover(llm, live.base_url, "whatever-name")
-        finally:
-            await llm.aclose()
-
     tools = ("file_read", "shell_exec", "list_dir")
     system = SystemMessage(content=(PROJECT_ROOT / "SYSTEM_PROMPT.md").read_text())
     messages: list[Message] = [system, UserMessage(content="Find why the ledger test fails.")]
-    calibration = Calibration(anyio.run(probe).frame_tokens)
+    frame = discovered(live).frame_tokens
+    assert frame is not None
+    calibration = Calibration(frame)
     ledger = Ledger(Budget.for_window(32768, 0.7, 0.9, 1024, 0.05), calibration)
     seen: list[tuple[int, int]] = []  # (bytes/4 + 4, real) of each result the ledger saw
     for step in range(12):
