@@ -21,7 +21,7 @@ from ouroboros.context.winddown import RECENT, WindDownLine, place
 from ouroboros.harness import Harness, SessionEnded
 from ouroboros.ledger import Measurement
 from ouroboros.messages import Message, ToolMessage, UserMessage
-from ouroboros.tokens import SCHEMA_KIND, RawTally, output_kind, tools_estimate, units
+from ouroboros.tokens import SCHEMA_KIND, RawTally, Zone, output_kind, tools_estimate, units
 
 BYTES_PER_RAW_TOKEN = 4
 ROOM_SHARE = 0.8
@@ -229,6 +229,13 @@ class Window:
             chosen = self.view.choose_masks(relaxed, self.h.ledger.calibration, short)
             await self.mask(chosen, "wind_down_room")
 
+    def zone(self, used: int) -> Zone:
+        """Where a call's tokens fall against the lines in force; a wind-down is `hard` even
+        when masking for the promised replies took the prompt back below the line."""
+        zone = self.h.ledger.budget.zone(used, self.lines().hard_line)
+        winding = self.state.wind_down_replies is not None
+        return "hard" if winding and zone in ("normal", "soft") else zone
+
     def log_usage(
         self, m: Measurement, turn: int, estimate: int, finish_reason: str, **extra: str
     ) -> None:
@@ -246,6 +253,6 @@ class Window:
             estimated_prompt_tokens=estimate,
             context_limit=budget.limit,
             fraction=round(used / budget.limit, 4),
-            zone=budget.zone(used, self.lines().hard_line),
+            zone=self.zone(used),
             finish_reason=finish_reason,
         )

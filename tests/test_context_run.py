@@ -46,12 +46,14 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
     restarted_at = next(i for i, b in enumerate(requests) if "Session 2." in json.dumps(b))
     for index, body in enumerate(requests[masked_at:], start=masked_at):
         contents = tool_contents(body)
-        # Within a session the three newest stay. The carried-over results of a new session's
-        # first request may all be placeholders (a small window: they must fit a quarter of the
-        # room under the soft line); from its second request on, the newest is whole again.
-        if index == restarted_at:
-            continue
-        protected = contents[-3:] if index < restarted_at else contents[-1:]
+        # Within a session the three newest stay; in a wind-down the results the model has
+        # seen may give way to the replies it was promised, never those it has not seen (the
+        # results after the last reply, as in a new session's first request).
+        last_reply = max(i for i, m in enumerate(body["messages"]) if m["role"] == "assistant")
+        unseen = tool_contents({"messages": body["messages"][last_reply:]})
+        winding = "Save what matters" in json.dumps(body["messages"])
+        protected = unseen if winding or index == restarted_at else contents[-3:]
+        assert protected
         assert all(PLACEHOLDER not in c for c in protected), "protected window was masked"
         flags = [PLACEHOLDER in c for c in contents]
         # Oldest first: once a result is intact, every newer one is intact too (per session).
