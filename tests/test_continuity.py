@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, ToolMessage, UserMessage
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.tokens import Budget
 from tests.conftest import Project
 from tests.test_context_run import fill_workspace
@@ -200,6 +200,20 @@ def test_a_shell_placeholder_names_the_command_and_where_its_output_is(
     assert len(text.encode()) == stored.output_bytes
 
 
+def restarts_of(project: Project, agent: Responder, restarts: int) -> list[dict[str, Any]]:
+    """Run `agent` at an 8K window (1,024 output tokens) until `restarts` restarts happened;
+    every session's end that restarts (or would have)."""
+    with ScriptedServer(agent, dialect="llama", n_ctx=8192) as server:
+        project.configure(
+            server.url,
+            llm={"max_output_tokens": 1024},
+            supervisor={"max_restarts": restarts, "max_total_turns": 200},
+        )
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    return [e for e in project.events("session_end") if e["reason"] == "context_full"]
+
+
 def test_a_wind_down_leaves_room_for_the_replies_this_run_makes(project: Project) -> None:
     # Every reply is long, as with an agent that thinks aloud: a fixed 10% below the cut does
     # not hold two of them; the line placed from the run's own replies does.
@@ -210,16 +224,7 @@ def test_a_wind_down_leaves_room_for_the_replies_this_run_makes(project: Project
     def agent(body: dict[str, Any]) -> Reply:
         return Reply(text=thought, tool_calls=[tool("file_read", path=next(paths))])
 
-    with ScriptedServer(agent, dialect="llama", n_ctx=8192) as server:
-        project.configure(
-            server.url,
-            llm={"max_output_tokens": 1024},
-            supervisor={"max_restarts": 3, "max_total_turns": 200},
-        )
-        result = project.run("run")
-    assert result.returncode == 0, result.stderr
-    ends = [e for e in project.events("session_end") if e["reason"] == "context_full"]
-    assert len(ends) == 4
+    ends = restarts_of(project, agent, 3)
     assert [e["detail"] for e in ends] == ["wind-down replies used"] * 4
     assert not project.events("wind_down_missed")
     lines = [w["hard_line"] for w in project.events("wind_down")]
@@ -277,14 +282,6 @@ def test_a_wind_down_makes_room_when_the_line_moved_under_the_session(project: P
         thought = "Reading on." if next(calls) < 9 else long
         return Reply(text=thought, tool_calls=[tool("file_read", path=next(paths))])
 
-    with ScriptedServer(agent, dialect="llama", n_ctx=8192) as server:
-        project.configure(
-            server.url,
-            llm={"max_output_tokens": 1024},
-            supervisor={"max_restarts": 2, "max_total_turns": 200},
-        )
-        result = project.run("run")
-    assert result.returncode == 0, result.stderr
-    ends = [e for e in project.events("session_end") if e["reason"] == "context_full"]
+    ends = restarts_of(project, agent, 2)
     assert [e["detail"] for e in ends] == ["wind-down replies used"] * 3
     assert any(m["reason"] == "wind_down_room" for m in project.events("context_mask"))

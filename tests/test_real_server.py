@@ -62,19 +62,19 @@ N_CTX = 4096
 MAX_OUTPUT = 32
 
 
-def _load_real_server() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "real_server", PROJECT_ROOT / "scripts" / "real_server.py"
-    )
+def load_module(path: Path) -> ModuleType:
+    """A script of this project (scripts/, bench/) as a module, its folder importable too."""
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["real_server"] = module
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
 
 
-real_server = _load_real_server()
+real_server = load_module(PROJECT_ROOT / "scripts" / "real_server.py")
 
 if real_server.binary_path() is None:
     pytest.skip(
@@ -913,18 +913,6 @@ def cost(
     return count([*base, result]) - count(base)
 
 
-def _load_replay_bench() -> ModuleType:
-    """bench/replay.py, the replay of agent trajectories through the real `run` command."""
-    sys.path.insert(0, str(PROJECT_ROOT / "bench"))  # it imports its sibling `floor`
-    spec = importlib.util.spec_from_file_location("replay", PROJECT_ROOT / "bench" / "replay.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["replay"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def agent_trajectory(path: Path, steps: int) -> None:
     """An agent's work in the bench's trajectory format: reads of this project's source, test
     logs, listings, greps, thoughts from a line to a page, a text-only reply now and then."""
@@ -965,7 +953,7 @@ def test_a_replayed_agent_keeps_its_thread_with_the_real_tokenizer(
     """Agent work replayed through the real `run` command at an 8K window, every prompt counted
     by the real server's template and tokenizer (bench/replay.py): restarts keep the last step,
     every result reaches the model, wind-downs get their replies, prices hold."""
-    replay = _load_replay_bench()
+    replay = load_module(PROJECT_ROOT / "bench" / "replay.py")  # imports its sibling floor
     path = tmp_path / "agent.jsonl"
     agent_trajectory(path, 60)
     run = replay.replay(path, 8192, replay.RealTokens(live.root_url), tmp_path / "runs")
