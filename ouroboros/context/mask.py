@@ -67,7 +67,7 @@ def placeholder(message: ToolMessage) -> str:
     else:
         # A call whose arguments are not JSON (cut at the output limit) is named by their start.
         command = " ".join((_argument(message, "command") or _unparsed(message)).split())
-        what = f"$ {command[: COMMAND_CHARS - 1]}…" if len(command) > COMMAND_CHARS else command
+        what = f"{command[: COMMAND_CHARS - 1]}…" if len(command) > COMMAND_CHARS else command
         what = f"`{what}`" if command else _argument(message, "path") or _argument(message, "query")
         again = f"full text in {saved_path(message)}"
     parts = [what] if what else []

@@ -71,7 +71,7 @@ class ContextView:
             cost = raw_estimate(replacement)
             reclaimed += self.raw[index] - cost
             if index >= self.start:
-                self._add(content_kind(original), -self.raw[index])
+                self._add(content_kind(self.view[index]), -self.raw[index])
                 self._add(content_kind(replacement), cost)
             self.raw[index] = cost
             self.view[index] = replacement
@@ -91,7 +91,8 @@ class ContextView:
             replacement = shown(original.model_copy(update={"room_bytes": size, "saved_to": saved}))
             cost = raw_estimate(replacement)
             if index >= self.start:
-                self._add(content_kind(replacement), cost - self.raw[index])
+                self._add(content_kind(self.view[index]), -self.raw[index])
+                self._add(content_kind(replacement), cost)
             self.raw[index] = cost
             self.view[index] = replacement
 
