@@ -96,6 +96,23 @@ class SessionSettings(_Section):
     """Identical consecutive tool calls before the agent is told it is repeating itself."""
 
 
+class ToolSettings(_Section):
+    """What the agent's tools may do."""
+
+    sandbox: Literal["auto", "landlock", "off"] = "auto"
+    """Confine shell commands with Landlock: `auto` where the kernel has it (else say so and
+    guard them with the block list only), `landlock` always (refuse to start without it),
+    `off` never."""
+    network: bool = True
+    """Commands may open TCP connections; false: the kernel refuses them (Landlock ABI 4+)."""
+    readable: list[Path] = [Path("/")]
+    """What confined commands may read (and run); the state folder never."""
+    blocklist: bool = True
+    """Refuse known destructive commands before they run: a fast, clear first answer."""
+    block_patterns: list[str] = []
+    """More commands to refuse: regular expressions, matched case-insensitively."""
+
+
 class SupervisorSettings(_Section):
     """The run as a whole."""
 
@@ -132,6 +149,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     session: SessionSettings = SessionSettings()
     supervisor: SupervisorSettings = SupervisorSettings()
+    tools: ToolSettings = ToolSettings()
     paths: PathSettings = PathSettings()
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ EventKind = Literal[
     "session_end",
     "session_restart",
     "context_window",
+    "tools",
     "tool_call",
     "truncation",
     "context_mask",
@@ -37,7 +38,7 @@ EventKind = Literal[
 ]
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
-_QUIET = {"tool_call", "context_window"}
+_QUIET = {"tool_call", "context_window", "tools"}
 
 
 def bar(fraction: float, width: int = 24) -> str:

@@ -3,7 +3,11 @@ ends."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from ouroboros.config import Settings
@@ -11,10 +15,13 @@ from ouroboros.context.mask import MaskPolicy
 from ouroboros.events import EventLog
 from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, LLMClient, retrying
+from ouroboros.lock import RunError
 from ouroboros.servers import choose_window, discover
 from ouroboros.state import Journal
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration
-from ouroboros.tools import ToolRunner
+from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools.processes import Processes
+from ouroboros.tools.sandbox import Confinement
 from ouroboros.tools.workspace import Workspace
 
 BYTES_PER_TOKEN = 4
@@ -114,13 +121,51 @@ async def build_harness(
     for m in journal.state.measurements:
         ledger.apply(m)
     s.paths.workspace.mkdir(parents=True, exist_ok=True)
+    tmp = private_tmp(s.paths.state_dir)
+    confinement, confined = confine(s, tmp)
+    if confinement is None and s.tools.sandbox == "auto":
+        log.emit("warning", message=f"shell commands run unconfined: {confined}")
+    processes = Processes(confinement)
+    log.emit(
+        "tools",
+        sandbox=confined,
+        network=s.tools.network,
+        processes=processes.mechanism,
+        tmp=str(tmp),
+    )
     tools = ToolRunner(
         Workspace(s.paths.workspace, s.paths.system_prompt),
         s.session.shell_timeout_s,
         tool_output_cap(s, budget),
         s.supervisor.allow_finish,
         s.paths.state_dir,
+        processes,
+        {**os.environ, "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)},
     )
     policy = mask_policy(s, budget)
     rendered = info.renders_tools is not False
     return Harness(s, llm, tools, journal, log, ledger, policy, rendered)
+
+
+def private_tmp(state_dir: Path) -> Path:
+    """The commands' temporary folder (TMPDIR), one per state folder, the only place outside
+    the workspace a confined command may write."""
+    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"ouroboros-{digest}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def confine(settings: Settings, tmp: Path) -> tuple[Confinement | None, str]:
+    """The Landlock ruleset for shell commands, as `tools.sandbox` asks, and what it is."""
+    t, paths = settings.tools, settings.paths
+    if t.sandbox == "off":
+        return None, "off (tools.sandbox)"
+    try:
+        confinement = sandbox.build([paths.workspace, tmp], t.readable, paths.state_dir, t.network)
+    except sandbox.SandboxError as e:
+        if t.sandbox == "landlock":
+            raise RunError(f'tools.sandbox is "landlock" but {e}') from None
+        return None, str(e)
+    network = "" if t.network or confinement.abi >= 4 else ", network not confinable (ABI < 4)"
+    return confinement, f"Landlock ABI {confinement.abi}{network}"

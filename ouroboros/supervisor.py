@@ -48,12 +48,13 @@ class Supervisor:
                 f"{self.journal.torn_aside.name})",
             )
         self.llm = LLMClient(settings.llm)
+        self.harness: Harness | None = None
 
     async def run(self) -> RunOutcome:
         state = self.journal.state
         if state.run_end:
             return RunOutcome(f"this run already ended ({state.run_end}); use --fresh", 0)
-        harness = await self.build_harness()
+        self.harness = harness = await self.build_harness()
         if state.started_at is None:
             self.journal.record(
                 "run_start", model=self.settings.llm.model, base_url=self.settings.llm.base_url
@@ -81,6 +82,8 @@ class Supervisor:
 
     def session_ended(self, end: SessionEnded) -> RunOutcome | None:
         state = self.journal.state
+        if self.harness is not None:
+            self.harness.tools.end_session()  # the background jobs its commands left
         self.log.emit(
             "session_end",
             session=state.session,
@@ -263,6 +266,8 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                 tg.start_soon(supervise)
         finally:
             await supervisor.llm.aclose()
+            if supervisor.harness is not None:
+                supervisor.harness.tools.close()
             supervisor.journal.close()
             signal.signal(signal.SIGINT, handlers[0])
             signal.signal(signal.SIGTERM, handlers[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -17,11 +18,13 @@ from ouroboros.tools.workspace import Workspace
 
 
 @pytest.fixture
-def runner(tmp_path: Path) -> ToolRunner:
+def runner(tmp_path: Path) -> Iterator[ToolRunner]:
     (tmp_path / "ws").mkdir()
     (tmp_path / "SYSTEM_PROMPT.md").write_text("prompt")
     (tmp_path / "secret.txt").write_text("secret")
-    return ToolRunner(Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md"), 2.0, 2000, True)
+    tools = ToolRunner(Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md"), 2.0, 2000, True)
+    yield tools
+    tools.close()
 
 
 def call(runner: ToolRunner, name: str, **arguments: object) -> ToolOutcome:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import blocked_reason
 from ouroboros.tools.builtin import Output, ToolFailed
+from ouroboros.tools.processes import Processes
 from ouroboros.tools.search import SearchContextArgs, search_context
+from ouroboros.tools.shell import shell_exec
 from ouroboros.tools.workspace import PathRefused, Workspace
 
 Fit = Callable[[str], int]
@@ -49,10 +52,14 @@ class ToolRunner:
         max_output_bytes: int,
         allow_finish: bool,
         state_dir: Path | None = None,
+        processes: Processes | None = None,
+        env: Mapping[str, str] | None = None,
     ):
         self.workspace = workspace
         self.max_output_bytes = max_output_bytes
-        ws = workspace
+        self.processes = processes or Processes(None, use_cgroup=False)
+        """Every process a tool starts (confined, where the harness was given a sandbox)."""
+        ws, procs, environment = workspace, self.processes, dict(env or os.environ)
 
         def threaded(fn: Callable[[Workspace, Any], Output]) -> Callable[[Any], Awaitable[Output]]:
             async def run(args: Any) -> Output:
@@ -61,7 +68,7 @@ class ToolRunner:
             return run
 
         async def shell(args: builtin.ShellExecArgs) -> Output:
-            return await builtin.shell_exec(ws, args, shell_timeout_s)
+            return await shell_exec(ws, args, shell_timeout_s, procs, environment)
 
         async def finish(args: builtin.FinishArgs) -> Output:
             return Output(f"run finished: {args.summary}")
@@ -81,6 +88,13 @@ class ToolRunner:
             self.tools["search_context"] = _Tool(SearchContextArgs, threaded(search))
         if allow_finish:
             self.tools["finish"] = _Tool(builtin.FinishArgs, finish)
+
+    def end_session(self) -> None:
+        """Background jobs the session's commands left are killed."""
+        self.processes.end_session()
+
+    def close(self) -> None:
+        self.processes.close()
 
     def schemas(self) -> list[dict[str, Any]]:
         result = []

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from ouroboros.tools.workspace import Workspace
 
 READ_DEFAULT_LINES = 400
-SHELL_CAPTURE_LIMIT = 32 * 1024 * 1024
-"""Bytes of command output held in memory; the rest is counted, not stored."""
 
 
 class ToolFailed(Exception):
@@ -106,50 +101,6 @@ def list_dir(ws: Workspace, args: ListDirArgs) -> Output:
         else:
             entries.append(f"{entry.name}  {entry.lstat().st_size:,} bytes")
     return Output("\n".join(entries) or "(empty folder)")
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def shell_exec(ws: Workspace, args: ShellExecArgs, default_timeout: float) -> Output:
-    timeout = min(args.timeout_s or default_timeout, default_timeout)
-    captured = bytearray()
-    total = 0
-    # Its own session and process group, so a timeout kills every child, not just bash.
-    process = await anyio.open_process(
-        ["bash", "-c", args.command],
-        cwd=ws.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    timed_out = True
-    try:
-        with anyio.move_on_after(timeout):
-            assert process.stdout is not None
-            async for data in process.stdout:
-                total += len(data)
-                if len(captured) < SHELL_CAPTURE_LIMIT:
-                    captured.extend(data)
-            await process.wait()
-            timed_out = False
-    finally:
-        # Also reaps background children left holding nothing we wait for.
-        _kill_group(process.pid)
-        with anyio.CancelScope(shield=True):
-            await process.aclose()  # waits, and closes the pipe a timed-out read left open
-    text = captured.decode(errors="replace")
-    if total > len(captured):
-        text += f"\n[{total - len(captured):,} more bytes not captured]"
-    if timed_out:
-        return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
-    code = process.returncode if process.returncode is not None else -1
-    return Output(f"exit code {code}\n{text}", code)
 
 
 def spill(ws: Workspace, relative: str, text: str) -> Path:

@@ -1,0 +1,202 @@
+"""Every process a tool starts, and how none outlives its session or the harness.
+
+Each command runs in a process group of its own, dies with the harness (a parent-death signal),
+and, where the harness may make a cgroup (cgroup v2 with `cgroup.kill`), in the run's cgroup, so
+that a command that left its group (`setsid`, a daemon) is caught too. A background job outlives
+its command, not its session: `end_session` kills what is left. A small watchdog process holds a
+pipe from the harness: when the harness dies, however it dies, the pipe closes and the watchdog
+kills what is left, then removes the cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ouroboros.tools.sandbox import Confinement
+
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+WATCHDOG = """
+import os, signal, sys, time
+cgroup = sys.argv[1]
+groups = set()
+for line in sys.stdin:
+    if line.startswith("-"):
+        groups.discard(int(line[1:]))
+    else:
+        groups.add(int(line))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+if cgroup:
+    for _ in range(600):
+        try:
+            with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+                f.write("1")
+            os.rmdir(cgroup)
+            break
+        except OSError:
+            time.sleep(0.05)
+"""
+"""Reads the process groups the harness started (`pid`) or saw end (`-pid`), one a line, until
+the pipe closes; then kills those left. A group that ended is forgotten: its number may be
+given to another process group later."""
+
+
+def _cgroup2_root() -> Path | None:
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+def _make_cgroup(name: str) -> Path | None:
+    """A cgroup v2 for this run, where it may be made and can be killed whole (5.14+)."""
+    root = _cgroup2_root()
+    if root is None:
+        return None
+    path = root / name
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    if not (path / "cgroup.kill").exists():
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        return None
+    return path
+
+
+class Processes:
+    """Starts the tools' processes and makes sure they end."""
+
+    def __init__(self, confinement: Confinement | None, use_cgroup: bool = True):
+        self.confinement = confinement
+        self.cgroup: Path | None = None
+        """The run's cgroup, made with the first command, with the watchdog that removes it."""
+        probe = _make_cgroup(f"ouroboros-{os.getpid()}") if use_cgroup else None
+        self._cgroups = probe is not None
+        if probe is not None:
+            probe.rmdir()
+        self._procs_fd: int | None = None
+        self.started: list[subprocess.Popen[bytes]] = []
+        """This session's commands; each leads a process group of its own."""
+        self._watchdog: subprocess.Popen[str] | None = None
+
+    @property
+    def mechanism(self) -> str:
+        if self._cgroups:
+            return "tool processes end with their session and with the harness (a cgroup)"
+        return (
+            "tool processes end with their session and with the harness (process groups: no "
+            "cgroup v2 could be made, so a command that calls setsid can outlive them)"
+        )
+
+    def start(
+        self, command: list[str], cwd: Path, env: Mapping[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """Start a command confined, in its own session and process group, output piped."""
+        if self._watchdog is None:
+            self._watchdog = self._start_watchdog()
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # Run between fork and exec: only pre-bound calls, no imports (threads exist).
+            preexec_fn=self._child_setup(),
+        )
+        self.started.append(process)
+        self._tell(f"{process.pid}")
+        return process
+
+    def finished(self, process: subprocess.Popen[bytes]) -> None:
+        """The command ended: if nothing is left in its group, the group's number is no longer
+        ours to kill (another group may get it later); a job that let go of the output but
+        runs on (`nohup job > log &`) is still killed with the session."""
+        try:
+            os.killpg(process.pid, 0)
+        except OSError:
+            self.started.remove(process)
+            self._tell(f"-{process.pid}")
+
+    def _tell(self, line: str) -> None:
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.write(f"{line}\n")
+                self._watchdog.stdin.flush()
+
+    def _start_watchdog(self) -> subprocess.Popen[str]:
+        if self._cgroups:
+            self.cgroup = _make_cgroup(f"ouroboros-{os.getpid()}")
+        if self.cgroup is not None:
+            self._procs_fd = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        return subprocess.Popen(
+            [sys.executable, "-S", "-I", "-c", WATCHDOG, str(self.cgroup or "")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the harness is not the watchdog's
+            text=True,
+        )
+
+    def _child_setup(self) -> Callable[[], None]:
+        procs, confinement = self._procs_fd, self.confinement
+
+        def setup() -> None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if procs is not None:
+                os.write(procs, b"0")  # this process into the run's cgroup
+            if confinement is not None:
+                confinement.confine()
+
+        return setup
+
+    def kill(self, group: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+    def end_session(self) -> None:
+        """Whatever the session's commands left running (background jobs) is killed, and the
+        commands reaped (a zombie would keep the cgroup from being removed)."""
+        for process in self.started:
+            self.kill(process.pid)
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                (self.cgroup / "cgroup.kill").write_text("1")
+        for process in self.started:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(5)
+        self.started.clear()
+
+    def close(self) -> None:
+        """Kill what is left; the watchdog, told the harness is done, removes the cgroup."""
+        self.end_session()
+        if self._procs_fd is not None:
+            os.close(self._procs_fd)
+            self._procs_fd = None
+        if self._watchdog is not None:
+            if self._watchdog.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(10)
+        if self.confinement is not None:
+            self.confinement.close()

@@ -1,0 +1,165 @@
+"""Kernel-enforced confinement of shell commands with Landlock (Linux 5.13 and later).
+
+The harness builds one ruleset when the run starts; each `shell_exec` child applies it to itself
+between fork and exec (`confine`), so only the command is confined, never the harness. What a
+confined command may do:
+- write (create, delete, rename, truncate) only inside the workspace and a private temporary
+  folder (and to /dev/null, /dev/zero, /dev/full, /dev/tty);
+- read and execute anywhere it is allowed to read (`tools.readable`, `/` by default), except the
+  state folder, which it can neither read nor write: the path from `/` to it is granted entry by
+  entry, leaving the state folder out, so listing the folders on that path is refused too;
+- with `tools.network = false`, open no TCP connection (ABI 4 and later);
+- signal no process outside its own (its children), nor reach abstract Unix sockets outside it
+  (ABI 6 and later): `kill -9 -1` cannot reach the harness.
+
+Three system calls and a prctl, through ctypes: the bindings on the package registry are a
+development release without network rules or scopes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+"""The same numbers on every architecture Linux gives Landlock."""
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_MAKE_AND_REMOVE = sum(1 << bit for bit in range(4, 13))
+"""remove dir/file, make char/dir/reg/sock/fifo/block/sym."""
+REFER, TRUNCATE = 1 << 13, 1 << 14
+CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+READ = EXECUTE | READ_FILE | READ_DIR
+FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = (
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    )
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+class SandboxError(Exception):
+    """Landlock is not there or refused the ruleset; the message says what to do."""
+
+
+def abi_version() -> int:
+    """The Landlock ABI the kernel offers; 0 when it has none (or it is disabled)."""
+    version = _syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+    return max(int(version), 0)
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise SandboxError(f"Landlock refused to {what}: {os.strerror(errno)}")
+    return result
+
+
+def _fs_rights(abi: int) -> int:
+    rights = READ | WRITE_FILE | _MAKE_AND_REMOVE
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    return rights
+
+
+def readable_paths(roots: list[Path], hidden: Path) -> list[Path]:
+    """`roots`, except that `hidden` and what is under it are left out: where a root holds
+    it, every entry on the way down is listed instead, but the one leading to it."""
+    paths: list[Path] = []
+    for root in roots:
+        if not hidden.is_relative_to(root):
+            paths.append(root)
+            continue
+        folder = root
+        for part in hidden.relative_to(root).parts:
+            try:
+                entries = sorted(folder.iterdir())
+            except OSError:
+                entries = []
+            paths.extend(entry for entry in entries if entry.name != part)
+            folder = folder / part
+    return paths
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """A Landlock ruleset built once; `confine` applies it in a child about to exec."""
+
+    fd: int
+    abi: int
+
+    def confine(self) -> None:
+        """Run in the child between fork and exec: no new privileges, then the ruleset.
+        Only pre-bound calls here, no imports, no allocation worth the name."""
+        if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            os._exit(126)
+        if _syscall(_RESTRICT_SELF, self.fd, 0) != 0:
+            os._exit(126)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def build(writable: list[Path], readable: list[Path], hidden: Path, network: bool) -> Confinement:
+    """The ruleset for a command: write in `writable`, read in `readable` but `hidden`."""
+    abi = abi_version()
+    if abi == 0:
+        raise SandboxError(
+            "this kernel has no Landlock (Linux 5.13 or later, with landlock in the lsm= boot "
+            'list): set tools.sandbox = "off" to run commands unconfined'
+        )
+    handled = _fs_rights(abi)
+    attr = _RulesetAttr(handled, CONNECT_TCP if abi >= 4 and not network else 0)
+    size = ctypes.sizeof(ctypes.c_uint64) * (3 if abi >= 6 else 2 if abi >= 4 else 1)
+    if abi >= 6:
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+    fd = _check(_syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0), "start")
+    try:
+        for path in readable_paths(readable, hidden):
+            _allow(fd, path, READ & handled)
+        for path in writable:
+            _allow(fd, path, handled)
+        for device in DEVICES:
+            _allow(fd, Path(device), (READ_FILE | WRITE_FILE) & handled)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Confinement(fd, abi)
+
+
+def _allow(fd: int, path: Path, rights: int) -> None:
+    try:
+        target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or not ours to see: nothing to grant
+    try:
+        if not os.path.isdir(path):
+            rights &= FILE_ONLY
+        rule = _PathBeneath(rights, target)
+        result = _syscall(_ADD_RULE, fd, _RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+        _check(int(result), f"allow {path}")
+    finally:
+        os.close(target)

@@ -1,0 +1,123 @@
+"""`shell_exec`: a bash command in the workspace, confined where the kernel allows, never waited
+for longer than its timeout, and never waited for after it exited.
+
+A command that leaves a background job (`server &`) returns as soon as bash exits, with what it
+printed; the job goes on in the command's process group until the session ends, its further
+output appended to a log file in the workspace, which the result names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Mapping
+
+import anyio
+
+from ouroboros.tools.builtin import Output, ShellExecArgs
+from ouroboros.tools.processes import Processes
+from ouroboros.tools.workspace import Workspace
+
+SHELL_CAPTURE_LIMIT = 32 * 1024 * 1024
+"""Bytes of command output held in memory; the rest is counted, not stored."""
+EXIT_POLL_S = 0.05
+"""How often a command that prints nothing is checked for having exited."""
+BACKGROUND_LOG_LIMIT = 10 * 1024 * 1024
+"""Bytes of a background job's later output kept in its log file; the rest is dropped."""
+
+
+def _read_available(fd: int) -> tuple[bytes, bool]:
+    """What the pipe holds now, and whether it reached its end."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return b"".join(chunks), False
+        if not data:
+            return b"".join(chunks), True
+        chunks.append(data)
+
+
+async def run_command(
+    ws: Workspace, command: str, timeout: float, processes: Processes, env: Mapping[str, str]
+) -> tuple[bytes, int, int | None, str]:
+    """(captured output, total bytes, exit code or None if it timed out, a note on what goes
+    on after it)."""
+    process = processes.start(["bash", "-c", command], ws.root, env)
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    os.set_blocking(fd, False)
+    captured, total, ended = bytearray(), 0, False
+
+    def take() -> None:
+        nonlocal total, ended
+        data, ended = _read_available(fd)
+        total += len(data)
+        captured.extend(data[: max(0, SHELL_CAPTURE_LIMIT - len(captured))])
+
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            while process.poll() is None:
+                with anyio.move_on_after(EXIT_POLL_S):
+                    await anyio.wait_readable(fd)
+                take()
+                while ended and process.poll() is None:  # the pipe closed: bash is exiting
+                    await anyio.sleep(0.005)
+            take()  # what it printed just before it exited
+    finally:
+        if process.returncode is None:  # timed out, or the harness is stopping
+            processes.kill(process.pid)
+            with anyio.CancelScope(shield=True):
+                while process.poll() is None:
+                    await anyio.sleep(0.005)
+    if deadline.cancelled_caught or ended:
+        process.stdout.close()
+        processes.finished(process)
+        code = None if deadline.cancelled_caught else process.returncode
+        return bytes(captured), total, code, ""
+    return bytes(captured), total, process.returncode, _keep_draining(ws, process, fd)
+
+
+def _keep_draining(ws: Workspace, process: subprocess.Popen[bytes], fd: int) -> str:
+    """Bash exited, something it started still holds the output: keep reading it into a log
+    (a job whose writes went nowhere would die of SIGPIPE, or block on a full pipe)."""
+    log = ws.root / ".outputs" / f"background-{process.pid}.log"
+    assert process.stdout is not None
+    stream = process.stdout
+
+    def drain() -> None:
+        os.set_blocking(fd, True)
+        kept = 0
+        with contextlib.suppress(OSError), stream, log.open("ab") as out:
+            while data := os.read(fd, 65536):
+                if kept < BACKGROUND_LOG_LIMIT:
+                    out.write(data[: BACKGROUND_LOG_LIMIT - kept])
+                    out.flush()
+                    kept += len(data)
+
+    log.parent.mkdir(exist_ok=True)
+    threading.Thread(target=drain, name=f"background-{process.pid}", daemon=True).start()
+    return (
+        f"\n[bash exited; processes it started in the background still run until this session "
+        f"ends; their further output goes to {ws.display(log)}]"
+    )
+
+
+async def shell_exec(
+    ws: Workspace,
+    args: ShellExecArgs,
+    default_timeout: float,
+    processes: Processes,
+    env: Mapping[str, str],
+) -> Output:
+    timeout = min(args.timeout_s or default_timeout, default_timeout)
+    output, total, code, note = await run_command(ws, args.command, timeout, processes, env)
+    text = output.decode(errors="replace")
+    if total > len(output):
+        text += f"\n[{total - len(output):,} more bytes not captured]"
+    if code is None:
+        return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
+    return Output(f"exit code {code}\n{text}{note}", code)
