@@ -6,11 +6,12 @@ A bad value stops the program before anything starts, with one line naming the k
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -111,6 +112,18 @@ class ToolSettings(_Section):
     """Refuse known destructive commands before they run: a fast, clear first answer."""
     block_patterns: list[str] = []
     """More commands to refuse: regular expressions, matched case-insensitively."""
+
+    @field_validator("block_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(
+                    f"tools.block_patterns: {pattern!r} is not a regex ({e})"
+                ) from None
+        return patterns
 
 
 class SupervisorSettings(_Section):

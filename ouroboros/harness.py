@@ -20,6 +20,7 @@ from ouroboros.servers import choose_window, discover
 from ouroboros.state import Journal
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration
 from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.sandbox import Confinement
 from ouroboros.tools.workspace import Workspace
@@ -141,6 +142,7 @@ async def build_harness(
         s.paths.state_dir,
         processes,
         {**os.environ, "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)},
+        Blocklist(s.tools.blocklist, s.tools.block_patterns, str(s.paths.workspace)),
     )
     policy = mask_policy(s, budget)
     rendered = info.renders_tools is not False

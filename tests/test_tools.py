@@ -13,7 +13,6 @@ import pytest
 
 from ouroboros.messages import ToolCall
 from ouroboros.tools import ToolOutcome, ToolRunner
-from ouroboros.tools.blocklist import blocked_reason
 from ouroboros.tools.workspace import Workspace
 
 
@@ -112,42 +111,6 @@ def test_large_output_is_capped_and_spilled(runner: ToolRunner) -> None:
     spilled = next((runner.workspace.root / ".outputs").iterdir())
     assert f"Full output: .outputs/{spilled.name}" in content
     assert spilled.read_text().endswith("19999\n20000\n")
-
-
-@pytest.mark.parametrize(
-    ("command", "rule"),
-    [
-        ("sudo apt-get install x", "sudo"),
-        ("rm -rf /", "rm -rf of / or home"),
-        ("rm -rf ~", "rm -rf of / or home"),
-        ("cd /tmp && rm -fr / ", "rm -rf of / or home"),
-        ("mkfs.ext4 /dev/sda1", "mkfs"),
-        ("dd if=/dev/zero of=/dev/sda bs=1M", "dd to a device"),
-        ("shutdown -h now", "shutdown or reboot"),
-        ("reboot", "shutdown or reboot"),
-        (":(){ :|:& };:", "fork bomb"),
-        ("echo x > /etc/hosts", "write to a system folder"),
-        ("cp evil /usr/bin/ls", "change a system folder"),
-    ],
-)
-def test_destructive_commands_are_blocked(command: str, rule: str) -> None:
-    assert blocked_reason(command) == rule
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        "rm -rf build/",
-        "rm -rf ./node_modules",
-        "ls /etc",
-        "cat /usr/share/dict/words | head",
-        "echo sudoku",
-        "python -m pytest",
-        "dd if=a of=b",
-    ],
-)
-def test_ordinary_commands_pass(command: str) -> None:
-    assert blocked_reason(command) is None
 
 
 def test_blocked_command_never_runs(runner: ToolRunner) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ouroboros.context.truncate import cap_output, saved_name
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
-from ouroboros.tools.blocklist import blocked_reason
+from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.builtin import Output, ToolFailed
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.search import SearchContextArgs, search_context
@@ -54,10 +54,12 @@ class ToolRunner:
         state_dir: Path | None = None,
         processes: Processes | None = None,
         env: Mapping[str, str] | None = None,
+        blocklist: Blocklist | None = None,
     ):
         self.workspace = workspace
         self.max_output_bytes = max_output_bytes
         self.processes = processes or Processes(None, use_cgroup=False)
+        self.blocklist = blocklist or Blocklist(workspace=str(workspace.root))
         """Every process a tool starts (confined, where the harness was given a sandbox)."""
         ws, procs, environment = workspace, self.processes, dict(env or os.environ)
 
@@ -154,7 +156,7 @@ class ToolRunner:
         try:
             tool, args = self._parse(call)
             if isinstance(args, builtin.ShellExecArgs):
-                blocked = blocked_reason(args.command)
+                blocked = self.blocklist.reason(args.command)
                 if blocked:
                     raise ToolFailed(f"refused: this command is blocked ({blocked})")
             output = await tool.run(args)
