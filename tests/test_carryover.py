@@ -175,14 +175,19 @@ def test_a_cut_last_step_shares_the_room_and_keeps_head_and_tail() -> None:
     assert small.content == result(1, 20).content, "the small result is not cut"
     assert big.content.startswith("start\n")
     assert big.content.endswith("END")
-    assert "bytes cut" in big.content
+    assert "bytes) cut of" in big.content
 
 
 def test_a_result_cut_for_room_is_carried_whole() -> None:
     text = "".join(f"line {n}\n" for n in range(400))
     stored = cap_output(text, 3000).text
     cut = ToolMessage(
-        tool_call_id="c1", name="shell_exec", content=stored, output_bytes=len(text), room_bytes=800
+        tool_call_id="c1",
+        name="shell_exec",
+        content=stored,
+        output_bytes=len(text),
+        output_lines=400,
+        room_bytes=800,
     )
     assert len(shown(cut).content.encode()) <= 800
     history = [*OPENING, AssistantMessage(tool_calls=(call(1),)), cut]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,13 @@ from ouroboros.context.mask import (
     protected_ids,
     unseen_ids,
 )
-from ouroboros.context.truncate import cap_output
+from ouroboros.context.truncate import (
+    HEAD_SHARE,
+    MARKER_ALLOWANCE,
+    RECUT_MIN,
+    SNAP,
+    cap_output,
+)
 from ouroboros.context.view import ContextView
 from ouroboros.ledger import Ledger
 from ouroboros.messages import (
@@ -171,12 +178,42 @@ def test_cap_output_bounds_and_utf8(text: str, limit: int) -> None:
     if len(text.encode()) <= limit:
         assert capped.text == text
     else:
-        assert "bytes cut" in capped.text
         assert ".outputs/abc.txt" in capped.text
         head = capped.text.split("\n[... ")[0]
         assert text.startswith(head)
-        tail = capped.text.split("bytes cut", 1)[1].split("]\n", 1)[1]
+        tail = capped.text.split(" ...", 2)[-1].split("]\n", 1)[1]
         assert text.endswith(tail)
+        numbers = re.search(
+            r"\[\.\.\. ([\d,]+) lines \(([\d,]+) bytes\) cut of ([\d,]+) lines", capped.text
+        )
+        assert numbers, capped.text
+        cut_bytes = int(numbers[2].replace(",", ""))
+        assert cut_bytes == len(text.encode()) - len(head.encode()) - len(tail.encode())
+        assert int(numbers[3].replace(",", "")) == len(text.splitlines())
+
+
+lines_of_text = st.lists(st.text(alphabet="abcdefghij é\t", max_size=90), max_size=300).map(
+    "\n".join
+)
+
+
+@given(lines_of_text, st.integers(900, 3000), st.integers(0, 3000))
+@settings(max_examples=300, deadline=None)
+def test_cuts_fall_at_line_ends_and_a_recut_keeps_what_a_cut_keeps(
+    text: str, limit: int, less: int
+) -> None:
+    capped = cap_output(text, limit)
+    if len(text.encode()) > limit:
+        head = capped.text.split("\n[... ")[0] + "\n"
+        assert text.startswith(head)
+        # A line end near the cut is where it falls: the head holds whole lines.
+        budget = int((limit - MARKER_ALLOWANCE) * HEAD_SHARE)
+        if "\n" in text.encode()[budget - SNAP : budget].decode(errors="ignore"):
+            assert head.endswith("\n")
+    smaller = limit - RECUT_MIN - less
+    whole = (len(text.splitlines()), len(text.encode()))
+    if smaller > MARKER_ALLOWANCE:
+        assert cap_output(capped.text, smaller, None, whole).text == cap_output(text, smaller).text
 
 
 @pytest.mark.parametrize("text", ["é" * 5000, "日本語テキスト" * 800, "🙂" * 3000])

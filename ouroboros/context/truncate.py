@@ -19,6 +19,10 @@ SAVED_FOLDER = ".outputs"
 """Workspace folder of whole outputs the model was shown cut, or that were masked."""
 HEAD_SHARE = 0.4
 """Of what a cap keeps, the share taken from the start; the end (errors, summaries) gets more."""
+SNAP = 120
+"""How far a cut moves to fall at a line's end (a longer line is cut where it is)."""
+RECUT_MIN = 2 * int(SNAP / HEAD_SHARE)
+"""A room cut smaller than this below the stored text is not made (see `shown`)."""
 
 
 @dataclass(frozen=True)
@@ -32,51 +36,83 @@ class Capped:
         return self.kept_bytes < self.original_bytes
 
 
-def _head(data: bytes, size: int) -> str:
-    # errors="ignore" drops the partial character a byte cut may leave at the edge.
-    return data[:size].decode(errors="ignore")
+def _head(data: bytes, size: int) -> bytes:
+    """The first `size` bytes, ended at a line's end when one is near (within `SNAP` bytes)."""
+    head = data[:size]
+    end = head.rfind(b"\n", max(0, size - SNAP))
+    return head[: end + 1] if end >= 0 and size < len(data) else head
 
 
-def _tail(data: bytes, size: int) -> str:
-    return data[len(data) - size :].decode(errors="ignore") if size else ""
+def _tail(data: bytes, size: int) -> bytes:
+    """The last `size` bytes, begun at a line's start when one is near."""
+    if size <= 0:
+        return b""
+    tail = data[len(data) - size :]
+    start = tail.find(b"\n", 0, SNAP)
+    return tail[start + 1 :] if start >= 0 and size < len(data) else tail
 
 
-def marker(cut_bytes: int, spill_path: str | None) -> str:
-    where = (
-        f" Full output: {spill_path} (read it with file_read offset/limit)." if spill_path else ""
+def _text(data: bytes) -> str:
+    # errors="ignore" drops the partial character a byte cut may leave at an edge.
+    return data.decode(errors="ignore")
+
+
+def marker(cut_bytes: int, cut_lines: int, whole: tuple[int, int], spill: str | None) -> str:
+    where = f" Full output: {spill} (read it with file_read offset/limit)." if spill else ""
+    lines, size = whole
+    return (
+        f"\n[... {cut_lines:,} lines ({cut_bytes:,} bytes) cut of {lines:,} lines "
+        f"({size:,} bytes) ...{where}]\n"
     )
-    return f"\n[... {cut_bytes:,} bytes cut ...{where}]\n"
 
 
 def cap_output(
-    text: str, max_bytes: int, spill_path: str | None = None, whole_bytes: int | None = None
+    text: str,
+    max_bytes: int,
+    spill_path: str | None = None,
+    whole: tuple[int, int] | None = None,
 ) -> Capped:
-    """Keep head and tail within `max_bytes`, with a marker in the middle saying what was cut.
+    """Keep head and tail within `max_bytes`, cut at line ends where one is near, with a marker
+    in the middle saying how many lines and bytes were cut of how many in all.
 
     `spill_path` is where the full text was saved (inside the workspace), so the marker can
-    tell the agent how to page through it. `whole_bytes` is the size of the output `text` was
+    tell the agent how to page through it. `whole` is (lines, bytes) of the output `text` was
     cut from, when `text` is itself a capped output: the marker then counts from the whole.
     """
     data = text.encode()
-    whole = max(whole_bytes or 0, len(data))
+    lines, size = whole or (len(text.splitlines()), len(data))
+    size = max(size, len(data))
     if len(data) <= max_bytes:
-        return Capped(text, whole, len(data))
+        return Capped(text, size, len(data))
     room = max(0, max_bytes - MARKER_ALLOWANCE)
     head = _head(data, int(room * HEAD_SHARE))
     tail = _tail(data, room - int(room * HEAD_SHARE))
-    kept = len(head.encode()) + len(tail.encode())
-    result = head + marker(whole - kept, spill_path) + tail
+    kept_lines = head.count(b"\n") + len(tail.splitlines())
+    note = marker(size - len(head) - len(tail), lines - kept_lines, (lines, size), spill_path)
+    result = _text(head) + note + _text(tail)
     if len(result.encode()) > max_bytes:  # a limit below the marker allowance: the marker alone
-        result = _head(marker(whole - kept, spill_path).encode(), max_bytes)
-    return Capped(result, whole, len(result.encode()))
+        result = _text(note.encode()[:max_bytes])
+    return Capped(result, size, len(result.encode()))
 
 
 def shown(message: ToolMessage) -> ToolMessage:
     """The result as the model is shown it: its stored text, cut to `room_bytes` if the session
-    it ran in (or the one it is carried into) had room for no more."""
+    it ran in (or the one it is carried into) had room for no more. A cut less than `RECUT_MIN`
+    bytes below the stored text is not made: only so is what a cut of the stored text keeps
+    the same as what a cut of the whole output keeps (line ends move head and tail by at most
+    `SNAP` bytes)."""
     if message.room_bytes is None or message.masked:
         return message
-    capped = cap_output(message.content, message.room_bytes, message.saved_to, message.output_bytes)
+    stored = len(message.content.encode())
+    if message.room_bytes > stored - RECUT_MIN:
+        return message.model_copy(update={"room_bytes": None})
+    lines = message.output_lines
+    size = message.output_bytes
+    whole = (
+        len(message.content.splitlines()) if lines is None else lines,
+        stored if size is None else size,
+    )
+    capped = cap_output(message.content, message.room_bytes, message.saved_to, whole)
     return message.model_copy(update={"content": capped.text, "room_bytes": None})
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from ouroboros.context.truncate import cap_output, saved_name
+from ouroboros.context.truncate import RECUT_MIN, cap_output, saved_name
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import Blocklist
@@ -205,12 +205,16 @@ class ToolRunner:
 
 def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) -> ToolMessage:
     """The result at the normal cap `cap`; `room_bytes` when the room left shows less; the whole
-    output to be saved (`saved_to`) whenever what the model is shown is cut."""
+    output to be saved (`saved_to`) whenever what the model is shown is cut, but a file's."""
     text = output.text
     size = len(text.encode())
     capped = cap_output(text, cap)
     shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
-    saved_to = saved_name(call.name, text) if size > shown_bytes else None
+    if shown_bytes > capped.kept_bytes - RECUT_MIN:
+        shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
+    # A file read is read again from the file (its window says how): no copy of it.
+    cut = size > shown_bytes and call.name != "file_read"
+    saved_to = saved_name(call.name, text) if cut else None
     if saved_to is not None:
         capped = cap_output(text, cap, saved_to)
     return ToolMessage(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ouroboros.tools.workspace import Workspace
 
 READ_DEFAULT_LINES = 400
+READ_MAX_BYTES = 1024 * 1024
+"""A read stops after this much of the file, whatever `limit` says (the cap cuts it anyway)."""
+COUNT_MAX_BYTES = 64 * 1024 * 1024
+"""Files up to this size have their lines counted, to say how many there are in all."""
 
 
 class ToolFailed(Exception):
@@ -61,21 +67,60 @@ class FinishArgs(ToolArgs):
     summary: str = Field(description="What was achieved and where the results are")
 
 
-def file_read(ws: Workspace, args: FileReadArgs) -> Output:
-    path = ws.resolve(args.path)
-    if path.is_dir():
-        raise ToolFailed(f"{args.path} is a folder; use list_dir")
+def _open_regular(path: Path, shown: str) -> int:
+    """A descriptor on `path` if it is a regular file; never blocks on a FIFO or a device."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ToolFailed(f"no such file: {args.path}") from None
-    chunk = lines[args.offset - 1 : args.offset - 1 + args.limit]
-    text = "\n".join(chunk)
-    last = args.offset - 1 + len(chunk)
-    if args.offset > 1 or last < len(lines):
-        text += f"\n[lines {args.offset}-{last} of {len(lines)}"
-        text += f"; read more with offset={last + 1}]" if last < len(lines) else "]"
+        raise ToolFailed(f"no such file: {shown}") from None
+    kind = os.fstat(fd).st_mode
+    if stat.S_ISREG(kind):
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(kind):
+        raise ToolFailed(f"{shown} is a folder; use list_dir")
+    raise ToolFailed(f"{shown} is not a regular file ({_KINDS.get(stat.S_IFMT(kind), 'special')})")
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+_KINDS[stat.S_IFSOCK] = "a socket"
+
+
+def file_read(ws: Workspace, args: FileReadArgs) -> Output:
+    """The asked lines, read as a stream: at most `READ_MAX_BYTES` of them, whatever the size
+    of the file; the whole file is counted only where it is small enough to count quickly."""
+    fd = _open_regular(ws.resolve(args.path), args.path)
+    first, kept, more, number = args.offset, 0, False, 0
+    chunk: list[bytes] = []
+    with os.fdopen(fd, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if number < first:
+                continue
+            if len(chunk) == args.limit or kept > READ_MAX_BYTES:
+                more = True
+                break
+            chunk.append(line)
+            kept += len(line)
+        size = os.fstat(fd).st_size
+        total = None if more and size > COUNT_MAX_BYTES else _count(f, number, more)
+    text = b"".join(chunk).decode(errors="replace").removesuffix("\n")
+    last = first - 1 + len(chunk)
+    if first > 1 or more:
+        of = f"of {total:,}" if total is not None else f"of a {size:,}-byte file"
+        text += f"\n[lines {first}-{last} {of}"
+        text += f"; read more with offset={last + 1}]" if more else "]"
     return Output(text)
+
+
+def _count(f: io.BufferedReader, seen: int, more: bool) -> int:
+    """Lines in all: those seen, and the rest of the file counted in blocks."""
+    if not more:
+        return seen
+    count, last = seen, b"\n"
+    for block in iter(lambda: f.read(1 << 20), b""):
+        count, last = count + block.count(b"\n"), block[-1:]
+    return count + (last != b"\n")  # a last line without its newline
 
 
 def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
@@ -83,10 +128,14 @@ def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     if path.is_dir():
         raise ToolFailed(f"{args.path} is a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Write aside, then rename: a crash mid-write never leaves the agent's notes half written.
+    # Write aside, then rename: a crash mid-write never leaves the agent's notes half written,
+    # and a failed write (a full disk) leaves neither a half file nor the one aside.
     temporary = path.with_name(f".{path.name}.ouroboros-tmp")
-    temporary.write_text(args.content)
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(args.content)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return Output(f"wrote {len(args.content.encode()):,} bytes to {ws.display(path)}")
 
 

@@ -18,7 +18,10 @@ class Workspace:
         """The real path `raw` names, if the agent may touch it."""
         if "\x00" in raw:
             raise PathRefused("path contains a NUL byte")
-        path = (self.root / Path(raw).expanduser()).resolve()
+        try:
+            path = (self.root / Path(raw).expanduser()).resolve()
+        except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError before 3.13)
+            raise PathRefused(f"{raw!r} cannot be resolved: {e}") from None
         if path == self.system_prompt or path.is_relative_to(self.root):
             return path
         raise PathRefused(
