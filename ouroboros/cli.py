@@ -15,7 +15,7 @@ from ouroboros import watch
 from ouroboros.compaction import COMPACT_REQUEST
 from ouroboros.config import ConfigError, Settings, load_settings
 from ouroboros.demo import demo_dir, run_demo
-from ouroboros.journal import JournalCorrupt
+from ouroboros.journal import JournalCorrupt, StorageFull
 from ouroboros.lock import RESUME_REQUEST, RunError, fresh_state
 from ouroboros.report import write_report
 from ouroboros.supervisor import run_to_end
@@ -149,6 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         console.print(f"[red]config error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_CONFIG
-    except (RunError, JournalCorrupt) as e:
+    except (RunError, JournalCorrupt, StorageFull) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_FATAL

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +23,34 @@ RECORD_VERSION = 1
 
 class JournalCorrupt(Exception):
     """A line in the middle of a JSONL file does not parse: refuse rather than guess."""
+
+
+class StorageFull(Exception):
+    """The disk of a state file is full: the run stops, whole, until there is room again."""
+
+    def __init__(self, path: Path):
+        free = shutil.disk_usage(path.parent).free if path.parent.exists() else 0
+        super().__init__(
+            f"no space left to write {path} ({free:,} bytes free on its disk): free at least "
+            f"{NEEDED_FREE_BYTES:,} bytes there, then run the same command again; nothing was "
+            "lost"
+        )
+
+
+NEEDED_FREE_BYTES = 10 * 1024 * 1024
+"""What a run asks to be freed: room for a few thousand more records."""
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def storage(path: Path) -> Iterator[None]:
+    """Turn a full disk under `path` into `StorageFull`; other errors stay what they are."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _FULL:
+            raise StorageFull(path) from None
+        raise
 
 
 def now_iso() -> str:
@@ -100,19 +133,25 @@ class JsonlWriter:
     """Appends one JSON object per line; `durable` files are fsync'ed after every record."""
 
     def __init__(self, path: Path, durable: bool = False):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        set_aside_torn_tail(path)
+        with storage(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            set_aside_torn_tail(path)
         self.path = path
         self.durable = durable
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Write one line; on a full disk, `StorageFull` (what was written of the line is a
+        torn last line, set aside on the next start)."""
         record = {"v": RECORD_VERSION, "ts": now_iso(), "kind": kind, **fields}
-        self._file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-        self._file.flush()
-        if self.durable:
-            os.fsync(self._file.fileno())
+        with storage(self.path):
+            self._file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+            self._file.flush()
+            if self.durable:
+                os.fsync(self._file.fileno())
         return record
 
     def close(self) -> None:
-        self._file.close()
+        # A full disk may refuse the last buffered bytes: the torn line is set aside next time.
+        with contextlib.suppress(OSError):
+            self._file.close()

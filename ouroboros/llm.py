@@ -38,6 +38,11 @@ class LLMError(Exception):
 class TransientError(LLMError):
     """Worth retrying as it is: the server may be back or less busy later."""
 
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds the server asked to wait (`Retry-After`), if it said."""
+
 
 class FatalError(LLMError):
     """Retrying cannot help; a person has to change something."""
@@ -135,12 +140,21 @@ def classify(error: Exception) -> LLMError:
         if status == 404:
             return FatalError(f"model or endpoint not found (HTTP 404): {error.message}")
         if status in (408, 409, 429) or status >= 500:
-            return TransientError(f"HTTP {status}: {error.message}")
+            return TransientError(f"HTTP {status}: {error.message}", _retry_after(error))
         return FatalError(f"the server rejected the request (HTTP {status}): {error.message}")
     if isinstance(error, openai.APIError):  # an error event inside an HTTP-200 stream
         overflow = overflow_from(None, error.body, error.message)
         return overflow or TransientError(f"error inside the stream: {error.message}")
     raise error
+
+
+def _retry_after(error: openai.APIStatusError) -> float | None:
+    """`Retry-After` in seconds (a number; an HTTP date is left to the backoff)."""
+    value = error.response.headers.get("retry-after", "")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -269,10 +283,18 @@ async def retrying(
         if error is not None:
             on_retry(state.attempt_number, wait, error)
 
+    backoff = wait_random_exponential(multiplier=settings.retry_initial_s, max=settings.retry_max_s)
+
+    def wait(state: RetryCallState) -> float:
+        """The backoff, or longer when the server said how long (`Retry-After`)."""
+        error = state.outcome.exception() if state.outcome else None
+        asked = error.retry_after if isinstance(error, TransientError) else None
+        return max(backoff(state), min(asked or 0.0, settings.retry_max_s))
+
     stop = stop_after_delay(settings.retry_for_s) if settings.retry_for_s else stop_never
     async for attempt in AsyncRetrying(
         retry=retry_if_exception_type(TransientError),
-        wait=wait_random_exponential(multiplier=settings.retry_initial_s, max=settings.retry_max_s),
+        wait=wait,
         stop=stop,
         before_sleep=report,
         reraise=True,

@@ -11,10 +11,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import anyio
 
 from ouroboros.events import EventLog
+from ouroboros.journal import storage
 
 RESUME_REQUEST = "resume"
 """File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
@@ -24,15 +26,30 @@ class RunError(Exception):
     """A run-time problem a person must fix; printed as one line, exit code 1."""
 
 
+LOCK_PATIENCE_S = 1.0
+"""`status` takes the lock for an instant to see whether a run holds it: a run starting in that
+instant waits this long for it rather than taking `status` for another supervisor."""
+
+
+def _take(handle: IO[str]) -> bool:
+    deadline = time.monotonic() + LOCK_PATIENCE_S
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
 @contextmanager
 def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
     """flock is released by the kernel when the owner dies, so only a live owner blocks us."""
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / "lock"
     handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _take(handle):
         handle.seek(0)
         owner = handle.read().strip() or "unknown"
         handle.close()
@@ -43,10 +60,11 @@ def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
     previous = handle.read().strip()
     if previous and log is not None:
         log.emit("warning", message=f"took over a stale lock left by pid {previous}")
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
+    with storage(path):
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
     try:
         yield
     finally:
@@ -55,9 +73,37 @@ def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
         handle.close()
 
 
+def started_mark(state_dir: Path) -> Path:
+    """Next to the state folder (out of the agent's reach as that is): a run began here."""
+    return state_dir.with_name(f"{state_dir.name}.run")
+
+
+def mark_started(state_dir: Path) -> None:
+    with storage(started_mark(state_dir)):
+        started_mark(state_dir).write_text(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+
+
+def journal_missing(state_dir: Path) -> None:
+    """Refuse, in one line, to start over where a run's journal was lost."""
+    journal = state_dir / "journal.jsonl"
+    if journal.exists() and journal.stat().st_size:
+        return
+    usage = state_dir / "token_usage.jsonl"
+    if started_mark(state_dir).exists() or (usage.exists() and usage.stat().st_size):
+        what = "its journal is gone" if state_dir.exists() else "the state folder is gone"
+        raise RunError(
+            f"a run began in {state_dir} and {what} ({journal} is missing or empty): restore "
+            "it to resume, or start a new run with `run --fresh` (nothing is deleted)"
+        )
+
+
 def fresh_state(state_dir: Path) -> Path | None:
     """Move an old run aside (never delete it) so the next run starts from nothing."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    mark = started_mark(state_dir)
     if not state_dir.exists() or not any(state_dir.iterdir()):
+        if mark.exists():
+            mark.rename(mark.with_name(f"{mark.name}.{stamp}"))
         return None
     lock = state_dir / "lock"
     if lock.exists():
@@ -68,8 +114,10 @@ def fresh_state(state_dir: Path) -> Path | None:
                 raise RunError(
                     f"a supervisor is running on {state_dir}; stop it before starting afresh"
                 ) from None
-    aside = state_dir.with_name(f"{state_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+    aside = state_dir.with_name(f"{state_dir.name}.{stamp}")
     state_dir.rename(aside)
+    if mark.exists():
+        mark.rename(aside / mark.name)
     return aside
 
 

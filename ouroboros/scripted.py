@@ -66,6 +66,8 @@ class Reply:
     """Report this instead of the real count (a lying or truncating server)."""
     completion_tokens: int | None = None
     delay_s: float = 0.0
+    retry_after: str | None = None
+    """With a non-200 status: the `Retry-After` header to send."""
     call_ids: tuple[str, ...] = ()
     """Ids for the tool calls, in order (else fresh ones are made up)."""
 
@@ -248,9 +250,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def _json(self, status: int, payload: object) -> None:
+    def _json(self, status: int, payload: object, retry_after: str | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -285,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(reply.delay_s)
         if reply.status != 200:
             error = reply.error_body if reply.error_body is not None else {"message": "error"}
-            self._json(reply.status, {"error": error})
+            self._json(reply.status, {"error": error}, reply.retry_after)
             return
         messages = body.get("messages", [])
         if (

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ouroboros.journal import JsonlWriter, read_jsonl, repair_torn_tail
+from ouroboros.journal import JsonlWriter, read_jsonl, repair_torn_tail, storage
 from ouroboros.ledger import Measurement
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
 
@@ -128,7 +128,8 @@ class Journal:
 
     def __init__(self, path: Path):
         read = read_jsonl(path)
-        self.torn_aside = repair_torn_tail(path, read)
+        with storage(path):
+            self.torn_aside = repair_torn_tail(path, read)
         self.state = replay(read.records)
         self._writer = JsonlWriter(path, durable=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from dataclasses import dataclass
 
@@ -14,8 +15,15 @@ from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
 from ouroboros.events import EventLog
 from ouroboros.harness import Harness, SessionEnded, build_harness
+from ouroboros.journal import StorageFull
 from ouroboros.llm import FatalError, LLMClient, LLMError
-from ouroboros.lock import RunError, state_lock, wait_for_resume
+from ouroboros.lock import (
+    RunError,
+    journal_missing,
+    mark_started,
+    state_lock,
+    wait_for_resume,
+)
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from ouroboros.session import Session
 from ouroboros.state import RESTARTING_REASONS, Journal
@@ -40,6 +48,7 @@ class Supervisor:
     def __init__(self, settings: Settings, log: EventLog):
         self.settings = settings
         self.log = log
+        journal_missing(settings.paths.state_dir)
         self.journal = Journal(settings.paths.state_dir / "journal.jsonl")
         if self.journal.torn_aside:
             log.emit(
@@ -56,6 +65,7 @@ class Supervisor:
             return RunOutcome(f"this run already ended ({state.run_end}); use --fresh", 0)
         self.harness = harness = await self.build_harness()
         if state.started_at is None:
+            mark_started(self.settings.paths.state_dir)
             self.journal.record(
                 "run_start", model=self.settings.llm.model, base_url=self.settings.llm.base_url
             )
@@ -258,7 +268,7 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                     nonlocal outcome, failure
                     try:
                         outcome = await supervisor.run()
-                    except (LLMError, RunError) as e:
+                    except (LLMError, RunError, StorageFull) as e:
                         failure = e
                     tg.cancel_scope.cancel()
 
@@ -275,7 +285,8 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
             message = str(failure)
             if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
                 message = f"gave up on the model server: {message}"
-            log.emit("error", message=message)
+            with contextlib.suppress(StorageFull):  # the log's disk may be the full one
+                log.emit("error", message=message)
             raise RunError(message)
         return outcome
 

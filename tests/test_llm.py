@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import anyio
 import pytest
 
@@ -13,6 +15,7 @@ from ouroboros.llm import (
     LLMClient,
     TransientError,
     overflow_from,
+    retrying,
 )
 from ouroboros.messages import Message, SystemMessage, UserMessage
 from ouroboros.scripted import Reply, ScriptedServer, tool
@@ -181,3 +184,24 @@ def test_exact_counts_read_from_llama_server_message() -> None:
 )
 def test_other_errors_are_not_overflows(status: int, body: object) -> None:
     assert overflow_from(status, body, "") is None
+
+
+def test_retry_after_is_honoured() -> None:
+    waits: list[float] = []
+    busy = Reply(status=429, error_body={"message": "slow down"}, retry_after="1.5")
+    settings = LLMSettings(base_url="", model="scripted", retry_initial_s=0.01, retry_max_s=30)
+
+    async def go(server: ScriptedServer) -> Completion:
+        client = LLMClient(settings.model_copy(update={"base_url": server.url}))
+        try:
+            return await retrying(
+                partial(client.complete, MESSAGES, []),
+                settings,
+                lambda attempt, wait, error: waits.append(wait),
+            )
+        finally:
+            await client.aclose()
+
+    with ScriptedServer([busy, Reply(text="ok")]) as s:
+        assert anyio.run(go, s).message.content == "ok"
+    assert waits == [1.5]

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
@@ -179,10 +183,30 @@ def test_fresh_moves_the_old_run_aside(project: Project) -> None:
         project.run("run", "--max-turns", "1")
         result = project.run("run", "--fresh", "--max-turns", "1")
     assert result.returncode == 0
-    old = [p for p in project.root.iterdir() if p.name.startswith(".ouroboros.")]
+    old = [p for p in project.root.iterdir() if p.name.startswith(".ouroboros.") and p.is_dir()]
     assert len(old) == 1
     assert (old[0] / "journal.jsonl").exists()
+    assert (old[0] / ".ouroboros.run").exists(), "the old run's mark goes aside with it"
     assert len(project.usage()) == 1
+
+
+@pytest.mark.parametrize("lost", ["journal.jsonl", "the whole state folder"])
+def test_a_lost_journal_is_never_a_silent_new_start(project: Project, lost: str) -> None:
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(server.url)
+        assert project.run("run", "--max-turns", "2").returncode == 0
+        if lost == "journal.jsonl":
+            (project.state / lost).unlink()
+        else:
+            shutil.rmtree(project.state)
+        refused = project.run("run", "--max-turns", "4")
+        assert refused.returncode == 1
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert "journal.jsonl is missing or empty" in lines[0]
+        assert "run --fresh" in lines[0]
+        assert len(server.chat_requests()) == 2, "nothing ran"
+        assert project.run("run", "--fresh", "--max-turns", "1").returncode == 0
 
 
 def test_server_down_for_a_while_then_back(project: Project) -> None:
@@ -302,3 +326,21 @@ def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:
     assert result.returncode == 1
     assert "a supervisor is running" in result.stderr
     assert project.state.exists()
+
+
+def test_a_status_taking_the_lock_for_an_instant_does_not_stop_a_run(project: Project) -> None:
+    # `status` takes the lock for an instant to see whether a run holds it; a run starting in
+    # that instant waits for it instead of refusing to start.
+    with ScriptedServer(lambda body: Reply(text="working")) as server:
+        project.configure(server.url)
+        project.state.mkdir()
+        with (project.state / "lock").open("a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            started = project.start("run", "--max-turns", "1")
+            # Its logs are opened just before it takes the lock: hold it a little past that.
+            wait_for(lambda: (project.state / "events.jsonl").exists())
+            time.sleep(0.3)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        _, stderr = started.communicate(timeout=60)
+    assert started.returncode == 0, stderr
+    assert len(project.usage()) == 1

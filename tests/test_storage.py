@@ -1,0 +1,74 @@
+"""A full disk under the state folder: one line saying what to free, no traceback, nothing lost,
+and the same command resumes once there is room (a small tmpfs stands for the full disk)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ouroboros.scripted import Reply, ScriptedServer
+from tests.conftest import Project
+
+
+@pytest.fixture
+def small_disk(project: Project) -> Iterator[Path]:
+    """The state folder on a 256 KB tmpfs (root and mount(8) needed; skipped elsewhere)."""
+    project.state.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(project.state)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield project.state
+    finally:
+        subprocess.run(["umount", "-l", str(project.state)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Take the disk's space but `leave` bytes."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+        f.truncate(max(0, f.tell() - leave))
+    return filler
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_the_run_resumes(
+    project: Project, small_disk: Path
+) -> None:
+    filler = fill(small_disk, leave=40_000)
+    long = "a reply long enough to fill the journal quickly " * 40
+    with ScriptedServer(lambda body: Reply(text=long)) as server:
+        project.configure(server.url)
+        full = project.run("run", "--max-turns", "200")
+        assert full.returncode == 1
+        lines = full.stderr.strip().splitlines()
+        assert "Traceback" not in full.stderr
+        assert lines[-1].startswith("error: no space left to write"), full.stderr
+        assert "free at least" in lines[-1]
+        done = sum(1 for line in (small_disk / "token_usage.jsonl").read_text().splitlines())
+        assert 0 < done < 200
+        # Starting again on the still-full disk says the same, in one line.
+        again = project.run("run", "--max-turns", "200")
+        assert again.returncode == 1
+        assert "Traceback" not in again.stderr
+        filler.unlink()
+        resumed = project.run("run", "--max-turns", str(done + 5))
+        assert resumed.returncode == 0, resumed.stderr
+    # The run went on where it stopped: turns counted once, in order, five more.
+    journal = [
+        json.loads(line) for line in (small_disk / "journal.jsonl").read_text().splitlines()
+    ]
+    turns = [r["usage"]["turn"] for r in journal if r["kind"] == "message" and "usage" in r]
+    assert len(turns) == done + 5
