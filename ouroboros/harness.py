@@ -15,7 +15,7 @@ from ouroboros.context.mask import MaskPolicy
 from ouroboros.events import EventLog
 from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, LLMClient, retrying
-from ouroboros.lock import RunError
+from ouroboros.lock import RunError, started_mark
 from ouroboros.servers import choose_window, discover
 from ouroboros.state import Journal
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration
@@ -142,7 +142,12 @@ async def build_harness(
         s.paths.state_dir,
         processes,
         {**os.environ, "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)},
-        Blocklist(s.tools.blocklist, s.tools.block_patterns, str(s.paths.workspace)),
+        Blocklist(
+            s.tools.blocklist,
+            s.tools.block_patterns,
+            str(s.paths.workspace),
+            [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
+        ),
     )
     policy = mask_policy(s, budget)
     rendered = info.renders_tools is not False

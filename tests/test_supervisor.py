@@ -344,3 +344,31 @@ def test_a_status_taking_the_lock_for_an_instant_does_not_stop_a_run(project: Pr
         _, stderr = started.communicate(timeout=60)
     assert started.returncode == 0, stderr
     assert len(project.usage()) == 1
+
+
+def test_what_a_command_started_dies_with_a_killed_harness(project: Project) -> None:
+    pids = project.workspace / "pids"
+    replies = [
+        Reply(tool_calls=[tool("shell_exec", command=f"sleep 300 & echo $! >> {pids}")]),
+        Reply(tool_calls=[tool("shell_exec", command=f"setsid sleep 301 & echo $! >> {pids}")]),
+        Reply(tool_calls=[tool("shell_exec", command="sleep 60", timeout_s=60)]),
+    ]
+    with ScriptedServer(replies) as server:
+        project.configure(server.url, session={"shell_timeout_s": 60})
+        harness = project.start("run", "--max-turns", "10")
+        wait_for(lambda: len(server.chat_requests()) >= 3)
+        time.sleep(0.5)  # the third command is running
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2
+        assert all(map(_alive, started))
+        harness.kill()  # SIGKILL: no clean-up of its own
+        harness.communicate(timeout=10)
+        wait_for(lambda: not any(map(_alive, started)), timeout=10)
+    assert not any(map(_alive, started)), "a process outlived the harness"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

@@ -17,6 +17,7 @@ SYSTEM_DIRS = (
     "/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/boot", "/sys", "/proc",
     "/var", "/opt", "/root", "/dev", "/srv", "/home", "/mnt", "/media",
 )  # fmt: skip
+HARMLESS_DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"}
 SEPARATORS = {";", ";;", "&", "&&", "|", "||", "(", ")", "{", "}", "!", "`"}
 WRAPPERS = {
     "env", "nohup", "exec", "command", "builtin", "time", "nice", "ionice", "stdbuf", "setsid",
@@ -138,11 +139,20 @@ def _recursive(argv: Argv) -> bool:
 class Blocklist:
     """Named rules, and the configured patterns (regular expressions, any case)."""
 
-    def __init__(self, enabled: bool = True, patterns: Sequence[str] = (), workspace: str = ""):
+    def __init__(
+        self,
+        enabled: bool = True,
+        patterns: Sequence[str] = (),
+        workspace: str = "",
+        protected: Sequence[str] = (),
+    ):
         self.enabled = enabled
         self.patterns = [(p, re.compile(p, re.IGNORECASE)) for p in patterns]
         self.workspace = workspace.rstrip("/")
         """Paths in it are the agent's own, wherever it lies (`/home/me/project`)."""
+        self.protected = [p.rstrip("/") for p in protected]
+        """The harness's own files (the state folder): no command may name them. Where the
+        kernel confines commands it refuses them anyway; elsewhere this is all there is."""
 
     def reason(self, command: str) -> str | None:
         """The name of the rule the command breaks, or None if it may run."""
@@ -156,6 +166,8 @@ class Blocklist:
             for i, t in enumerate(tokens)
         ):
             return "write to a system folder"
+        if any(map(self.harness_owns, tokens)):
+            return "the harness's own files"
         for argv in simple_commands(command):
             rule = self.rule_broken(argv)
             if rule:
@@ -186,11 +198,20 @@ class Blocklist:
             return "change a system folder"
         return None
 
+    def harness_owns(self, word: str) -> bool:
+        """A path (as the command names it, from the workspace) in a protected folder."""
+        if not self.protected or "/" not in word:
+            return False
+        path = posixpath.normpath(posixpath.join(self.workspace or "/", word.split("=")[-1]))
+        return any(path == p or path.startswith(p + "/") for p in self.protected)
+
     def system(self, path: str) -> bool:
         """A path in a system folder, or home, and not in the workspace."""
         if path.startswith(("~", "$HOME", "${HOME}")):
             return True
         norm = posixpath.normpath(path) if path.startswith("/") else path
+        if norm in HARMLESS_DEVICES or norm.startswith("/dev/fd/"):
+            return False
         if self.workspace and (norm == self.workspace or norm.startswith(self.workspace + "/")):
             return False
         return (

@@ -94,7 +94,9 @@ def file_read(ws: Workspace, args: FileReadArgs) -> Output:
     first, kept, more, number = args.offset, 0, False, 0
     chunk: list[bytes] = []
     with os.fdopen(fd, "rb") as f:
-        for number, line in enumerate(f, start=1):
+        # Lines longer than READ_MAX_BYTES come in pieces: memory stays bounded on any file.
+        while line := f.readline(READ_MAX_BYTES):
+            number += 1
             if number < first:
                 continue
             if len(chunk) == args.limit or kept > READ_MAX_BYTES:

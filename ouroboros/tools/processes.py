@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -88,7 +89,8 @@ class Processes:
         self.confinement = confinement
         self.cgroup: Path | None = None
         """The run's cgroup, made with the first command, with the watchdog that removes it."""
-        probe = _make_cgroup(f"ouroboros-{os.getpid()}") if use_cgroup else None
+        self._name = f"ouroboros-{os.getpid()}-{secrets.token_hex(4)}"
+        probe = _make_cgroup(self._name) if use_cgroup else None
         self._cgroups = probe is not None
         if probe is not None:
             probe.rmdir()
@@ -145,7 +147,7 @@ class Processes:
 
     def _start_watchdog(self) -> subprocess.Popen[str]:
         if self._cgroups:
-            self.cgroup = _make_cgroup(f"ouroboros-{os.getpid()}")
+            self.cgroup = _make_cgroup(self._name)
         if self.cgroup is not None:
             self._procs_fd = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
         return subprocess.Popen(

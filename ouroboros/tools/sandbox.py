@@ -87,9 +87,12 @@ def _fs_rights(abi: int) -> int:
 
 def readable_paths(roots: list[Path], hidden: Path) -> list[Path]:
     """`roots`, except that `hidden` and what is under it are left out: where a root holds
-    it, every entry on the way down is listed instead, but the one leading to it."""
+    it, every entry on the way down is listed instead, but the one leading to it. A rule
+    follows a symbolic link to its target, so a link that leads back above `hidden` (pytest's
+    `pytest-current`, a `latest` link) is left out too."""
+    hidden = hidden.resolve()
     paths: list[Path] = []
-    for root in roots:
+    for root in (r.resolve() for r in roots):
         if not hidden.is_relative_to(root):
             paths.append(root)
             continue
@@ -99,9 +102,16 @@ def readable_paths(roots: list[Path], hidden: Path) -> list[Path]:
                 entries = sorted(folder.iterdir())
             except OSError:
                 entries = []
-            paths.extend(entry for entry in entries if entry.name != part)
+            paths.extend(e for e in entries if e.name != part and not _leads_to(e, hidden))
             folder = folder / part
     return paths
+
+
+def _leads_to(entry: Path, hidden: Path) -> bool:
+    try:
+        return entry.is_symlink() and hidden.is_relative_to(entry.resolve())
+    except (OSError, RuntimeError):  # a broken or looping link grants nothing anyway
+        return False
 
 
 @dataclass(frozen=True)
