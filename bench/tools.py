@@ -1,0 +1,157 @@
+"""What the tools' protections cost: confinement per command, the block list at any length, and a
+read of a huge file.
+
+- Confinement: `shell_exec "true"` through the real `ToolRunner`, 200 times confined by
+  Landlock and 200 times not, interleaved; the difference of the medians is what confinement
+  costs a command (target: under 5 ms). Skipped where the kernel has no Landlock.
+- Block list: the verdict on commands of 30 KB and 120 KB of several shapes (one long word, many
+  words, many pipes, many function definitions): the ratio of the two shows it linear (target:
+  4 times the length, at most 6 times the time).
+- A file of 1 GiB (sparse, one 1 GiB line) read with `file_read` limit 10: seconds and the
+  process's peak memory (target: under 2 s and 200 MB more).
+
+Run: .venv/bin/python bench/tools.py   (about 10 s; exit status 1 if a target fails)
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from ouroboros.messages import ToolCall
+from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools.blocklist import Blocklist
+from ouroboros.tools.processes import Processes
+from ouroboros.tools.workspace import Workspace
+
+RUNS = 200
+CONFINEMENT_MAX_MS = 5.0
+LINEAR_MAX_RATIO = 6.0
+READ_MAX_S = 2.0
+READ_MAX_MB = 200.0
+
+
+def runner(root: Path, confined: bool) -> ToolRunner:
+    workspace = Workspace(root / "workspace", root / "SYSTEM_PROMPT.md")
+    confinement = (
+        sandbox.build([workspace.root, root / "tmp"], [Path("/")], root / "state", False)
+        if confined
+        else None
+    )
+    return ToolRunner(workspace, 10, 30_000, True, None, Processes(confinement))
+
+
+def run(tools: ToolRunner, name: str, **arguments: object) -> float:
+    """Seconds one call takes."""
+    call = ToolCall(id="c", name=name, arguments=json.dumps(arguments))
+    started = time.perf_counter()
+    anyio.run(tools.run, call)
+    return time.perf_counter() - started
+
+
+def confinement_cost(root: Path) -> tuple[float, float] | None:
+    """Median ms of `true` confined and not, interleaved so both see the same machine."""
+    if not sandbox.abi_version():
+        return None
+    confined, plain = runner(root, True), runner(root, False)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(RUNS):
+            for mode, tools in ((True, confined), (False, plain)):
+                times[mode].append(run(tools, "shell_exec", command="true"))
+    finally:
+        confined.close()
+        plain.close()
+    return statistics.median(times[True]) * 1e3, statistics.median(times[False]) * 1e3
+
+
+SHAPES: dict[str, Callable[[int], str]] = {
+    "one long word": lambda n: 'x="' + "y" * n + '"',
+    "many words": lambda n: "echo " + "word " * (n // 5),
+    "many pipes": lambda n: "cat notes.md | " * (n // 15) + "wc -l",
+    "many functions": lambda n: "f() { true; }; " * (n // 15),
+    "many options": lambda n: "rm " + "-v " * (n // 3) + "build",
+}
+
+
+def blocklist_times() -> dict[str, tuple[float, float]]:
+    rules = Blocklist(workspace="/home/me/project")
+    result = {}
+    for shape, make in SHAPES.items():
+        small, large = make(30_000), make(120_000)
+        timings = []
+        for command in (small, large):
+            started = time.perf_counter()
+            rules.reason(command)
+            timings.append(time.perf_counter() - started)
+        result[shape] = (timings[0], timings[1])
+    return result
+
+
+def huge_read(root: Path) -> tuple[float, float]:
+    """Seconds and MB more peak memory for reading 10 lines of a 1 GiB one-line file."""
+    path = root / "workspace" / "huge.bin"
+    with path.open("wb") as f:
+        f.truncate(1 << 30)
+    tools = runner(root, False)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        seconds = run(tools, "file_read", path="huge.bin", limit=10)
+    finally:
+        tools.close()
+        path.unlink()
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return seconds, (after - before) / 1024
+
+
+def verdict(ok: bool, text: str) -> bool:
+    print(f"{'PASS' if ok else 'FAIL'}  {text}")
+    return ok
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for name in ("workspace", "tmp", "state"):
+            (root / name).mkdir()
+        (root / "SYSTEM_PROMPT.md").write_text("# Purpose\n")
+        cost = confinement_cost(root)
+        blocks = blocklist_times()
+        seconds, memory = huge_read(root)
+    checks = []
+    if cost is None:
+        print("SKIP  confinement: this kernel has no Landlock")
+    else:
+        confined, plain = cost
+        print(
+            f"shell_exec 'true', median of {RUNS}: {confined:.2f} ms confined, {plain:.2f} ms not"
+        )
+        checks.append(
+            verdict(
+                confined - plain < CONFINEMENT_MAX_MS,
+                f"confinement costs {confined - plain:.2f} ms a command < {CONFINEMENT_MAX_MS}",
+            )
+        )
+    print("\n| block list on | 30 KB | 120 KB | ratio |\n|---|---:|---:|---:|")
+    for shape, (small, large) in blocks.items():
+        print(f"| {shape} | {small * 1e3:.1f} ms | {large * 1e3:.1f} ms | {large / small:.1f} |")
+    worst = max(large / small for small, large in blocks.values())
+    checks.append(verdict(worst <= LINEAR_MAX_RATIO, f"block list linear: 4x longer, {worst:.1f}x"))
+    print(
+        f"\nfile_read of a 1 GiB file, 10 lines: {seconds:.2f} s, {memory:.0f} MB more peak memory"
+    )
+    checks.append(verdict(seconds < READ_MAX_S, f"huge read {seconds:.2f} s < {READ_MAX_S}"))
+    checks.append(verdict(memory < READ_MAX_MB, f"huge read {memory:.0f} MB < {READ_MAX_MB}"))
+    return 0 if all(checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
