@@ -8,9 +8,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
+from ouroboros.messages import ToolCall
 from ouroboros.scripted import Reply, ScriptedServer
+from ouroboros.tools import ToolRunner
+from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project
 
 
@@ -67,8 +71,33 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_run_resumes(
         resumed = project.run("run", "--max-turns", str(done + 5))
         assert resumed.returncode == 0, resumed.stderr
     # The run went on where it stopped: turns counted once, in order, five more.
-    journal = [
-        json.loads(line) for line in (small_disk / "journal.jsonl").read_text().splitlines()
-    ]
+    journal = [json.loads(line) for line in (small_disk / "journal.jsonl").read_text().splitlines()]
     turns = [r["usage"]["turn"] for r in journal if r["kind"] == "message" and "usage" in r]
     assert len(turns) == done + 5
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    disk = tmp_path / "workspace"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        (disk / "notes.md").write_text("precious notes\n")
+        tools = ToolRunner(Workspace(disk, tmp_path / "SYSTEM_PROMPT.md"), 2, 2000, True)
+        content = "x" * 200_000
+        call = ToolCall(
+            id="c",
+            name="file_write",
+            arguments=json.dumps({"path": "notes.md", "content": content}),
+        )
+        outcome = anyio.run(tools.run, call)
+        tools.close()
+        assert outcome.message.content.startswith("error: ")
+        assert "\n" not in outcome.message.content.strip()
+        assert (disk / "notes.md").read_text() == "precious notes\n"
+        assert sorted(p.name for p in disk.iterdir()) == ["notes.md"]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
