@@ -29,10 +29,13 @@ import os, signal, sys, time
 cgroup = sys.argv[1]
 groups = set()
 for line in sys.stdin:
-    if line.startswith("-"):
-        groups.discard(int(line[1:]))
-    else:
-        groups.add(int(line))
+    try:
+        if line.startswith("-"):
+            groups.discard(int(line[1:]))
+        else:
+            groups.add(int(line))
+    except ValueError:
+        pass  # a line cut short by the harness's death
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
@@ -65,11 +68,23 @@ def _cgroup2_root() -> Path | None:
     return None
 
 
+def _sweep(root: Path) -> None:
+    """Remove what runs whose harness and watchdog are both gone left (killed before the
+    watchdog started): their processes first, then the cgroup."""
+    for path in root.glob("ouroboros-*"):
+        owner = path.name.split("-")[1]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            with contextlib.suppress(OSError):
+                (path / "cgroup.kill").write_text("1")
+                path.rmdir()
+
+
 def _make_cgroup(name: str) -> Path | None:
     """A cgroup v2 for this run, where it may be made and can be killed whole (5.14+)."""
     root = _cgroup2_root()
     if root is None:
         return None
+    _sweep(root)
     path = root / name
     try:
         path.mkdir(exist_ok=True)
