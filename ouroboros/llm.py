@@ -72,7 +72,8 @@ class Completion:
     """None when the server reported nothing; the ledger then estimates."""
 
 
-# Overflow wordings of llama-server, vLLM, LM Studio, Ollama and OpenAI (see docs/servers.md).
+# Overflow wordings of llama-server, vLLM, LM Studio, Ollama and OpenAI (the project's
+# ../shared/reference/servers.md, section 7).
 _OVERFLOW_PATTERNS = re.compile(
     "|".join(
         [
