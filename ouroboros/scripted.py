@@ -1,6 +1,7 @@
 """A scripted model behind a real HTTP server on loopback, for tests and the demo.
 
-It speaks OpenAI streaming chat completions the way the real servers do (../shared/reference/servers.md):
+It speaks OpenAI streaming chat completions the way the real servers do
+(../shared/reference/servers.md):
 - `ollama`: whole tool calls in one chunk, a separate finish chunk, a usage chunk with empty
   `choices` (only when asked), the native `/api/*` endpoints, and **silent truncation** of a
   prompt longer than its window (oldest messages dropped, the smaller count reported);
