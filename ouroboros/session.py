@@ -30,11 +30,14 @@ class Session:
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
-        await self.finish_interrupted_step()
-        while True:
-            self.check_limits()
-            completion = await self.call_model()
-            await self.act_on(completion.message, cut=completion.finish_reason == "length")
+        try:
+            await self.finish_interrupted_step()
+            while True:
+                self.check_limits()
+                completion = await self.call_model()
+                await self.act_on(completion.message, cut=completion.finish_reason == "length")
+        finally:
+            self.window.masked_then_measured(None)  # a round no call measured is logged too
 
     async def act_on(
         self, reply: AssistantMessage, resuming: bool = False, cut: bool = False

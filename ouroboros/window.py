@@ -40,7 +40,9 @@ class Window:
         self.schemas = harness.tools.schemas()
         self.schema_raw = tools_estimate(self.schemas) if harness.tools_rendered else 0
         self.compactor = Compactor(harness, self)
-        self._pending_mask: dict[str, Any] | None = None
+        # Rounds masked since the last call: several may happen before one (soft line, then
+        # room for a wind-down), and each is logged with the prompt they made together.
+        self._pending_masks: list[dict[str, Any]] = []
         if state.compaction is not None:
             self.view.compact(*state.compaction)
 
@@ -100,24 +102,25 @@ class Window:
         self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
         self.view.mask(call_ids)
         after = self.projected()
-        self._pending_mask = {
-            "session": self.state.session,
-            "masked": len(call_ids),
-            "reason": reason,
-            "total_masked": len(self.view.masked_ids),
-            "projected_before": before,
-            "projected_after": after,
-            "estimated_reclaimed": before - after,
-        }
+        self._pending_masks.append(
+            {
+                "session": self.state.session,
+                "masked": len(call_ids),
+                "reason": reason,
+                "total_masked": len(self.view.masked_ids),
+                "projected_before": before,
+                "projected_after": after,
+                "estimated_reclaimed": before - after,
+            }
+        )
         return True
 
-    def masked_then_measured(self, prompt_tokens: int) -> None:
-        """The last masking round, logged with the real size of the prompt it made."""
-        if self._pending_mask is not None:
-            self.h.log.emit(
-                "context_mask", **self._pending_mask, measured_prompt_tokens=prompt_tokens
-            )
-            self._pending_mask = None
+    def masked_then_measured(self, prompt_tokens: int | None) -> None:
+        """The masking rounds since the last call, logged with the real size of the prompt they
+        made (None: the session ended before another call, and they are logged without it)."""
+        for round_ in self._pending_masks:
+            self.h.log.emit("context_mask", **round_, measured_prompt_tokens=prompt_tokens)
+        self._pending_masks.clear()
 
     async def mask_down_to(self, target: int, reason: str) -> None:
         excess = self.projected() - max(target, 0)

@@ -64,7 +64,11 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
 
     masks = project.events("context_mask")
     assert masks
-    assert all(m["measured_prompt_tokens"] > 0 for m in masks)
+    assert all(
+        m["measured_prompt_tokens"] is None or m["measured_prompt_tokens"] > 0 for m in masks
+    )
+    # Every masking round the journal holds is in the event log too, the last one included.
+    assert len(masks) == len([r for r in project.records("journal.jsonl") if r["kind"] == "mask"])
     assert all(m["estimated_reclaimed"] > 0 for m in masks)
 
     # Wind-down message, then the session ended and a second one began with a restart marker.
@@ -201,3 +205,24 @@ def test_ollama_0_30_0_counts_are_estimated_not_taken_for_truncation(project: Pr
 )  # fmt: skip
 def test_which_ollama_versions_count_the_whole_prompt(version: str, whole: bool) -> None:
     assert _ollama_counts_whole_prompt(version) is whole
+
+
+def test_mask_round_logged_when_its_call_fails(project: Project) -> None:
+    """A masking round whose prompt never got an answer is in the event log all the same."""
+    fill_workspace(project, words=200)
+    read_on = reader()
+
+    def until_masked(body: dict[str, Any]) -> Reply:
+        if any(PLACEHOLDER in c for c in tool_contents(body)):
+            return Reply(status=400, error_body={"error": {"message": "invalid request"}})
+        return read_on(body)  # type: ignore[no-any-return]
+
+    with ScriptedServer(until_masked, dialect="llama", n_ctx=4096) as server:
+        project.configure(server.url)
+        result = project.run("run")
+    assert result.returncode != 0
+    journal_masks = [r for r in project.records("journal.jsonl") if r["kind"] == "mask"]
+    assert journal_masks
+    masks = project.events("context_mask")
+    assert len(masks) == len(journal_masks)
+    assert masks[-1]["measured_prompt_tokens"] is None
