@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from ouroboros.messages import MESSAGE_ADAPTER, Message, tool_call_pairs_valid
 from ouroboros.prompts import CRASH_INTERRUPTED
+from ouroboros.records import JOURNAL_RECORD
 from ouroboros.scripted import Dialect, Reply, ScriptedServer, quick_config, tool
 from ouroboros.state import replay
 
@@ -288,7 +289,7 @@ def check_turns(journal: list[dict[str, Any]], found: Findings) -> None:
         if r["message"]["kind"] != "assistant":
             found.orphan_usage += 1
             found.fail(f"usage recorded on a {r['message']['kind']} message")
-    state = replay(journal)
+    state = replay([JOURNAL_RECORD.validate_python(r) for r in journal])
     found.sessions = state.session
     if state.total_turns != found.target:
         found.fail(f"replaying the journal gives {state.total_turns} turns")

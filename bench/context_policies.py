@@ -33,21 +33,25 @@ Run: .venv/bin/python bench/context_policies.py   (about a minute; exit status 1
 from __future__ import annotations
 
 import gc
+import io
 import json
 import math
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import anyio
 from floor import StepTokens, sessions_keeping_recent
+from rich.console import Console
 
 from ouroboros import prompts
 from ouroboros.config import (
@@ -60,9 +64,17 @@ from ouroboros.config import (
 )
 from ouroboros.context.mask import masked
 from ouroboros.events import EventLog
-from ouroboros.harness import Harness, SessionEnded, mask_policy, tool_output_cap
-from ouroboros.ledger import Ledger
-from ouroboros.llm import Completion, ContextOverflow, LLMClient, Usage
+from ouroboros.harness import (
+    ContextPolicy,
+    Harness,
+    Managed,
+    SessionEnded,
+    mask_policy,
+    tool_output_cap,
+)
+from ouroboros.journal import Journal
+from ouroboros.ledger import Counting
+from ouroboros.llm import Completion, ContextOverflow, Usage
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -72,15 +84,15 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
+from ouroboros.records import CallFigures, EndReason, MaskReason, MessageRecord, WindowFigures
 from ouroboros.scripted import count_tokens
 from ouroboros.session import Session
-from ouroboros.state import Journal, RunState
-from ouroboros.state import _apply as fold_record
 from ouroboros.supervisor import Supervisor
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration, raw_estimate
+from ouroboros.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
+from ouroboros.window import Window
 
 SEED = 20240611
 MIN_TOOL_CALLS = 330
@@ -96,8 +108,12 @@ PERF_REPEATS = 5
 PERF_MAX_RATIO = 1.5
 PERF_MAX_US = 1_000.0
 
-WORKSPACE = Path("/home/agent/workspace")
-PROMPT_PATH = Path("/home/agent/SYSTEM_PROMPT.md")
+# Fixed paths (they are in the system prompt, whose tokens count): the supervisor reads the
+# instructions from the file, as it does in a run.
+BENCH_DIR = Path(tempfile.gettempdir()) / "ouroboros-context-policies"
+WORKSPACE = BENCH_DIR / "workspace"
+PROMPT_PATH = BENCH_DIR / "SYSTEM_PROMPT.md"
+STATE_DIR = BENCH_DIR / ".ouroboros"
 # Fixed instructions rather than the project's SYSTEM_PROMPT.md, so edits there do not move the
 # figures; about the same size.
 INSTRUCTIONS = """\
@@ -394,40 +410,16 @@ class Outcome:
     violations_estimated: int = 0
 
 
-class MemoryJournal:
-    """The journal without the disk: records fold into the run state by the journal's own fold,
-    so turns, wind-down replies and carried messages are exactly what a real run would have."""
-
-    def __init__(self) -> None:
-        self.state = RunState()
-
-    def record(self, kind: str, **fields: Any) -> None:
-        fold_record(self.state, {"kind": kind, **fields})
-
-
-class NullLog:
-    """The event log, silenced: any of its methods (emit, token_usage, ...) does nothing."""
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return _ignore
-
-
-def _ignore(*args: Any, **kwargs: Any) -> None:
-    pass
-
-
 FINISH = AssistantMessage(
     content="Everything in the plan is done.",
     tool_calls=(ToolCall(id="call_finish", name="finish", arguments='{"summary": "done"}'),),
 )
 
 
-class ScriptedModel(LLMClient):
+class ScriptedModel:
     """The model is the script; the server counts the prompt, refuses what does not fit."""
 
     def __init__(self, replay: Replay):
-        # No super().__init__(): there is no HTTP client to make.
-        self.settings = replay.settings.llm
         self.r = replay
         self.next = 0
 
@@ -454,14 +446,17 @@ class ScriptedModel(LLMClient):
         return Completion(reply, finish, Usage(prompt, completion, "server"))
 
 
-class ScriptedTools(ToolRunner):
-    """The tools print what the script says; the output is capped as ToolRunner caps it."""
+class ScriptedTools:
+    """The tools print what the script says; the output is capped as `ToolRunner` caps it."""
 
     def __init__(self, replay: Replay, cap: int | None):
-        super().__init__(Workspace(WORKSPACE, PROMPT_PATH), 120, cap or 1 << 30, True)
+        self.runner = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, cap or 1 << 30, True)
         self.r = replay
         self.cap = cap
         self.observations = {o.call.id: o for s in replay.script for o in s.observations}
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return self.runner.schemas()
 
     async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
         if call.name == "finish":
@@ -474,7 +469,17 @@ class ScriptedTools(ToolRunner):
             return ToolOutcome(tool_message(observation, self.cap), 0.0, size)
         # The real session shows less near the top of the window.
         output = Output(observation.text, observation.exit_code)
-        return ToolOutcome(shaped_result(call, output, self.max_output_bytes, room), 0.0, size)
+        cap = self.runner.max_output_bytes
+        return ToolOutcome(shaped_result(call, output, cap, room), 0.0, size)
+
+    async def save_whole(self, results: list[ToolMessage]) -> None:
+        pass  # the whole outputs are the script's: nothing to save
+
+    def end_session(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 _RESULTS: dict[tuple[str, int | None], ToolMessage] = {}
@@ -489,71 +494,50 @@ def tool_message(observation: Observation, cap: int | None) -> ToolMessage:
     return _RESULTS[key]
 
 
-# --- the policies: the real Session, or one with another context management -----------------
+# --- the policies: the harness's own, or another context management --------------------------
 
 
-class RefusalEndsSession(Session):
-    """`call_model` without our overflow response: a refused prompt just ends the session."""
+class RefusalEndsSession:
+    """No response to an overflow: a refused prompt just ends the session."""
 
-    async def call_model(self) -> Completion:
-        window = self.window
-        raw_prompt = window.raw_prompt()
-        try:
-            completion = await self.h.llm.complete(window.view.messages(), window.schemas)
-        except ContextOverflow as e:
-            raise SessionEnded("context_overflow", str(e)) from e
-        self.record_reply(completion, raw_prompt)
-        return completion
+    async def after_overflow(self, window: Window) -> bool:
+        return False
 
-    def end_at_hard(self) -> None:
-        projected = self.window.projected()
-        if self.h.ledger.zone(projected) in ("hard", "over"):
-            raise SessionEnded("context_full", f"next prompt ~{projected:,} tokens")
+    def end_at_hard(self, window: Window) -> None:
+        projected = window.projected()
+        if window.h.budget.zone(projected) in ("hard", "over"):
+            raise SessionEnded(EndReason.CONTEXT_FULL, f"next prompt ~{projected:,} tokens")
 
 
 class NoManagement(RefusalEndsSession):
-    async def manage_context(self) -> None:
+    async def after_step(self, window: Window) -> None:
         pass
 
 
 class TruncationOnly(RefusalEndsSession):
-    async def manage_context(self) -> None:
-        self.end_at_hard()
+    async def after_step(self, window: Window) -> None:
+        self.end_at_hard(window)
 
 
 class RustOriginal(RefusalEndsSession):
-    async def manage_context(self) -> None:
-        window = self.window
-        if window.projected() > RUST_MASK_AT * self.h.ledger.budget.limit:
+    async def after_step(self, window: Window) -> None:
+        if window.projected() > RUST_MASK_AT * window.h.budget.limit:
             oldest = (
                 m.tool_call_id
                 for m in window.view.history
                 if isinstance(m, ToolMessage) and m.tool_call_id not in window.view.masked_ids
             )
-            await window.mask(list(islice(oldest, RUST_MASK_PER_ROUND)), reason="rust_original")
-        self.end_at_hard()
+            chosen = list(islice(oldest, RUST_MASK_PER_ROUND))
+            await window.mask(chosen, reason=MaskReason.SOFT_THRESHOLD)
+        self.end_at_hard(window)
 
 
-SESSIONS: dict[Policy, type[Session]] = {
+CONTEXT_POLICIES: dict[Policy, type[ContextPolicy]] = {
     "none": NoManagement,
     "truncate": TruncationOnly,
-    "ours": Session,
+    "ours": Managed,
     "rust": RustOriginal,
 }
-
-
-class ReplaySupervisor(Supervisor):
-    """The real supervisor's session starts, carry-over and session ends, without disk or HTTP."""
-
-    def __init__(self, settings: Settings, journal: MemoryJournal, system: SystemMessage):
-        # No super().__init__(): it opens the on-disk journal and an HTTP client.
-        self.settings = settings
-        self.journal = cast(Journal, journal)
-        self.log = cast(EventLog, NullLog())
-        self.system = system
-
-    def system_message(self, harness: Harness) -> SystemMessage:
-        return self.system
 
 
 def default_settings() -> Settings:
@@ -563,7 +547,7 @@ def default_settings() -> Settings:
         context=ContextSettings(),
         session=SessionSettings(),
         supervisor=SupervisorSettings(),
-        paths=PathSettings(workspace=WORKSPACE, system_prompt=PROMPT_PATH),
+        paths=PathSettings(workspace=WORKSPACE, system_prompt=PROMPT_PATH, state_dir=STATE_DIR),
     )
 
 
@@ -581,16 +565,16 @@ def system_message(limit: int) -> SystemMessage:
 
 
 class Replay:
-    """One policy at one window: the script through sessions, restarts and carry-over."""
+    """One policy at one window: the script through the real supervisor's sessions, restarts
+    and carry-over, with the journal in memory and the model and tools scripted."""
 
     def __init__(self, policy: Policy, limit: int, script: list[Step], server: TokenServer):
         self.policy, self.limit, self.script, self.server = policy, limit, script, server
         self.settings = s = default_settings()
         budget = budget_for(s, limit)
-        self.ledger = Ledger(budget, Calibration())
-        # What Supervisor.build_harness gives the tool runner and the session.
+        # What `build_harness` gives the tool runner and the session.
         self.cap = None if policy == "none" else tool_output_cap(s, budget)
-        self.journal = MemoryJournal()
+        self.journal = Journal(None)
         self.mask_policy = mask_policy(s, budget)
         self.out = Outcome(policy, limit)
         self.recent: deque[Observation] = deque(maxlen=RECENT)
@@ -600,25 +584,28 @@ class Replay:
             s,
             self.model,
             ScriptedTools(self, self.cap),
-            cast(Journal, self.journal),
-            cast(EventLog, NullLog()),
-            self.ledger,
+            self.journal,
+            EventLog(STATE_DIR, Console(file=io.StringIO())),
+            budget,
+            Counting(limit),
             self.mask_policy,
+            WindowFigures(
+                server="scripted",
+                detail="bench",
+                context_limit=limit,
+                prompt_budget=budget.prompt_budget,
+                soft_line=budget.soft_line,
+                hard_line=budget.hard_line,
+                frame_tokens=MESSAGE_OVERHEAD,
+            ),
+            policy=CONTEXT_POLICIES[policy](),
         )
-        self.supervisor = ReplaySupervisor(s, self.journal, system_message(limit))
+        self.supervisor = Supervisor(self.harness)
 
     async def run(self) -> Outcome:
-        """`Supervisor.run`'s loop, with the policy's session class."""
-        state, harness, supervisor = self.journal.state, self.harness, self.supervisor
-        while True:
-            if not state.session_open and await supervisor.next_session(harness):
-                break
-            try:
-                await SESSIONS[self.policy](harness).run()
-            except SessionEnded as end:
-                if supervisor.session_ended(end):
-                    break
-        self.out.sessions = state.session
+        await self.supervisor.run()
+        self.harness.log.close()
+        self.out.sessions = self.journal.state.session
         return self.out
 
     def check_recent(self, sent: list[Message]) -> None:
@@ -642,7 +629,7 @@ class Replay:
         if sum(self.server.message_tokens(m) for m in whole) <= bound:
             self.out.eligible += 1
             self.out.violations += not intact
-        calibration = self.ledger.calibration
+        calibration = self.journal.state.ledger.calibration
         if sum(calibration.message_tokens(m) for m in whole) <= bound:
             self.out.eligible_estimated += 1
             self.out.violations_estimated += not intact
@@ -712,7 +699,7 @@ def cycled(script: list[Step]) -> Iterator[Step]:
             yield Step(reply, observations)
 
 
-PARTS = ("view copy", "ledger", "view append", "manage_context")
+PARTS = ("view copy", "fold", "manage_context")
 
 
 async def time_context_work(
@@ -729,7 +716,7 @@ async def time_context_work(
     unmaskable, _, _ = lower_bound(UNLIMITED, steps, server)
     replay = Replay("ours", 2 * unmaskable, steps, server)
     replay.track_recent = False
-    await replay.supervisor.next_session(replay.harness)
+    await replay.supervisor.next_session()
     session = Session(replay.harness)
     while len(session.window.view.history) < size - PERF_TURNS * per_step / 2:
         await one_turn(replay, session, None)
@@ -759,38 +746,35 @@ def per_turn_micros(runs: list[list[dict[str, float]]]) -> dict[str, float]:
 
 
 async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | None) -> None:
-    """One turn's context work, timed apart from the server's counting and the journal write."""
+    """One turn's context work, timed apart from the server's counting."""
     step = replay.script[replay.model.next]
     replay.model.next += 1
     results = [tool_message(o, replay.cap) for o in step.observations]
     messages: list[Message] = [step.reply, *results]
     if not results:
         messages.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+    window, state = session.window, replay.journal.state
     clock = time.perf_counter
-    appending = 0.0
     t0 = clock()
-    sent = session.window.view.messages()  # what call_model hands the client
-    raw_prompt = session.window.raw_prompt()
+    sent = window.view.messages()  # what `Session.call_model` hands the model
+    raw_prompt = window.raw_prompt()
     t1 = clock()
     prompt = replay.server.prompt_tokens(sent)
     completion = replay.server.completion_tokens(step.reply)
+    served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
-    replay.ledger.measure(raw_prompt, raw_estimate(step.reply), (prompt, completion, "server"))
-    t3 = clock()
+    usage: CallFigures | None = window.figures(served, raw_prompt, state.session_turns + 1)
     for message in messages:
-        # Session.append's two halves: the journal (disk, not timed) and the view.
-        replay.journal.record("message", message=message.model_dump())
-        start = clock()
-        session.window.view.append(message)
-        appending += clock() - start
+        # The fold of each record: the view and, with a reply, the ledger.
+        replay.journal.append(MessageRecord(session=state.session, message=message, usage=usage))
+        usage = None
+    t3 = clock()
+    await replay.harness.policy.after_step(window)
     t4 = clock()
-    await session.manage_context()
-    t5 = clock()
     if spent is not None:
         spent["view copy"] += t1 - t0
-        spent["ledger"] += t3 - t2
-        spent["view append"] += appending
-        spent["manage_context"] += t5 - t4
+        spent["fold"] += t3 - t2
+        spent["manage_context"] += t4 - t3
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -820,6 +804,9 @@ def verdict(ok: bool, text: str) -> bool:
 
 async def main() -> int:
     started = time.perf_counter()
+    shutil.rmtree(BENCH_DIR, ignore_errors=True)
+    WORKSPACE.mkdir(parents=True)
+    PROMPT_PATH.write_text(INSTRUCTIONS)
     script = ScriptBuilder(SEED).build()
     schemas = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, 30_000, True).schemas()
     server = TokenServer(schemas)

@@ -54,7 +54,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,15 +67,15 @@ from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.mask import masked
 from ouroboros.harness import mask_policy, tool_output_cap
-from ouroboros.journal import read_jsonl
+from ouroboros.jsonl import JsonlReader, read_objects
 from ouroboros.messages import (
-    MESSAGE_ADAPTER,
     AssistantMessage,
     Message,
     ToolCall,
     ToolMessage,
     to_wire,
 )
+from ouroboros.records import JOURNAL_RECORD, JournalRecord, MessageRecord, SessionStart, WindDown
 from ouroboros.scripted import Reply, ScriptedServer, quick_config
 from ouroboros.tokens import Budget
 from ouroboros.tools import shaped_result
@@ -412,21 +412,23 @@ def replay(path: Path, window: int, tokens: ByteTokens, keep: Path | None) -> Ru
             raise SystemExit(f"the harness made no request:\n{(root / 'run.log').read_text()}")
         label = f"{path.stem.split('__')[-1]} {window / 1024:g}K"
         state = root / ".ouroboros"
-        events = read_jsonl(state / "events.jsonl").records
+        events, _ = read_objects(state / "events.jsonl")
         run = Run(label, window, trajectory, server.chat_requests(), events, seconds)
-        read_journal(run, read_jsonl(state / "journal.jsonl").records)
+        read_journal(run, JsonlReader(state / "journal.jsonl").records(JOURNAL_RECORD))
         return run
 
 
-def read_journal(run: Run, records: list[dict[str, Any]]) -> None:
+def read_journal(run: Run, records: Iterable[JournalRecord]) -> None:
     for record in records:
-        if record["kind"] == "session_start":
-            run.sessions.append([MESSAGE_ADAPTER.validate_python(m) for m in record["messages"]])
+        if isinstance(record, SessionStart):
+            run.sessions.append(list(record.messages))
             run.replies.append([])
-        elif record["kind"] == "message":
-            if "usage" in record:
+        elif isinstance(record, WindDown) and record.message is not None:
+            run.sessions[-1].append(record.message)
+        elif isinstance(record, MessageRecord):
+            if record.usage is not None:
                 run.replies[-1].append(len(run.sessions[-1]))
-            message = MESSAGE_ADAPTER.validate_python(record["message"])
+            message = record.message
             run.sessions[-1].append(message)
             if isinstance(message, ToolMessage) and message.name != "finish":
                 run.results[message.tool_call_id] = message

@@ -11,12 +11,12 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ouroboros import watch
 from ouroboros.compaction import COMPACT_REQUEST
 from ouroboros.config import ConfigError, Settings, load_settings
 from ouroboros.demo import demo_dir, run_demo
-from ouroboros.journal import JournalCorrupt, StorageFull
+from ouroboros.jsonl import StorageFull
 from ouroboros.lock import RESUME_REQUEST, RunError, fresh_state
+from ouroboros.observe import status, tail
 from ouroboros.report import write_report
 from ouroboros.supervisor import run_to_end
 
@@ -93,16 +93,16 @@ def _state_dir(settings: Settings, args: argparse.Namespace) -> Path:
 
 
 def _tail(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    options = watch.TailOptions(follow=args.follow, as_json=args.json, tools=args.tools)
+    options = tail.TailOptions(follow=args.follow, as_json=args.json, tools=args.tools)
     try:
-        return watch.tail(_state_dir(settings, args), options, watch.stdout_console(), console)
+        return tail.tail(_state_dir(settings, args), options, tail.stdout_console(), console)
     except BrokenPipeError:  # `tail --json | head`: the reader left, which is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
 def _status(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    return watch.status(_state_dir(settings, args), settings, watch.stdout_console())
+    return status.status(_state_dir(settings, args), settings, tail.stdout_console())
 
 
 def _report(settings: Settings, args: argparse.Namespace, console: Console) -> int:
@@ -149,6 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         console.print(f"[red]config error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_CONFIG
-    except (RunError, JournalCorrupt, StorageFull) as e:
+    except (RunError, StorageFull) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_FATAL

@@ -11,9 +11,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
-from ouroboros.harness import Harness, reported
-from ouroboros.llm import Completion, ContextOverflow, TransientError, retrying
-from ouroboros.tokens import RawTally, raw_estimate, tally
+from ouroboros.harness import Harness
+from ouroboros.llm import ContextOverflow, TransientError, retrying
+from ouroboros.records import Compaction, SideCall
+from ouroboros.tokens import tally
 
 if TYPE_CHECKING:
     from ouroboros.window import Window
@@ -29,6 +30,7 @@ SNAPSHOT_CHARS_PER_TOKEN = 3
 class Compactor:
     def __init__(self, harness: Harness, window: Window):
         self.h = harness
+        self.state = harness.journal.state
         self.window = window
         self._blocked_below = 0
 
@@ -54,9 +56,7 @@ class Compactor:
             self.failed(before, None, "nothing old enough to compact")
             return False
         older = ([view.snapshot] if view.snapshot else []) + view.view[first:split]
-        request = snapshot_request(
-            older, self.h.ledger.budget.prompt_budget * SNAPSHOT_CHARS_PER_TOKEN
-        )
+        request = snapshot_request(older, self.h.budget.prompt_budget * SNAPSHOT_CHARS_PER_TOKEN)
         raw_request = tally(request)
         try:
             completion = await retrying(
@@ -65,26 +65,24 @@ class Compactor:
         except (ContextOverflow, TransientError) as e:
             self.failed(before, None, f"the snapshot call failed: {e}")
             return False
-        self.record_side_call(completion, raw_request, "compaction")
+        figures = window.figures(completion, raw_request, self.state.session_turns, "compaction")
+        self.h.journal.append(SideCall(session=self.state.session, usage=figures))
         snapshot = snapshot_message(completion.message.content)
         after = self.h.ledger.project(window.raw_prompt(view.compacted(split, snapshot)))
         if not completion.message.content.strip() or after >= before:
             self.failed(before, after, "the snapshot is not smaller than what it replaces")
             return False
-        session = self.h.journal.state.session
-        self.h.journal.record(
-            "compaction", session=session, start=split, snapshot=snapshot.model_dump()
+        self.h.journal.append(
+            Compaction(
+                session=self.state.session,
+                start=split,
+                snapshot=snapshot,
+                forced=forced,
+                projected_before=before,
+                projected_after=after,
+            )
         )
-        view.compact(split, snapshot)
         self._blocked_below = 0
-        self.h.log.emit(
-            "compaction",
-            session=session,
-            forced=forced,
-            messages_replaced=split - 1,
-            projected_before=before,
-            projected_after=after,
-        )
         return True
 
     def failed(self, before: int, after: int | None, why: str) -> None:
@@ -92,19 +90,8 @@ class Compactor:
         self._blocked_below = int(self.window.view.raw_total * COMPACTION_REGROWTH)
         self.h.log.emit(
             "compaction_failed",
-            session=self.h.journal.state.session,
+            session=self.state.session,
             message=why,
             projected_before=before,
             projected_after=after,
         )
-
-    def record_side_call(self, completion: Completion, raw_prompt: RawTally, purpose: str) -> None:
-        """A call outside the conversation: its tokens count, but it is no turn and no anchor."""
-        ledger, state = self.h.ledger, self.h.journal.state
-        estimate = ledger.calibration.tally_tokens(raw_prompt)
-        m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported(completion))
-        turn = state.session_turns
-        self.h.journal.record(
-            "usage", session=state.session, turn=turn, purpose=purpose, **m.__dict__
-        )
-        self.window.log_usage(m, turn, estimate, completion.finish_reason, purpose=purpose)

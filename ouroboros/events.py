@@ -1,17 +1,40 @@
-"""What people watch: `events.jsonl`, `token_usage.jsonl`, and the same news on the terminal.
+"""What people watch: `events.jsonl`, `token_usage.jsonl`, and the same lines on the terminal.
 
-Record types and their fields are documented in docs/logs.md; fields are only ever added.
+Decisions and boundaries are journal records first; `EventLog.record` is the journal's sink
+that turns them into events, so the two files always agree. News that changes no state (a
+retry, a warning, a tool's timing) is emitted directly. Every line of both files carries one
+`seq`, in the order they were written. Kinds and fields are documented in docs/logs.md.
 """
 
 from __future__ import annotations
 
+from functools import singledispatchmethod
 from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
-from rich.markup import escape
 
-from ouroboros.journal import JsonlWriter
+from ouroboros.jsonl import JsonlWriter, last_line
+from ouroboros.messages import ToolMessage
+from ouroboros.observe.describe import describe
+from ouroboros.records import (
+    SCHEMA_VERSION,
+    Compaction,
+    Cut,
+    EndReason,
+    Mask,
+    MessageRecord,
+    Record,
+    RunEnd,
+    RunStart,
+    SessionEnd,
+    SessionStart,
+    SideCall,
+    ToolRun,
+    WindDown,
+    now_iso,
+)
+from ouroboros.state import RunState
 
 EventKind = Literal[
     "run_start",
@@ -24,6 +47,7 @@ EventKind = Literal[
     "tool_call",
     "truncation",
     "context_mask",
+    "context_cut",
     "compaction",
     "compaction_failed",
     "wind_down",
@@ -36,58 +60,166 @@ EventKind = Literal[
     "error",
     "waiting",
 ]
-
-ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
-_QUIET = {"tool_call", "context_window", "tools"}
-
-
-def bar(fraction: float, width: int = 24) -> str:
-    filled = max(0, min(width, round(fraction * width)))
-    return "█" * filled + "░" * (width - filled)
+USAGE_FILE = "token_usage.jsonl"
+EVENTS_FILE = "events.jsonl"
 
 
 class EventLog:
-    """Writes both JSONL files and echoes a readable line for each record to stderr."""
+    """Writes both files and echoes each line, as `tail` shows it, to the terminal."""
 
     def __init__(self, state_dir: Path, console: Console | None = None):
-        self.events = JsonlWriter(state_dir / "events.jsonl")
-        self.usage = JsonlWriter(state_dir / "token_usage.jsonl")
+        self.events = JsonlWriter(state_dir / EVENTS_FILE)
+        self.usage = JsonlWriter(state_dir / USAGE_FILE)
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        lasts = [last_line(state_dir / name) or {} for name in (EVENTS_FILE, USAGE_FILE)]
+        self.seq = max(int(line.get("seq", 0)) for line in lasts)
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
-        record = self.events.append(kind, **fields)
-        self._show(record)
+        self._write(self.events, kind, fields)
 
     def retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
         """Tenacity's report before it sleeps: the terminal shows that the run waits, and why."""
         self.emit("retry", message=str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
 
-    def token_usage(self, **fields: Any) -> None:
-        record = self.usage.append("token_usage", **fields)
-        zone = str(record.get("zone", "normal"))
-        fraction = float(record.get("fraction", 0.0))
-        self.console.print(
-            f"[dim]{record['ts'][11:19]}[/] s{record['session']} t{record['turn']:<4} "
-            f"[{ZONE_STYLE.get(zone, 'white')}]{bar(fraction)} {fraction:4.0%}[/] "
-            f"prompt {record['prompt_tokens']:,} + out {record['completion_tokens']:,} "
-            f"/ {record['context_limit']:,} [dim]({record['source']})[/]"
+    def _write(self, writer: JsonlWriter, kind: str, fields: dict[str, Any]) -> None:
+        self.seq += 1
+        line = {"v": SCHEMA_VERSION, "seq": self.seq, "ts": now_iso(), "kind": kind, **fields}
+        writer.append(line)
+        if (text := describe(line)) is not None:
+            self.console.print(text)
+
+    @singledispatchmethod
+    def record(self, record: Record, state: RunState) -> None:
+        """The journal's sink: what a record, just folded into `state`, means to a reader
+        (a record not listed here means nothing to one)."""
+
+    @record.register
+    def _(self, record: MessageRecord, state: RunState) -> None:
+        if record.usage is not None:
+            self.token_usage(record.session, record.usage.model_dump(), state)
+        if record.tool is not None and isinstance(record.message, ToolMessage):
+            self.tool_call(record.session, record.message, record.tool, state)
+
+    @record.register
+    def _(self, record: SideCall, state: RunState) -> None:
+        self.token_usage(record.session, record.usage.model_dump(), state)
+
+    @record.register
+    def _(self, record: Mask, state: RunState) -> None:
+        before, after = record.projected_before, record.projected_after
+        self.emit(
+            "context_mask",
+            session=record.session,
+            masked=len(record.call_ids),
+            reason=record.reason,
+            total_masked=len(state.view.masked_ids),
+            projected_before=before,
+            projected_after=after,
+            estimated_reclaimed=None if before is None or after is None else before - after,
         )
 
-    def _show(self, record: dict[str, Any]) -> None:
-        kind = record["kind"]
-        if kind in _QUIET and not record.get("error"):
-            return
-        # Logged text comes from the agent and the server: never read it as markup.
-        details = escape(
-            ", ".join(
-                f"{k}={v}" for k, v in record.items() if k not in ("v", "ts", "kind", "message")
+    @record.register
+    def _(self, record: Cut, state: RunState) -> None:
+        shown = sum(record.cuts.values())
+        self.emit(
+            "context_cut", session=record.session, results=len(record.cuts), shown_bytes=shown
+        )
+
+    @record.register
+    def _(self, record: Compaction, state: RunState) -> None:
+        self.emit(
+            "compaction",
+            session=record.session,
+            forced=record.forced,
+            messages_replaced=record.start - 1,
+            projected_before=record.projected_before,
+            projected_after=record.projected_after,
+        )
+
+    @record.register
+    def _(self, record: WindDown, state: RunState) -> None:
+        self.emit("wind_down", **record.model_dump(exclude={"v", "ts", "kind", "message"}))
+
+    @record.register
+    def _(self, record: SessionStart, state: RunState) -> None:
+        if record.session > 1:
+            self.emit(
+                "session_restart",
+                session=record.session,
+                previous_turns=record.previous_turns,
+                carried_messages=record.carried,
+                reason=record.reason,
+                restarts=state.restarts,
             )
+        self.emit("session_start", session=record.session, reason=record.reason)
+
+    @record.register
+    def _(self, record: SessionEnd, state: RunState) -> None:
+        self.emit("session_end", **record.model_dump(exclude={"v", "ts", "kind"}))
+
+    @record.register
+    def _(self, record: RunStart, state: RunState) -> None:
+        session = {"session": state.session} if state.session else {}  # none before the first
+        self.emit("run_start", model=record.model, resumed=record.resumed, **session)
+        if record.window is not None:
+            self.emit("context_window", **record.window.model_dump())
+
+    @record.register
+    def _(self, record: RunEnd, state: RunState) -> None:
+        if record.reason == EndReason.ERROR:
+            self.emit("error", message=record.detail)
+        self.emit(
+            "run_end",
+            reason=record.reason,
+            detail=record.detail,
+            session=state.session,
+            turns=state.total_turns,
         )
-        style = "red" if kind in ("error", "context_overflow", "silent_truncation") else "cyan"
-        message = f" {escape(str(record['message']))}" if "message" in record else ""
-        self.console.print(
-            f"[dim]{record['ts'][11:19]}[/] [{style}]{kind}[/]{message} [dim]{details}[/]"
+
+    def token_usage(self, session: int, figures: dict[str, Any], state: RunState) -> None:
+        used = figures["prompt_tokens"] + figures["completion_tokens"]
+        budget = state.window.prompt_budget if state.window else figures["context_limit"]
+        line = {
+            "session": session,
+            **{k: v for k, v in figures.items() if k not in ("raw_kinds",) and v is not None},
+            "total_tokens": used,
+            "prompt_budget": budget,
+            # Of the prompt budget, as the thresholds are: 0.9 is the configured hard line.
+            "fraction": round(used / budget, 4) if budget else 0.0,
+        }
+        self._write(self.usage, "token_usage", line)
+
+    def tool_call(self, session: int, message: ToolMessage, run: ToolRun, state: RunState) -> None:
+        shown = state.view.view[-1]
+        self.emit(
+            "tool_call",
+            session=session,
+            turn=state.session_turns,
+            call_id=message.tool_call_id,
+            name=message.name,
+            result_tokens=state.ledger.calibration.message_tokens(shown),
+            arguments_bytes=len(message.arguments.encode()),
+            duration_s=run.duration_s,
+            exit_code=message.exit_code,
+            output_bytes=run.output_bytes,
+            error=run.error,
         )
+        kept = len(shown.content.encode())
+        if kept < run.output_bytes:
+            self.emit(
+                "truncation",
+                session=session,
+                name=message.name,
+                original_bytes=run.output_bytes,
+                kept_bytes=kept,
+            )
+        if run.blocked:
+            self.emit(
+                "blocked_command",
+                session=session,
+                rule=run.blocked,
+                arguments=message.arguments[:500],
+            )
 
     def close(self) -> None:
         self.events.close()

@@ -6,20 +6,21 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ouroboros.config import Settings
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.events import EventLog
-from ouroboros.ledger import Ledger
-from ouroboros.llm import Completion, LLMClient, retrying
+from ouroboros.journal import Journal
+from ouroboros.ledger import Counting, Ledger
+from ouroboros.llm import Completion, LLMClient, Model, retrying
 from ouroboros.lock import RunError, started_mark
-from ouroboros.servers import choose_window, discover
-from ouroboros.state import Journal
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, Calibration
-from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.records import EndReason, WindowFigures
+from ouroboros.servers import ServerInfo, choose_window, discover
+from ouroboros.tokens import MESSAGE_OVERHEAD, Budget
+from ouroboros.tools import ToolRunner, Tools, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.sandbox import Confinement
@@ -30,10 +31,33 @@ TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
 
 
+if TYPE_CHECKING:
+    from ouroboros.window import Window
+
+
+class ContextPolicy(Protocol):
+    """What is done as the window fills: the harness's own (`Managed`), or another a bench
+    compares it with."""
+
+    async def after_step(self, window: Window) -> None:
+        """After every step: free room, wind down, or end the session (`SessionEnded`)."""
+
+    async def after_overflow(self, window: Window) -> bool:
+        """The server refused the prompt: False when nothing could be made smaller."""
+
+
+class Managed:
+    async def after_step(self, window: Window) -> None:
+        await window.manage()
+
+    async def after_overflow(self, window: Window) -> bool:
+        return await window.room_after_overflow()
+
+
 class SessionEnded(Exception):
     """The session is over; `reason` tells the supervisor whether to restart or stop."""
 
-    def __init__(self, reason: str, detail: str = ""):
+    def __init__(self, reason: EndReason, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
@@ -44,14 +68,21 @@ class Harness:
     """The components a session works with."""
 
     settings: Settings
-    llm: LLMClient
-    tools: ToolRunner
+    llm: Model
+    tools: Tools
     journal: Journal
     log: EventLog
-    ledger: Ledger
+    budget: Budget
+    counting: Counting
     mask_policy: MaskPolicy
+    window: WindowFigures
     tools_rendered: bool = True
     """False when the server drops the tool schemas: they then cost no prompt tokens."""
+    policy: ContextPolicy = field(default_factory=Managed)
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.journal.state.ledger
 
 
 def reported(completion: Completion) -> tuple[int, int, Literal["server", "timings"]] | None:
@@ -72,39 +103,10 @@ def mask_policy(settings: Settings, budget: Budget) -> MaskPolicy:
     return MaskPolicy(c.protected_observations, protected_tokens, c.mask_min_tokens)
 
 
-async def build_harness(
-    settings: Settings, llm: LLMClient, journal: Journal, log: EventLog
-) -> Harness:
-    """Ask the server what it is and its window; the budget, ledger and tools that follow."""
+async def discover_server(settings: Settings, client: LLMClient, log: EventLog) -> ServerInfo:
+    """Ask the server what it is and its window (retried while it is not up yet)."""
     s = settings
-    info = await retrying(lambda: discover(llm, s.llm.base_url, s.llm.model), s.llm, log.retry)
-    limit, warning = choose_window(s.context.limit, info)
-    if warning:
-        log.emit("warning", message=warning)
-    budget = Budget.for_window(
-        limit,
-        s.context.soft_threshold,
-        s.context.hard_threshold,
-        s.llm.max_output_tokens,
-        s.context.safety_margin,
-    )
-    log.emit(
-        "context_window",
-        server=info.kind,
-        context_limit=limit,
-        detail=info.detail,
-        prompt_budget=budget.prompt_budget,
-        soft_line=budget.soft_line,
-        hard_line=budget.hard_line,
-        frame_tokens=info.frame_tokens or MESSAGE_OVERHEAD,
-    )
-    calibration = Calibration(info.frame_tokens or MESSAGE_OVERHEAD)
-    ledger = Ledger(
-        budget,
-        calibration,
-        detect_truncation=info.truncates_silently,
-        trust_reported=info.counts_whole_prompt,
-    )
+    info = await retrying(lambda: discover(client, s.llm.base_url, s.llm.model), s.llm, log.retry)
     if not info.counts_whole_prompt:
         log.emit(
             "warning",
@@ -119,8 +121,45 @@ async def build_harness(
             "tool schemas, so the model never sees its tools (for llama-server, start it "
             "with --chat-template-file of a tool-capable template, or use another model)",
         )
-    for m in journal.state.measurements:
-        ledger.apply(m)
+    return info
+
+
+def window_for(settings: Settings, info: ServerInfo, log: EventLog) -> WindowFigures:
+    """The window the run works in, and its lines."""
+    c = settings.context
+    limit, warning = choose_window(c.limit, info)
+    if warning:
+        log.emit("warning", message=warning)
+    budget = Budget.for_window(
+        limit, c.soft_threshold, c.hard_threshold, settings.llm.max_output_tokens, c.safety_margin
+    )
+    return WindowFigures(
+        server=info.kind,
+        detail=info.detail,
+        context_limit=limit,
+        prompt_budget=budget.prompt_budget,
+        soft_line=budget.soft_line,
+        hard_line=budget.hard_line,
+        frame_tokens=info.frame_tokens or MESSAGE_OVERHEAD,
+    )
+
+
+def build_harness(
+    settings: Settings, model: Model, info: ServerInfo, journal: Journal, log: EventLog
+) -> Harness:
+    """The budget, ledger and tools that follow from what the server is."""
+    s = settings
+    window = window_for(s, info, log)
+    budget = Budget(window.context_limit, window.prompt_budget, window.soft_line, window.hard_line)
+    counting = Counting(budget.limit, info.truncates_silently, info.counts_whole_prompt)
+    tools = build_tools(s, budget, log)
+    rendered = info.renders_tools is not False
+    policy = mask_policy(s, budget)
+    return Harness(s, model, tools, journal, log, budget, counting, policy, window, rendered)
+
+
+def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner:
+    s = settings
     s.paths.workspace.mkdir(parents=True, exist_ok=True)
     tmp = private_tmp(s.paths.state_dir)
     confinement, confined = confine(s, tmp)
@@ -134,7 +173,7 @@ async def build_harness(
         processes=processes.mechanism,
         tmp=str(tmp),
     )
-    tools = ToolRunner(
+    return ToolRunner(
         Workspace(s.paths.workspace, s.paths.system_prompt),
         s.session.shell_timeout_s,
         tool_output_cap(s, budget),
@@ -149,9 +188,6 @@ async def build_harness(
             [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
         ),
     )
-    policy = mask_policy(s, budget)
-    rendered = info.renders_tools is not False
-    return Harness(s, llm, tools, journal, log, ledger, policy, rendered)
 
 
 def private_tmp(state_dir: Path) -> Path:

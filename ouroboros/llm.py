@@ -13,7 +13,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import openai
 from tenacity import (
@@ -70,6 +70,15 @@ class Completion:
     finish_reason: str
     usage: Usage | None
     """None when the server reported nothing; the ledger then estimates."""
+
+
+class Model(Protocol):
+    """What a session asks of a model: the streaming client (`LLMClient`) is one; tests and
+    benches drive others from functions."""
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        """One reply to `messages`, or an `LLMError`."""
+        ...
 
 
 # Overflow wordings of llama-server, vLLM, LM Studio, Ollama and OpenAI (the project's

@@ -16,7 +16,7 @@ from typing import IO
 import anyio
 
 from ouroboros.events import EventLog
-from ouroboros.journal import storage
+from ouroboros.jsonl import storage
 
 RESUME_REQUEST = "resume"
 """File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""

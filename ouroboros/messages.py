@@ -41,6 +41,8 @@ class ToolMessage(_Record):
     tool_call_id: str
     name: str
     content: str
+    error: bool = False
+    """The call failed (bad arguments, a refused path, an exception): `content` says why."""
     exit_code: int | None = None
     """For `shell_exec`: kept so a masked placeholder can still say how the command ended."""
     arguments: str = ""

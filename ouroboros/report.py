@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.config import Settings
+from ouroboros.events import EVENTS_FILE, USAGE_FILE
+from ouroboros.jsonl import read_objects
+from ouroboros.observe.status import duration
 from ouroboros.tokens import Budget
-from ouroboros.watch import EVENTS_FILE, USAGE_FILE, Follower, duration
 
 ZONE_COLOUR = {"normal": "#2e9e44", "soft": "#d9a400", "hard": "#d62728", "over": "#7a0010"}
 NOTABLE = (
-    "error",
     "warning",
     "context_overflow",
     "silent_truncation",
@@ -129,8 +130,8 @@ def _mark(event: dict[str, Any], x: float) -> Mark | None:
         return Mark(
             x,
             kind,
-            f"masked {event.get('masked')} result(s), ~{event.get('estimated_reclaimed')} tokens "
-            f"reclaimed; this prompt {event.get('measured_prompt_tokens')} tokens",
+            f"masked {event.get('masked')} result(s): next prompt ~{event.get('projected_before')}"
+            f" -> ~{event.get('projected_after')} tokens",
         )
     if kind == "compaction":
         return Mark(
@@ -143,8 +144,10 @@ def _mark(event: dict[str, Any], x: float) -> Mark | None:
         return Mark(x, kind, f"wind-down: ~{event.get('projected')} ≥ {event.get('hard_line')}")
     if kind == "session_restart":
         return Mark(x, kind, f"restart {event.get('restarts')} ({event.get('reason')})")
-    if kind in ("error", "context_overflow", "silent_truncation"):
+    if kind in ("context_overflow", "silent_truncation"):
         return Mark(x, kind, f"{kind}: {event.get('message', '')}"[:200])
+    if kind == "run_end" and event.get("reason") == "error":
+        return Mark(x, "error", f"error: {event.get('detail', '')}"[:200])
     return None
 
 
@@ -174,18 +177,17 @@ def _sessions(
             s.wind_downs += 1
         elif kind == "compaction":
             s.compactions += 1
-        elif kind == "session_end":
+        elif kind in ("session_end", "run_end"):
             detail = f" ({e['detail']})" if e.get("detail") else ""
             s.ends.append(f"{e.get('reason')}{detail}")
     return [sessions[n] for n in sorted(sessions)]
 
 
 def _records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The whole records of one log, and what was skipped. A torn last line is not complete yet;
-    a bad line further up (a torn line the next run appended to) is skipped, not fatal: these
-    logs are for reading, the journal is the record."""
-    follower = Follower(path)
-    return [line.record for line in follower.read()], follower.problems
+    """The records of one log, and the lines skipped (these logs are for reading, the journal
+    is the record)."""
+    records, problems = read_objects(path)
+    return records, [str(p) for p in problems]
 
 
 def load(state_dir: Path) -> RunData:
@@ -199,9 +201,7 @@ def load(state_dir: Path) -> RunData:
     marks = []
     for event in events:
         before = bisect.bisect_right(stamps, str(event.get("ts", "")))
-        # A mask is reported after the call whose prompt it shrank; the rest happen between calls.
-        x = before - 1 if event["kind"] == "context_mask" else before - 0.5
-        if (mark := _mark(event, max(x, -0.5))) is not None:
+        if (mark := _mark(event, max(before - 0.5, -0.5))) is not None:
             marks.append(mark)
     sessions = _sessions(calls, side_calls, events)
     return RunData(state_dir, calls, sessions, marks, events, skipped + skipped_events)
@@ -247,24 +247,29 @@ class Frame:
 
 @dataclass(frozen=True)
 class Lines:
-    """Where the harness draws its lines, per context window."""
+    """Where the harness drew its lines, per context window: as the run recorded them (its
+    `context_window` events), else as the settings would place them."""
 
     soft: float
     hard: float
     max_output: int
     margin: float
+    recorded: dict[int, Budget] = field(default_factory=dict)
 
     def budget(self, limit: int) -> Budget:
+        if limit in self.recorded:
+            return self.recorded[limit]
         return Budget.for_window(limit, self.soft, self.hard, self.max_output, self.margin)
 
     def levels(self, limit: int) -> list[tuple[str, int, str, str]]:
         """(name, tokens, colour, dash) of each line, top to bottom."""
         b = self.budget(limit)
+        soft, hard = b.soft_line / b.prompt_budget, b.hard_line / b.prompt_budget
         return [
             (f"window {limit:,}", limit, "#222", ""),
             (f"prompt budget {b.prompt_budget:,}", b.prompt_budget, "#777", "2,3"),
-            (f"hard {self.hard:.0%}: {b.hard_line:,}", b.hard_line, "#d62728", "7,4"),
-            (f"soft {self.soft:.0%}: {b.soft_line:,}", b.soft_line, "#d9a400", "7,4"),
+            (f"hard {hard:.0%}: {b.hard_line:,}", b.hard_line, "#d62728", "7,4"),
+            (f"soft {soft:.0%}: {b.soft_line:,}", b.soft_line, "#d9a400", "7,4"),
         ]
 
 
@@ -502,7 +507,11 @@ def session_table(sessions: list[SessionSummary]) -> str:
 
 
 def notable_table(events: list[dict[str, Any]]) -> str:
-    chosen = [e for e in events if e.get("kind") in NOTABLE]
+    chosen = [
+        e
+        for e in events
+        if e.get("kind") in NOTABLE or (e.get("kind") == "run_end" and e.get("reason") == "error")
+    ]
     if not chosen:
         return '<p class="note">No errors, warnings, retries, overflows or blocked commands.</p>'
     rows = [
@@ -526,7 +535,7 @@ def notable_table(events: list[dict[str, Any]]) -> str:
 
 
 def _event_text(e: dict[str, Any]) -> str:
-    skip = {"v", "ts", "kind", "session", "message"}
+    skip = {"v", "seq", "ts", "kind", "session", "message"}
     fields = ", ".join(f"{k}={v}" for k, v in e.items() if k not in skip)
     message = str(e.get("message", ""))
     return f"{message} {fields}".strip()[:400]
@@ -577,7 +586,7 @@ def page(data: RunData, lines: Lines) -> str:
 <p class=note>The lines are the harness's own: the prompt budget is the window less
 {lines.max_output:,} tokens kept for the reply and a {lines.margin:.0%} safety margin; masking
 starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard line
-({lines.hard:.0%}). Taken from the current settings. Hover a point for its figures.</p>
+({lines.hard:.0%}), as the run recorded them. Hover a point for its figures.</p>
 <h2>Sessions</h2>
 {session_table(data.sessions)}
 <h2>Errors, warnings and retries</h2>
@@ -587,10 +596,24 @@ starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard 
 """
 
 
-def lines_from(settings: Settings) -> Lines:
+def lines_from(settings: Settings, events: list[dict[str, Any]]) -> Lines:
     c = settings.context
+    recorded = {
+        int(e["context_limit"]): Budget(
+            int(e["context_limit"]),
+            int(e["prompt_budget"]),
+            int(e["soft_line"]),
+            int(e["hard_line"]),
+        )
+        for e in events
+        if e.get("kind") == "context_window" and e.get("prompt_budget")
+    }
     return Lines(
-        c.soft_threshold, c.hard_threshold, settings.llm.max_output_tokens, c.safety_margin
+        c.soft_threshold,
+        c.hard_threshold,
+        settings.llm.max_output_tokens,
+        c.safety_margin,
+        recorded,
     )
 
 
@@ -598,5 +621,6 @@ def write_report(state_dir: Path, settings: Settings, out: Path | None = None) -
     """Write the page (default `<state>/report.html`) and return where it went."""
     target = out or state_dir / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page(load(state_dir), lines_from(settings)), encoding="utf-8")
+    data = load(state_dir)
+    target.write_text(page(data, lines_from(settings, data.events)), encoding="utf-8")
     return target

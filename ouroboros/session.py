@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any
 
 from ouroboros import prompts
-from ouroboros.harness import Harness, SessionEnded, reported
+from ouroboros.harness import Harness, SessionEnded
+from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, ContextOverflow, retrying
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ouroboros.tokens import RawTally, raw_estimate
+from ouroboros.records import (
+    CallFigures,
+    EndReason,
+    MessageRecord,
+    Refused,
+    ToolRun,
+    ToolStarted,
+)
 from ouroboros.tools import Fit
 from ouroboros.window import Window
 
@@ -24,20 +31,17 @@ class Session:
     def __init__(self, harness: Harness):
         self.h = harness
         self.state = harness.journal.state
-        self.window = Window(harness, self.append)
+        self.window = Window(harness)
         self._last_calls = ""
         self._repeats = 0
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
-        try:
-            await self.finish_interrupted_step()
-            while True:
-                self.check_limits()
-                completion = await self.call_model()
-                await self.act_on(completion.message, cut=completion.finish_reason == "length")
-        finally:
-            self.window.masked_then_measured(None)  # a round no call measured is logged too
+        await self.finish_interrupted_step()
+        while True:
+            self.check_limits()
+            completion = await self.call_model()
+            await self.act_on(completion.message, cut=completion.finish_reason == "length")
 
     async def act_on(
         self, reply: AssistantMessage, resuming: bool = False, cut: bool = False
@@ -55,14 +59,16 @@ class Session:
         room = partial(self.window.fitting_bytes, self.window.result_room(len(reply.tool_calls)))
         for call in reply.tool_calls:
             if call.id in results:
-                if call.name == "finish" and not results[call.id].content.startswith("error"):
-                    raise SessionEnded("finish", results[call.id].content)  # died before run_end
+                if call.name == "finish" and not results[call.id].error:
+                    # It died before it recorded the end.
+                    raise SessionEnded(EndReason.FINISH, results[call.id].content)
             elif call.id in self.state.started_calls:
                 interrupted = ToolMessage(
                     tool_call_id=call.id,
                     name=call.name,
                     content=prompts.CRASH_INTERRUPTED,
                     arguments=call.arguments,
+                    error=True,
                 )
                 self.append(interrupted)
             else:
@@ -76,21 +82,15 @@ class Session:
             limit = self.h.settings.llm.max_output_tokens
             self.append(UserMessage(content=prompts.cut_off(limit), origin="nudge"))
         self.nudge_if_repeating(reply.tool_calls)
-        await self.manage_context()
+        await self.h.policy.after_step(self.window)
 
-    async def manage_context(self) -> None:
-        await self.window.manage()
-
-    def append(self, message: Message, usage: dict[str, Any] | None = None) -> None:
-        """Journal first (fsync'ed), then the in-memory view: the journal is the truth.
-
-        A reply carries its usage in the same record, so a crash never leaves one without the
+    def append(
+        self, message: Message, usage: CallFigures | None = None, tool: ToolRun | None = None
+    ) -> None:
+        """A reply carries its usage in the same record, so a crash never leaves one without the
         other (a counted turn whose reply is lost)."""
-        extra = {"usage": usage} if usage is not None else {}
-        self.h.journal.record(
-            "message", session=self.state.session, message=message.model_dump(), **extra
-        )
-        self.window.view.append(message)
+        record = MessageRecord(session=self.state.session, message=message, usage=usage, tool=tool)
+        self.h.journal.append(record)
 
     async def call_model(self) -> Completion:
         """One completion; an overflow masks everything unprotected and retries exactly once."""
@@ -114,74 +114,40 @@ class Session:
                     attempt=attempt,
                 )
                 if e.n_prompt_tokens:
-                    m = self.h.ledger.refused(e.n_prompt_tokens, raw_prompt)
-                    self.h.journal.record("refused", session=self.state.session, **m.__dict__)
-                    self.h.ledger.apply(m)
-                if attempt == 2 or not await self.window.room_after_overflow():
-                    raise SessionEnded("context_overflow", str(e)[:200]) from e
+                    m = Ledger.refused(e.n_prompt_tokens, raw_prompt)
+                    self.h.journal.append(Refused(session=self.state.session, **m.model_dump()))
+                if attempt == 2 or not await self.h.policy.after_overflow(self.window):
+                    raise SessionEnded(EndReason.CONTEXT_OVERFLOW, str(e)[:200]) from e
                 continue
-            self.record_reply(completion, raw_prompt)
+            figures = self.window.figures(completion, raw_prompt, self.state.session_turns + 1)
+            self.append(completion.message, figures)
+            if figures.silent_truncation:
+                self.h.log.emit(
+                    "silent_truncation",
+                    message="the server counted far fewer prompt tokens than were sent: it "
+                    "probably cut the prompt (Ollama does so silently); treating the context "
+                    "as full",
+                    session=self.state.session,
+                    reported_prompt_tokens=figures.prompt_tokens,
+                    estimated_prompt_tokens=figures.estimated_prompt_tokens,
+                    context_limit=self.h.budget.limit,
+                )
             return completion
         raise AssertionError("unreachable")
 
-    def record_reply(self, completion: Completion, raw_prompt: RawTally) -> None:
-        estimate = self.h.ledger.calibration.tally_tokens(raw_prompt)
-        turn = self.state.session_turns + 1
-        raw_reply = raw_estimate(completion.message)
-        m = self.h.ledger.measure(raw_prompt, raw_reply, reported(completion))
-        self.append(completion.message, {"turn": turn, **m.__dict__})
-        self.window.log_usage(m, turn, estimate, completion.finish_reason)
-        budget = self.h.ledger.budget
-        if m.silent_truncation:
-            self.h.log.emit(
-                "silent_truncation",
-                message="the server counted far fewer prompt tokens than were sent: it probably "
-                "cut the prompt (Ollama does so silently); treating the context as full",
-                session=self.state.session,
-                reported_prompt_tokens=m.prompt_tokens,
-                estimated_prompt_tokens=estimate,
-                context_limit=budget.limit,
-            )
-        self.window.masked_then_measured(m.prompt_tokens)
-
     async def run_tool(self, call: ToolCall, room: Fit | None = None) -> None:
-        self.h.journal.record(
-            "tool_started", session=self.state.session, call_id=call.id, name=call.name
-        )
+        started = ToolStarted(session=self.state.session, call_id=call.id, name=call.name)
+        self.h.journal.append(started)
         outcome = await self.h.tools.run(call, room)
-        self.append(outcome.message)
-        shown = self.window.view.view[-1]
-        kept = len(shown.content.encode())
-        self.h.log.emit(
-            "tool_call",
-            session=self.state.session,
-            turn=self.state.session_turns,
-            call_id=call.id,
-            name=call.name,
-            result_tokens=self.h.ledger.calibration.message_tokens(shown),
-            arguments_bytes=len(call.arguments.encode()),
+        run = ToolRun(
             duration_s=round(outcome.duration_s, 3),
-            exit_code=outcome.message.exit_code,
             output_bytes=outcome.original_bytes,
             error=outcome.error,
+            blocked=outcome.blocked,
         )
-        if kept < outcome.original_bytes:
-            self.h.log.emit(
-                "truncation",
-                session=self.state.session,
-                name=call.name,
-                original_bytes=outcome.original_bytes,
-                kept_bytes=kept,
-            )
-        if outcome.blocked:
-            self.h.log.emit(
-                "blocked_command",
-                session=self.state.session,
-                rule=outcome.blocked,
-                arguments=call.arguments[:500],
-            )
+        self.append(outcome.message, tool=run)
         if outcome.finish_summary is not None:
-            raise SessionEnded("finish", outcome.finish_summary)
+            raise SessionEnded(EndReason.FINISH, outcome.finish_summary)
 
     async def finish_interrupted_step(self) -> None:
         """After a crash: complete the step the journal shows was under way, if any."""
@@ -210,12 +176,12 @@ class Session:
         s = self.h.settings
         st = self.state
         if s.supervisor.max_total_turns and st.total_turns >= s.supervisor.max_total_turns:
-            raise SessionEnded("max_total_turns", f"{st.total_turns} turns in the run")
+            raise SessionEnded(EndReason.MAX_TOTAL_TURNS, f"{st.total_turns} turns in the run")
         if s.supervisor.max_total_tokens and st.total_tokens >= s.supervisor.max_total_tokens:
-            raise SessionEnded("max_total_tokens", f"{st.total_tokens:,} tokens in the run")
+            raise SessionEnded(EndReason.MAX_TOTAL_TOKENS, f"{st.total_tokens:,} tokens in the run")
         elapsed = time.time() - (st.started_at or time.time())
         if s.supervisor.max_wall_time_s and elapsed >= s.supervisor.max_wall_time_s:
-            raise SessionEnded("max_wall_time", f"{elapsed:.0f} s since the run started")
+            raise SessionEnded(EndReason.MAX_WALL_TIME, f"{elapsed:.0f} s since the run started")
         # After the run's limits: a run at its end must not restart for a session limit.
         if s.session.max_turns and st.session_turns >= s.session.max_turns:
-            raise SessionEnded("max_turns", f"{st.session_turns} turns in this session")
+            raise SessionEnded(EndReason.MAX_TURNS, f"{st.session_turns} turns in this session")

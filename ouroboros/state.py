@@ -1,18 +1,38 @@
-"""Rebuild where a run stands from its journal: the journal is the truth, this is a fold over it."""
+"""Where a run stands: a fold over its journal records, the same code live and on resume.
+
+Nothing else holds a copy of the run's state: the view the model is sent (`ContextView`), the
+ledger (anchor and calibration) and the counters are all here, moved only by `apply`.
+"""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from functools import singledispatchmethod
 
-from ouroboros.journal import JsonlWriter, read_jsonl, repair_torn_tail, storage
-from ouroboros.ledger import Measurement
-from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
-
-RESTARTING_REASONS = ("context_full", "context_overflow", "max_turns")
-"""Session ends after which the supervisor starts another session."""
+from ouroboros.context.view import ContextView
+from ouroboros.context.winddown import RECENT
+from ouroboros.ledger import Ledger
+from ouroboros.messages import AssistantMessage, Message, UserMessage
+from ouroboros.records import (
+    Compaction,
+    Cut,
+    EndReason,
+    Mask,
+    MessageRecord,
+    Record,
+    Refused,
+    RunEnd,
+    RunLimits,
+    RunStart,
+    SessionEnd,
+    SessionStart,
+    SideCall,
+    ToolStarted,
+    WindDown,
+    WindowFigures,
+)
 
 
 @dataclass
@@ -25,117 +45,133 @@ class RunState:
     total_prompt_tokens: int = 0
     total_completion_tokens: int = 0
     restarts: int = 0
-    messages: list[Message] = field(default_factory=list)
-    """The current (or just ended) session's messages."""
-    masked: set[str] = field(default_factory=set)
-    cuts: dict[str, int] = field(default_factory=dict)
-    """Results of this session shown cut after the server refused a prompt: bytes by call id."""
+    ledger: Ledger = field(default_factory=Ledger)
+    view: ContextView = field(default_factory=ContextView)
+    """The current (or just ended) session: its messages, and what the model is sent of them."""
     started_calls: set[str] = field(default_factory=set)
-    measurements: list[Measurement] = field(default_factory=list)
-    """Every model call of the run, oldest first (they calibrate the estimator)."""
+    recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
+    """Completion tokens of the newest replies (they place the wind-down)."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
     """Every reply the agent gave after a wind-down message in the run: which one it was after
     the message (1, 2, ...) and its completion tokens."""
-    compaction: tuple[int, Message] | None = None
-    """This session's latest compaction: the first history index kept, and the snapshot."""
     wind_down_replies: int | None = None
     """Replies the agent gave since this session's wind-down message; None before it."""
-    ended_reason: str | None = None
+    ended_reason: EndReason | None = None
     """Why the last session ended, while no next session has started."""
-    run_end: str | None = None
+    run_end: RunEnd | None = None
+    """How the supervisor last stopped; None while it runs."""
+    window: WindowFigures | None = None
+    limits: RunLimits | None = None
+    """As the latest start of the supervisor recorded them."""
 
     @property
     def total_tokens(self) -> int:
         return self.total_prompt_tokens + self.total_completion_tokens
 
+    @property
+    def messages(self) -> list[Message]:
+        return self.view.history
 
-def _apply_message(state: RunState, record: dict[str, Any]) -> None:
-    message = MESSAGE_ADAPTER.validate_python(record["message"])
-    state.messages.append(message)
-    # Counted as records arrive, so no turn has to scan the session for it.
-    if isinstance(message, UserMessage) and message.origin == "wind_down":
-        state.wind_down_replies = 0
-    elif isinstance(message, AssistantMessage) and state.wind_down_replies is not None:
-        state.wind_down_replies += 1
-    if "usage" in record:
-        # A turn is a model reply with its usage: carried-over assistant messages are none.
-        m = _measurement(record["usage"])
-        state.measurements.append(m)
-        if state.wind_down_replies is not None:
-            state.wind_down_reply_tokens.append((state.wind_down_replies, m.completion_tokens))
-        state.total_prompt_tokens += m.prompt_tokens
-        state.total_completion_tokens += m.completion_tokens
-        state.session_turns += 1
-        state.total_turns += 1
+    @property
+    def finished(self) -> bool:
+        """The agent finished: nothing follows."""
+        return self.run_end is not None and self.run_end.reason == EndReason.FINISH
+
+    @singledispatchmethod
+    def apply(self, record: Record) -> None:
+        """Fold one record in (a kind not listed here changes nothing)."""
+
+    @apply.register
+    def _(self, record: MessageRecord) -> None:
+        self._message(record.message)
+        if record.usage is not None:
+            self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
+            self.ledger.apply(record.usage)
+
+    @apply.register
+    def _(self, record: ToolStarted) -> None:
+        self.started_calls.add(record.call_id)
+
+    @apply.register
+    def _(self, record: Mask) -> None:
+        self.view.mask(record.call_ids)
+
+    @apply.register
+    def _(self, record: Cut) -> None:
+        self.view.cut(record.cuts)
+
+    @apply.register
+    def _(self, record: WindDown) -> None:
+        if record.message is not None:
+            self._message(record.message)
+
+    @apply.register
+    def _(self, record: Refused) -> None:
+        self.ledger.apply(record)  # an exact count of a refused prompt teaches; it is no turn
+
+    @apply.register
+    def _(self, record: Compaction) -> None:
+        self.view.compact(record.start, record.snapshot)
+
+    @apply.register
+    def _(self, record: SideCall) -> None:
+        # Tokens spent outside the conversation: no turn, no anchor.
+        self.total_prompt_tokens += record.usage.prompt_tokens
+        self.total_completion_tokens += record.usage.completion_tokens
+
+    @apply.register
+    def _(self, record: SessionEnd) -> None:
+        self.session_open = False
+        self.ended_reason = record.reason
+
+    @apply.register
+    def _(self, record: RunEnd) -> None:
+        self.run_end = record
+
+    def _message(self, message: Message) -> None:
+        self.view.append(message)
+        # Counted as records arrive, so no turn has to scan the session for it.
+        if isinstance(message, UserMessage) and message.origin == "wind_down":
+            self.wind_down_replies = 0
+        elif isinstance(message, AssistantMessage) and self.wind_down_replies is not None:
+            self.wind_down_replies += 1
+
+    def _turn(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """A turn is a model reply with its usage: carried-over replies are none."""
+        self.recent_replies.append(completion_tokens)
+        if self.wind_down_replies is not None:
+            self.wind_down_reply_tokens.append((self.wind_down_replies, completion_tokens))
+        self.total_prompt_tokens += prompt_tokens
+        self.total_completion_tokens += completion_tokens
+        self.session_turns += 1
+        self.total_turns += 1
+
+    @apply.register
+    def _(self, record: SessionStart) -> None:
+        if self.session:
+            self.restarts += 1
+        self.session = record.session
+        self.session_open = True
+        self.session_turns = 0
+        self.view = ContextView(record.messages)
+        self.started_calls = set()
+        self.wind_down_replies = None
+        self.ended_reason = None
+
+    @apply.register
+    def _(self, record: RunStart) -> None:
+        if self.started_at is None:
+            self.started_at = datetime.fromisoformat(record.ts).timestamp()
+        self.run_end = None
+        if record.window is not None:
+            self.window = record.window
+            self.ledger.calibration.set_frame(record.window.frame_tokens)
+        if record.limits is not None:
+            self.limits = record.limits
 
 
-def _measurement(fields: dict[str, Any]) -> Measurement:
-    return Measurement(**{k: fields[k] for k in Measurement.__dataclass_fields__ if k in fields})
-
-
-def _start_session(state: RunState, record: dict[str, Any]) -> None:
-    if state.session:
-        state.restarts += 1
-    state.session = record["session"]
-    state.session_open = True
-    state.session_turns = 0
-    state.messages = [MESSAGE_ADAPTER.validate_python(m) for m in record["messages"]]
-    state.masked = set()
-    state.cuts = {}
-    state.started_calls = set()
-    state.wind_down_replies = None
-    state.compaction = None
-    state.ended_reason = None
-
-
-def _apply(state: RunState, record: dict[str, Any]) -> None:
-    kind = record["kind"]
-    if kind == "run_start" and state.started_at is None:
-        state.started_at = datetime.fromisoformat(record["ts"]).timestamp()
-    elif kind == "session_start":
-        _start_session(state, record)
-    elif kind == "message":
-        _apply_message(state, record)
-    elif kind == "tool_started":
-        state.started_calls.add(record["call_id"])
-    elif kind == "mask":
-        state.masked.update(record["call_ids"])
-    elif kind == "cut":
-        state.cuts.update(record["cuts"])
-    elif kind == "refused":  # a prompt the server refused, with its exact count: no turn
-        state.measurements.append(_measurement(record))
-    elif kind == "compaction":
-        state.compaction = (record["start"], MESSAGE_ADAPTER.validate_python(record["snapshot"]))
-    elif kind == "usage":  # a call outside the conversation (compaction): tokens, no turn
-        state.total_prompt_tokens += record["prompt_tokens"]
-        state.total_completion_tokens += record["completion_tokens"]
-    elif kind == "session_end":
-        state.session_open = False
-        state.ended_reason = record["reason"]
-    elif kind == "run_end":
-        state.run_end = record["reason"]
-
-
-def replay(records: list[dict[str, Any]]) -> RunState:
+def replay(records: list[Record]) -> RunState:
     state = RunState()
     for record in records:
-        _apply(state, record)
+        state.apply(record)
     return state
-
-
-class Journal:
-    """The durable record of the run and the state folded from it, always in step."""
-
-    def __init__(self, path: Path):
-        read = read_jsonl(path)
-        with storage(path):
-            self.torn_aside = repair_torn_tail(path, read)
-        self.state = replay(read.records)
-        self._writer = JsonlWriter(path, durable=True)
-
-    def record(self, kind: str, **fields: Any) -> None:
-        """Write (and fsync) first, then apply: nothing depends on a step before it is on disk."""
-        _apply(self.state, self._writer.append(kind, **fields))
-
-    def close(self) -> None:
-        self._writer.close()

@@ -14,8 +14,9 @@ from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
 from ouroboros.events import EventLog
-from ouroboros.harness import Harness, SessionEnded, build_harness
-from ouroboros.journal import StorageFull
+from ouroboros.harness import Harness, SessionEnded, build_harness, discover_server
+from ouroboros.journal import Journal
+from ouroboros.jsonl import StorageFull
 from ouroboros.llm import FatalError, LLMClient, LLMError
 from ouroboros.lock import (
     RunError,
@@ -25,8 +26,8 @@ from ouroboros.lock import (
     wait_for_resume,
 )
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.records import EndReason, RunEnd, RunLimits, RunStart, SessionEnd, SessionStart
 from ouroboros.session import Session
-from ouroboros.state import RESTARTING_REASONS, Journal
 from ouroboros.tokens import tools_estimate
 
 CARRYOVER_SHARE = 0.25
@@ -45,105 +46,84 @@ class RunOutcome:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, log: EventLog):
-        self.settings = settings
-        self.log = log
-        journal_missing(settings.paths.state_dir)
-        self.journal = Journal(settings.paths.state_dir / "journal.jsonl")
-        if self.journal.torn_aside:
-            log.emit(
-                "warning",
-                message=f"dropped a torn last journal line (kept in "
-                f"{self.journal.torn_aside.name})",
-            )
-        self.llm = LLMClient(settings.llm)
-        self.harness: Harness | None = None
+    """Sessions in a loop over one harness: starts, restarts with carry-over, ends."""
+
+    def __init__(self, harness: Harness):
+        self.h = harness
+        self.settings = harness.settings
+        self.journal = harness.journal
 
     async def run(self) -> RunOutcome:
         state = self.journal.state
-        if state.run_end:
-            return RunOutcome(f"this run already ended ({state.run_end}); use --fresh", 0)
-        self.harness = harness = await self.build_harness()
-        if state.started_at is None:
-            mark_started(self.settings.paths.state_dir)
-            self.journal.record(
-                "run_start", model=self.settings.llm.model, base_url=self.settings.llm.base_url
-            )
-        self.log.emit(
-            "run_start",
-            model=self.settings.llm.model,
-            session=state.session or 1,
-            resumed=state.session > 0,
-        )
+        self.journal.append(self.run_start(resumed=state.started_at is not None))
         while True:
             if not state.session_open:
-                outcome = await self.next_session(harness)
+                outcome = await self.next_session()
                 if outcome:
                     return outcome
             try:
-                await Session(harness).run()
+                await Session(self.h).run()
             except SessionEnded as end:
                 outcome = self.session_ended(end)
                 if outcome:
                     return outcome
 
-    async def build_harness(self) -> Harness:
-        return await build_harness(self.settings, self.llm, self.journal, self.log)
+    def run_start(self, resumed: bool) -> RunStart:
+        s = self.settings
+        return RunStart(
+            model=s.llm.model,
+            base_url=s.llm.base_url,
+            resumed=resumed,
+            window=self.h.window,
+            limits=RunLimits.of(s),
+        )
 
     def session_ended(self, end: SessionEnded) -> RunOutcome | None:
         state = self.journal.state
-        if self.harness is not None:
-            self.harness.tools.end_session()  # the background jobs its commands left
-        self.log.emit(
-            "session_end",
-            session=state.session,
-            reason=end.reason,
-            detail=end.detail,
-            turns=state.session_turns,
-        )
-        if end.reason == "finish":
-            self.journal.record("run_end", reason="finish", summary=end.detail)
-            return self.finished("finish")
-        if end.reason not in RESTARTING_REASONS:
+        self.h.tools.end_session()  # the background jobs its commands left
+        if not end.reason.restarts and end.reason != EndReason.FINISH:
             # Run limits leave the session open: raising the limit and running again continues it.
-            return self.finished(end.reason)
-        if state.session_turns == 0:
+            return self.finished(end.reason, end.detail)
+        if end.reason.restarts and state.session_turns == 0:
             raise RunError(
                 "a fresh session does not fit the context window: the system prompt and tools "
                 f"alone exceed the budget ({end.detail}); shorten SYSTEM_PROMPT.md or get a larger "
                 "window"
             )
-        self.journal.record(
-            "session_end", session=state.session, reason=end.reason, turns=state.session_turns
+        self.journal.append(
+            SessionEnd(
+                session=state.session,
+                reason=end.reason,
+                detail=end.detail,
+                turns=state.session_turns,
+            )
         )
+        if end.reason == EndReason.FINISH:
+            return self.finished(end.reason, end.detail)
         return None
 
-    def finished(self, reason: str) -> RunOutcome:
-        self.log.emit(
-            "run_end",
-            reason=reason,
-            session=self.journal.state.session,
-            turns=self.journal.state.total_turns,
-        )
+    def finished(self, reason: EndReason, detail: str = "") -> RunOutcome:
+        self.journal.append(RunEnd(reason=reason, detail=detail))
         return RunOutcome(reason, 0)
 
-    async def next_session(self, harness: Harness) -> RunOutcome | None:
+    async def next_session(self) -> RunOutcome | None:
         state = self.journal.state
         if state.session == 0:
-            self.start_session(harness, 1, "fresh", [])
+            self.start_session(1, "fresh", [])
             return None
         limit = self.settings.supervisor.max_restarts
         if limit is not None and state.restarts >= limit:
-            return self.finished("max_restarts")
+            return self.finished(EndReason.MAX_RESTARTS, f"{state.restarts} restarts")
         if not self.settings.supervisor.auto_restart:
-            await wait_for_resume(self.settings.paths.state_dir, self.log)
-        carry = await self.carryover(harness, state.messages)
-        self.start_session(harness, state.session + 1, state.ended_reason or "restart", carry)
+            await wait_for_resume(self.settings.paths.state_dir, self.h.log)
+        carry = await self.carryover(state.messages)
+        self.start_session(state.session + 1, state.ended_reason or "restart", carry)
         return None
 
-    async def carryover(self, harness: Harness, previous: list[Message]) -> list[Message]:
+    async def carryover(self, previous: list[Message]) -> list[Message]:
         """The last step always (whole where the fresh session has room below its soft line),
         then earlier steps within a share of that room."""
+        harness = self.h
         calibration = harness.ledger.calibration
 
         def tokens(message: Message) -> int:
@@ -151,10 +131,10 @@ class Supervisor:
                 shown(message) if isinstance(message, ToolMessage) else message
             )
 
-        fixed = tokens(self.system_message(harness)) + calibration.tokens(
+        fixed = tokens(self.system_message()) + calibration.tokens(
             tools_estimate(harness.tools.schemas()) + OPENING_ALLOWANCE
         )
-        capacity = harness.ledger.budget.soft_line - fixed
+        capacity = harness.budget.soft_line - fixed
         carried = select_carryover(
             previous,
             self.settings.context.carryover_turns,
@@ -175,7 +155,7 @@ class Supervisor:
         )
         return carried
 
-    def system_message(self, harness: Harness) -> SystemMessage:
+    def system_message(self) -> SystemMessage:
         s = self.settings
         try:
             instructions = s.paths.system_prompt.read_text()
@@ -188,22 +168,16 @@ class Supervisor:
                 instructions,
                 s.paths.workspace,
                 s.paths.system_prompt,
-                harness.ledger.budget.limit,
+                self.h.budget.limit,
                 s.supervisor.allow_finish,
             )
         )
 
-    def start_session(
-        self,
-        harness: Harness,
-        number: int,
-        reason: str,
-        carried: list[Message],
-    ) -> None:
+    def start_session(self, number: int, reason: str, carried: list[Message]) -> None:
         """Record the new session and its opening messages in one journal line (atomic)."""
         state = self.journal.state
         previous_turns = state.session_turns
-        system = self.system_message(harness)
+        system = self.system_message()
         first = (
             prompts.FIRST_MESSAGE
             if number == 1
@@ -218,31 +192,38 @@ class Supervisor:
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
             opening.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-        self.journal.record(
-            "session_start",
-            session=number,
-            reason=reason,
-            previous_turns=previous_turns,
-            carried=len(carried),
-            messages=[m.model_dump() for m in opening],
-        )
-        if number > 1:
-            self.log.emit(
-                "session_restart",
+        self.journal.append(
+            SessionStart(
                 session=number,
-                previous_turns=previous_turns,
-                carried_messages=len(carried),
                 reason=reason,
-                restarts=state.restarts,
+                previous_turns=previous_turns,
+                carried=len(carried),
+                messages=opening,
             )
-        self.log.emit("session_start", session=number, reason=reason)
+        )
+
+
+def open_journal(settings: Settings, log: EventLog) -> Journal:
+    journal_missing(settings.paths.state_dir)
+    journal = Journal(settings.paths.state_dir / "journal.jsonl")
+    journal.sinks.append(log.record)
+    if journal.torn_aside:
+        log.emit(
+            "warning",
+            message=f"dropped a torn last journal line (kept in {journal.torn_aside.name})",
+        )
+    for problem in journal.problems:
+        log.emit("warning", message=str(problem))
+    return journal
 
 
 async def run(settings: Settings, log: EventLog) -> RunOutcome:
     """Run until a limit, a finish, a stop signal or a fatal error."""
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with state_lock(settings.paths.state_dir, log):
-        supervisor = Supervisor(settings, log)
+        journal = open_journal(settings, log)
+        client = LLMClient(settings.llm)
+        harness: Harness | None = None
         outcome = RunOutcome("stopped", 0)
         failure: Exception | None = None
         try:
@@ -252,10 +233,8 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                     try:
                         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                             async for signum in signals:
-                                name = signal.Signals(signum).name
-                                log.emit(
-                                    "run_end", reason="stopped", message=f"stop requested ({name})"
-                                )
+                                why = f"stop requested ({signal.Signals(signum).name})"
+                                journal.append(RunEnd(reason=EndReason.STOPPED, detail=why))
                                 tg.cancel_scope.cancel()
                                 return
                     finally:
@@ -265,9 +244,16 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
                 async def supervise() -> None:
-                    nonlocal outcome, failure
+                    nonlocal outcome, failure, harness
                     try:
-                        outcome = await supervisor.run()
+                        if journal.state.finished:
+                            outcome = RunOutcome("this run already finished; use --fresh", 0)
+                        else:
+                            info = await discover_server(settings, client, log)
+                            harness = build_harness(settings, client, info, journal, log)
+                            if journal.state.started_at is None:
+                                mark_started(settings.paths.state_dir)
+                            outcome = await Supervisor(harness).run()
                     except (LLMError, RunError, StorageFull) as e:
                         failure = e
                     tg.cancel_scope.cancel()
@@ -275,19 +261,21 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                 tg.start_soon(stop_on_signal)
                 tg.start_soon(supervise)
         finally:
-            await supervisor.llm.aclose()
-            if supervisor.harness is not None:
-                supervisor.harness.tools.close()
-            supervisor.journal.close()
+            await client.aclose()
+            if harness is not None:
+                harness.tools.close()
             signal.signal(signal.SIGINT, handlers[0])
             signal.signal(signal.SIGTERM, handlers[1])
+            if failure is not None:
+                message = str(failure)
+                if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
+                    message = f"gave up on the model server: {message}"
+                with contextlib.suppress(StorageFull):  # the journal's disk may be the full one
+                    journal.append(RunEnd(reason=EndReason.ERROR, detail=message))
+                failure = RunError(message)
+            journal.close()
         if failure is not None:
-            message = str(failure)
-            if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
-                message = f"gave up on the model server: {message}"
-            with contextlib.suppress(StorageFull):  # the log's disk may be the full one
-                log.emit("error", message=message)
-            raise RunError(message)
+            raise failure
         return outcome
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
 from ouroboros.pretokens import raw_units, text_kind
+from ouroboros.records import RawTally, Zone
 
-Zone = Literal["normal", "soft", "hard", "over"]
 MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers, separators), unless the
 server can say (`servers.ServerInfo.frame_tokens`)."""
@@ -42,8 +42,6 @@ KIND_MEMORY = 0.9
 """Each lesson's weight in a kind's ratio fades by this factor with every later lesson."""
 PLAUSIBLE = (0.2, 5.0)
 """A kind's observed ratio outside these multiples of the whole-prompt ratio is noise."""
-RawTally = dict[str, int]
-"""Raw estimate per content kind (see `content_kind`)."""
 
 
 def raw_estimate(message: Message) -> int:
@@ -160,17 +158,24 @@ class KindRatio:
         return self.real / self.raw
 
 
+@dataclass
 class Calibration:
     """Real prompt tokens per raw estimate, for this model: one ratio for whole prompts, and one
     per content kind learnt from what changed between two calls."""
 
-    def __init__(self, frame: float = MESSAGE_OVERHEAD) -> None:
-        self.whole = Ratio(UNCALIBRATED_RATIO)
-        self.kinds: dict[str, KindRatio] = {}
-        self.frame = frame
-        """Tokens the chat template puts around each message."""
-        self._ratios: dict[str, float] = {FRAME_KIND: frame}
-        """The kinds' current values, read on every projection."""
+    frame: float = MESSAGE_OVERHEAD
+    """Tokens the chat template puts around each message."""
+    whole: Ratio = field(default_factory=lambda: Ratio(UNCALIBRATED_RATIO))
+    kinds: dict[str, KindRatio] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The kinds' current values, read on every projection.
+        self._ratios: dict[str, float] = {FRAME_KIND: self.frame}
+        self._ratios.update({kind: learnt.value for kind, learnt in self.kinds.items()})
+
+    def set_frame(self, frame: float) -> None:
+        """The template's count, as the server measured it for this run."""
+        self.frame = self._ratios[FRAME_KIND] = frame
 
     @property
     def ratio(self) -> float:

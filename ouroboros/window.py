@@ -8,20 +8,28 @@ the results the model has not seen are cut too. Every decision is journalled bef
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from ouroboros import prompts
 from ouroboros.compaction import Compactor
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.truncate import shown
 from ouroboros.context.view import ContextView
-from ouroboros.context.winddown import RECENT, WindDownLine, place
-from ouroboros.harness import Harness, SessionEnded
-from ouroboros.ledger import Measurement
-from ouroboros.messages import Message, ToolMessage, UserMessage
-from ouroboros.tokens import SCHEMA_KIND, RawTally, Zone, output_kind, tools_estimate, units
+from ouroboros.context.winddown import WindDownLine, place
+from ouroboros.harness import Harness, SessionEnded, reported
+from ouroboros.llm import Completion
+from ouroboros.messages import ToolMessage, UserMessage
+from ouroboros.records import (
+    CallFigures,
+    Cut,
+    EndReason,
+    Mask,
+    MaskReason,
+    RawTally,
+    WindDown,
+    Zone,
+)
+from ouroboros.tokens import SCHEMA_KIND, output_kind, raw_estimate, tools_estimate, units
 
 BYTES_PER_RAW_TOKEN = 4
 ROOM_SHARE = 0.8
@@ -31,20 +39,16 @@ MIN_OUTPUT_BYTES = 1024
 
 
 class Window:
-    def __init__(self, harness: Harness, append: Callable[[Message], None]):
+    def __init__(self, harness: Harness):
         self.h = harness
-        self.state = state = harness.journal.state
-        self.append = append
-        """How a message joins the session (journal first): the wind-down notice does."""
-        self.view = ContextView(state.messages, state.masked, state.cuts)
+        self.state = harness.journal.state
         self.schemas = harness.tools.schemas()
         self.schema_raw = tools_estimate(self.schemas) if harness.tools_rendered else 0
         self.compactor = Compactor(harness, self)
-        # Rounds masked since the last call: several may happen before one (soft line, then
-        # room for a wind-down), and each is logged with the prompt they made together.
-        self._pending_masks: list[dict[str, Any]] = []
-        if state.compaction is not None:
-            self.view.compact(*state.compaction)
+
+    @property
+    def view(self) -> ContextView:
+        return self.state.view
 
     def raw_prompt(self, view: RawTally | None = None) -> RawTally:
         """Raw tokens of the next request (this view, else the current one), per kind."""
@@ -56,11 +60,10 @@ class Window:
     def lines(self) -> WindDownLine:
         """The hard line, from this run's own reply sizes."""
         s, calibration = self.h.settings, self.h.ledger.calibration
-        replies = [m.completion_tokens for m in self.state.measurements[-RECENT:]]
         least = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN * calibration.densest() + calibration.frame
         return place(
-            self.h.ledger.budget,
-            replies,
+            self.h.budget,
+            list(self.state.recent_replies),
             self.state.wind_down_reply_tokens,
             round(least),
             calibration.message_tokens(UserMessage(content=prompts.wind_down(99_999, 9))),
@@ -75,7 +78,7 @@ class Window:
         free, below the hard line (so the wind-down's room stays free), or below the cut once
         the wind-down began; shared by the reply's calls. A result cut for room is saved whole
         and shown whole again in a session that has room."""
-        budget, calibration = self.h.ledger.budget, self.h.ledger.calibration
+        budget, calibration = self.h.budget, self.h.ledger.calibration
         winding = self.state.wind_down_replies is not None
         line = budget.prompt_budget if winding else self.lines().hard_line
         floor = self.projected() - self.view.reclaimable(self.h.mask_policy, calibration, calls)
@@ -91,7 +94,7 @@ class Window:
 
     # --- masking --------------------------------------------------------------------------------
 
-    async def mask(self, call_ids: list[str], reason: str) -> bool:
+    async def mask(self, call_ids: list[str], reason: MaskReason) -> bool:
         if not call_ids:
             return False
         # A placeholder says where the whole result can be read again: make it true first (a
@@ -99,30 +102,19 @@ class Window:
         results = [self.view.result(call_id) for call_id in call_ids]
         await self.h.tools.save_whole([m for m in results if m.name != "file_read"])
         before = self.projected()
-        self.h.journal.record("mask", session=self.state.session, call_ids=call_ids)
-        self.view.mask(call_ids)
-        after = self.projected()
-        self._pending_masks.append(
-            {
-                "session": self.state.session,
-                "masked": len(call_ids),
-                "reason": reason,
-                "total_masked": len(self.view.masked_ids),
-                "projected_before": before,
-                "projected_after": after,
-                "estimated_reclaimed": before - after,
-            }
+        after = self.h.ledger.project(self.raw_prompt(self.view.masked_tally(call_ids)))
+        self.h.journal.append(
+            Mask(
+                session=self.state.session,
+                call_ids=call_ids,
+                reason=reason,
+                projected_before=before,
+                projected_after=after,
+            )
         )
         return True
 
-    def masked_then_measured(self, prompt_tokens: int | None) -> None:
-        """The masking rounds since the last call, logged with the real size of the prompt they
-        made (None: the session ended before another call, and they are logged without it)."""
-        for round_ in self._pending_masks:
-            self.h.log.emit("context_mask", **round_, measured_prompt_tokens=prompt_tokens)
-        self._pending_masks.clear()
-
-    async def mask_down_to(self, target: int, reason: str) -> None:
+    async def mask_down_to(self, target: int, reason: MaskReason) -> None:
         excess = self.projected() - max(target, 0)
         chosen = self.view.choose_masks(self.h.mask_policy, self.h.ledger.calibration, excess)
         await self.mask(chosen, reason=reason)
@@ -132,8 +124,9 @@ class Window:
         the results the model has not seen (it would never see them whole anyway), as the
         carry-over cuts a step. False if nothing changed."""
         policy, calibration = self.h.mask_policy, self.h.ledger.calibration
-        masked_any = await self.mask(self.view.all_but_protected(policy, calibration), "overflow")
-        over = self.projected() - self.h.ledger.budget.prompt_budget
+        chosen = self.view.all_but_protected(policy, calibration)
+        masked_any = await self.mask(chosen, MaskReason.OVERFLOW)
+        over = self.projected() - self.h.budget.prompt_budget
         unseen = self.view.unseen()
         if over <= 0 or not unseen:
             return masked_any
@@ -146,8 +139,7 @@ class Window:
             if isinstance(m, ToolMessage) and m.room_bytes is not None
         }
         if cuts:
-            self.h.journal.record("cut", session=self.state.session, cuts=cuts)
-            self.view.cut(cuts)
+            self.h.journal.append(Cut(session=self.state.session, cuts=cuts))
         return masked_any or bool(cuts)
 
     # --- after every step ---------------------------------------------------------------------
@@ -162,16 +154,17 @@ class Window:
             await self.free_room(line, target, reason, forced=requested)
         await self.wind_down_or_end(lines)
 
-    def room_wanted(self, lines: WindDownLine) -> tuple[int, int, str]:
+    def room_wanted(self, lines: WindDownLine) -> tuple[int, int, MaskReason]:
         """The line past which room is freed, and how far below it: the soft line down to its
         hysteresis; the hard line (when it comes first) down to just below it."""
-        c, budget = self.h.settings.context, self.h.ledger.budget
+        c, budget = self.h.settings.context, self.h.budget
         soft_target = budget.soft_line - int(c.mask_hysteresis * budget.prompt_budget)
         if self.state.wind_down_replies is None and lines.hard_line < budget.soft_line:
-            return lines.hard_line, min(soft_target, lines.hard_line - 1), "wind_down_line"
-        return budget.soft_line, soft_target, "soft_threshold"
+            reason = MaskReason.WIND_DOWN_LINE
+            return lines.hard_line, min(soft_target, lines.hard_line - 1), reason
+        return budget.soft_line, soft_target, MaskReason.SOFT_THRESHOLD
 
-    async def free_room(self, line: int, target: int, reason: str, forced: bool) -> None:
+    async def free_room(self, line: int, target: int, reason: MaskReason, forced: bool) -> None:
         strategy = self.h.settings.context.strategy
         if forced or strategy == "compact":
             if not await self.compactor.compact(forced=forced) and self.projected() >= line:
@@ -182,11 +175,11 @@ class Window:
             await self.compactor.compact(forced=False)
 
     async def wind_down_or_end(self, lines: WindDownLine) -> None:
-        ledger, budget = self.h.ledger, self.h.ledger.budget
+        ledger, budget = self.h.ledger, self.h.budget
         turns = self.h.settings.session.wind_down_turns
         replies = self.state.wind_down_replies
         if replies is not None and replies >= turns:
-            raise SessionEnded("context_full", "wind-down replies used")
+            raise SessionEnded(EndReason.CONTEXT_FULL, "wind-down replies used")
         if replies is not None:
             await self.room_for_replies(lines)
         projected = self.projected()
@@ -202,60 +195,63 @@ class Window:
                     prompt_budget=budget.prompt_budget,
                 )
             raise SessionEnded(
-                "context_full",
+                EndReason.CONTEXT_FULL,
                 f"next prompt ~{projected:,} tokens > budget {budget.prompt_budget:,}",
             )
         if replies is None and (projected >= lines.hard_line or ledger.truncation_suspected):
             room = budget.prompt_budget - projected
-            self.h.log.emit(
-                "wind_down",
-                session=self.state.session,
-                projected=projected,
-                hard_line=lines.hard_line,
-                room=room,
-                reply_allowance=lines.reply,
-                turns_left=turns,
+            notice = UserMessage(content=prompts.wind_down(room, turns), origin="wind_down")
+            self.h.journal.append(
+                WindDown(
+                    session=self.state.session,
+                    projected=projected,
+                    hard_line=lines.hard_line,
+                    room=room,
+                    reply_allowance=lines.reply,
+                    turns_left=turns,
+                    message=notice if turns else None,
+                )
             )
             if turns == 0:
-                raise SessionEnded("context_full", "hard threshold reached")
-            self.append(UserMessage(content=prompts.wind_down(room, turns), origin="wind_down"))
+                raise SessionEnded(EndReason.CONTEXT_FULL, "hard threshold reached")
             await self.room_for_replies(lines)
 
     async def room_for_replies(self, lines: WindDownLine) -> None:
         """In a wind-down, the promised replies need their room more than results the model
         has seen: when the line moved under a step (the run's replies grew) or one step went
         far past it, those are masked, the newest too; never one it has not seen."""
-        budget = self.h.ledger.budget
+        budget = self.h.budget
         short = (budget.prompt_budget - lines.hard_line) - (budget.prompt_budget - self.projected())
         if short > 0:
             relaxed = replace(self.h.mask_policy, protected_count=0)
             chosen = self.view.choose_masks(relaxed, self.h.ledger.calibration, short)
-            await self.mask(chosen, "wind_down_room")
+            await self.mask(chosen, MaskReason.WIND_DOWN_ROOM)
 
-    def zone(self, used: int) -> Zone:
-        """Where a call's tokens fall against the lines in force; a wind-down is `hard` even
-        when masking for the promised replies took the prompt back below the line."""
-        zone = self.h.ledger.budget.zone(used, self.lines().hard_line)
+    def zone(self, used: int, truncated: bool) -> Zone:
+        """Where a call's tokens fall against the lines in force. After a suspected truncation
+        the window is taken as full; a wind-down is `hard` even when masking for the promised
+        replies took the prompt back below the line."""
+        budget = self.h.budget
+        if truncated:
+            return "over" if used > budget.prompt_budget else "hard"
+        zone = budget.zone(used, self.lines().hard_line)
         winding = self.state.wind_down_replies is not None
         return "hard" if winding and zone in ("normal", "soft") else zone
 
-    def log_usage(
-        self, m: Measurement, turn: int, estimate: int, finish_reason: str, **extra: str
-    ) -> None:
-        """One line of token_usage.jsonl (and of the terminal)."""
-        budget = self.h.ledger.budget
-        used = m.prompt_tokens + m.completion_tokens
-        self.h.log.token_usage(
-            session=self.state.session,
+    def figures(
+        self, completion: Completion, raw_prompt: RawTally, turn: int, purpose: str | None = None
+    ) -> CallFigures:
+        """A call's figures for its record (and `token_usage.jsonl`)."""
+        ledger = self.h.ledger
+        m = ledger.figures(
+            raw_prompt, raw_estimate(completion.message), reported(completion), self.h.counting
+        )
+        return CallFigures(
+            **m.model_dump(),
             turn=turn,
-            **extra,
-            prompt_tokens=m.prompt_tokens,
-            completion_tokens=m.completion_tokens,
-            total_tokens=used,
-            source=m.source,
-            estimated_prompt_tokens=estimate,
-            context_limit=budget.limit,
-            fraction=round(used / budget.limit, 4),
-            zone=self.zone(used),
-            finish_reason=finish_reason,
+            estimated_prompt_tokens=ledger.calibration.tally_tokens(raw_prompt),
+            context_limit=self.h.budget.limit,
+            zone=self.zone(m.prompt_tokens + m.completion_tokens, m.silent_truncation),
+            finish_reason=completion.finish_reason,
+            purpose=purpose,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +26,7 @@ from ouroboros.context.truncate import (
     cap_output,
 )
 from ouroboros.context.view import ContextView
-from ouroboros.ledger import Ledger
+from ouroboros.ledger import Counting, Ledger
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -35,11 +36,24 @@ from ouroboros.messages import (
     UserMessage,
     tool_call_pairs_valid,
 )
+from ouroboros.records import JOURNAL_RECORD, Measurement
 from ouroboros.state import RunState
-from ouroboros.state import _apply as fold_record
 from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
 
 POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
+
+
+def measure(
+    ledger: Ledger,
+    raw_prompt: dict[str, int],
+    raw_reply: int,
+    reported: tuple[int, int, Literal["server", "timings"]] | None,
+    limit: int = 131_072,
+) -> Measurement:
+    """One call's figures, applied as the fold applies a reply's record."""
+    m = ledger.figures(raw_prompt, raw_reply, reported, Counting(limit))
+    ledger.apply(m)
+    return m
 
 
 def tokens(message: Message) -> int:
@@ -236,10 +250,10 @@ def test_cap_output_never_splits_a_character(text: str) -> None:
 def test_token_figures_never_negative(
     calls: list[tuple[int, int, int, bool]], raw_view: int
 ) -> None:
-    ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
+    ledger = Ledger()
     for i, (raw_prompt, reported, completion, has_usage) in enumerate(calls):
         kinds = {"tool:file_read": raw_prompt // 2, "user": raw_prompt - raw_prompt // 2 - i}
-        m = ledger.measure(kinds, 10, (reported, completion, "server") if has_usage else None)
+        m = measure(ledger, kinds, 10, (reported, completion, "server") if has_usage else None)
         assert m.prompt_tokens >= 0
         assert ledger.project({"tool:shell_exec": raw_view}) >= 0
         assert ledger.calibration.ratio >= 0
@@ -248,12 +262,12 @@ def test_token_figures_never_negative(
 
 def test_calibration_error_shrinks() -> None:
     # A model whose tokenizer makes 0.9 tokens per raw estimate unit (prose, large vocabulary).
-    ledger = Ledger(Budget.for_window(32768, 0.7, 0.9, 1024, 0.05))
+    ledger = Ledger()
     errors = []
     for raw in (1000, 1500, 2200, 3000, 4100, 5000):
         real = round(raw * 0.9)
         errors.append(abs(ledger.project({"user": raw}) - real))
-        ledger.measure({"user": raw}, 0, (real, 0, "server"))
+        measure(ledger, {"user": raw}, 0, (real, 0, "server"))
     assert errors[0] > 250
     assert errors[-1] < 10
 
@@ -263,7 +277,7 @@ def test_each_kind_learns_its_own_ratio_from_steps() -> None:
     # differ by kind too: Gemma 3 gives 3.3 bytes a token on code, 4.1 on prose).
     true_ratio = {"system": 1.1, "user": 1.1, "assistant": 1.0, "tool:file_read": 1.4}
     true_ratio["tool:shell_exec"] = 0.8
-    ledger = Ledger(Budget.for_window(131072, 0.7, 0.9, 1024, 0.05))
+    ledger = Ledger()
     prompt = {"system": 900, "user": 40}
     sizes = [1200, 3100, 800, 2600, 1900, 3500, 700, 2200, 1500, 2900]
     errors = []
@@ -273,7 +287,7 @@ def test_each_kind_learns_its_own_ratio_from_steps() -> None:
         prompt[kind] = prompt.get(kind, 0) + size
         real = round(sum(true_ratio[k] * raw for k, raw in prompt.items()))
         errors.append(abs(ledger.project(prompt) - real) / real)
-        ledger.measure(prompt, 30, (real, 26, "server"))
+        measure(ledger, prompt, 30, (real, 26, "server"))
     calibration = ledger.calibration
     assert calibration.ratio_of("tool:file_read") == pytest.approx(1.4, rel=0.03)
     assert calibration.ratio_of("tool:shell_exec") == pytest.approx(0.8, rel=0.03)
@@ -294,24 +308,23 @@ def test_measurements_from_before_kinds_replay_without_an_anchor() -> None:
         "silent_truncation": False,
     }
     reply = AssistantMessage(content="ok").model_dump()
-    fold_record(state, {"kind": "message", "session": 1, "message": reply, "usage": usage})
-    ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
-    ledger.apply(state.measurements[0])
-    assert state.measurements[0].raw_kinds == {}
+    old = {"v": 1, "ts": "2026-01-01T00:00:00+00:00", "kind": "message", "session": 1}
+    state.apply(JOURNAL_RECORD.validate_python({**old, "message": reply, "usage": usage}))
+    ledger = state.ledger
     assert ledger.calibration.ratio == pytest.approx(1.3)
     # No anchor to project from: the whole prompt is priced at the learnt ratio.
     assert ledger.project({"user": 2000}) == 2600
 
 
 def test_silent_truncation_detected_and_ignored_for_calibration() -> None:
-    ledger = Ledger(Budget.for_window(8192, 0.7, 0.9, 1024, 0.05))
-    ledger.measure({"user": 2000}, 10, (2000, 10, "server"))
-    m = ledger.measure({"user": 6000}, 10, (1500, 10, "server"))
+    ledger = Ledger()
+    measure(ledger, {"user": 2000}, 10, (2000, 10, "server"))
+    m = measure(ledger, {"user": 6000}, 10, (1500, 10, "server"))
     assert m.silent_truncation
-    assert ledger.zone(100) == "hard"
+    assert ledger.truncation_suspected
     assert ledger.calibration.ratio == pytest.approx(1.0)
-    pinned = Ledger(Budget.for_window(4096, 0.7, 0.9, 256, 0.05))
-    assert pinned.measure({"user": 3900}, 0, (4095, 0, "server")).silent_truncation
+    pinned = Ledger()
+    assert measure(pinned, {"user": 3900}, 0, (4095, 0, "server"), limit=4096).silent_truncation
 
 
 def test_budget_lines() -> None:

@@ -41,7 +41,8 @@ import openai
 import pytest
 
 from ouroboros.config import LLMSettings, to_toml
-from ouroboros.ledger import Ledger
+from ouroboros.journal import Journal
+from ouroboros.ledger import Counting, Ledger
 from ouroboros.llm import ContextOverflow, LLMClient, TransientError, retrying
 from ouroboros.messages import (
     AssistantMessage,
@@ -52,9 +53,9 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
+from ouroboros.records import MessageRecord
 from ouroboros.servers import ServerInfo, discover
-from ouroboros.state import Journal
-from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
+from ouroboros.tokens import Calibration, raw_estimate, tally
 from tests.conftest import Project
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -648,7 +649,7 @@ def test_overflow_in_a_run_is_recovered(live: Any, proxy: RecordingProxy, tmp_pa
         AssistantMessage(content="", tool_calls=(call,)),
         ToolMessage(tool_call_id="call_big", name="file_read", content=big, arguments=arguments),
     ):
-        journal.record("message", session=journal.state.session, message=message.model_dump())
+        journal.append(MessageRecord(session=journal.state.session, message=message))
     limit = journal.state.total_turns + 1  # exactly one more model call
     journal.close()
 
@@ -788,7 +789,7 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
 
 VOCABULARY = "ledger budget mask view journal retry stream window overflow compaction".split()
 SEEN_CODE = ("session", "supervisor", "report", "cli")
-UNSEEN_CODE = ("watch", "scripted", "llm", "servers")
+UNSEEN_CODE = ("observe/tail", "scripted", "llm", "servers")
 
 
 def pytest_log(seed: int, size: int) -> str:
@@ -852,7 +853,7 @@ def test_results_are_priced_by_content_within_a_tenth_of_the_real_count(live: An
     frame = discovered(live).frame_tokens
     assert frame is not None
     calibration = Calibration(frame)
-    ledger = Ledger(Budget.for_window(32768, 0.7, 0.9, 1024, 0.05), calibration)
+    ledger = Ledger(calibration)
     seen: list[tuple[int, int]] = []  # (bytes/4 + 4, real) of each result the ledger saw
     for step in range(12):
         tool = tools[step % 3]
@@ -861,11 +862,14 @@ def test_results_are_priced_by_content_within_a_tenth_of_the_real_count(live: An
             content=f"Step {step}: the {tool} output should show where it goes wrong.",
             tool_calls=(call,),
         )
-        # As `Session.record_reply` does: this call's prompt, and the reply it got back with its
+        # As a session measures a call: its prompt, and the reply it got back with its
         # completion tokens (the text only: this template drops tool calls).
         completion = len(post(f"{root}/tokenize", {"content": reply.content})["tokens"])
         prompt = count(messages)
-        ledger.measure(tally(messages), raw_estimate(reply), (prompt, completion, "server"))
+        m = ledger.figures(
+            tally(messages), raw_estimate(reply), (prompt, completion, "server"), Counting(N_CTX)
+        )
+        ledger.apply(m)  # as the fold applies a reply's record
         result = ToolMessage(
             tool_call_id=call.id, name=tool, content=tool_output(tool, step, SEEN_CODE)
         )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ouroboros.context.carryover import recent_actions
+from ouroboros.jsonl import Problem
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools.search import search_commands, search_logs, search_sessions
@@ -38,17 +39,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Project:
 
 
 def test_sessions_are_searched_case_insensitively(recorded: Project) -> None:
-    found = search_sessions(recorded.state / "journal.jsonl", "deploy key", 20)
+    found = search_sessions(recorded.state / "journal.jsonl", "deploy key", 20, [])
     assert len(found) == 1
     assert found[0].startswith("[session 1 ")
     assert "tool file_read] The Deploy Key is in vault/keys." in found[0]
-    calls = search_sessions(recorded.state / "journal.jsonl", "MAKE DEPLOY", 20)
+    calls = search_sessions(recorded.state / "journal.jsonl", "MAKE DEPLOY", 20, [])
     assert any("assistant" in line and "make deploy" in line for line in calls)
 
 
 def test_commands_with_exit_codes_and_filters(recorded: Project) -> None:
     journal = recorded.state / "journal.jsonl"
-    every = search_commands(journal, "", None, 50)
+    every = search_commands(journal, "", None, 50, [])
     assert [line.split("] ", 1)[1] for line in every] == [
         "exit 0: echo building; exit 0",
         "exit 1: pytest -q tests/unit; exit 1",
@@ -57,23 +58,23 @@ def test_commands_with_exit_codes_and_filters(recorded: Project) -> None:
         "exit 1: pytest -q tests/unit; exit 1",
     ]
     assert every[-1].startswith("[session 2 ")
-    failures = search_commands(journal, "", -1, 50)
+    failures = search_commands(journal, "", -1, 50, [])
     assert [line.split(": ", 1)[0].rsplit("] ", 1)[1] for line in failures] == [
         "exit 1",
         "exit 2",
         "exit 1",
     ]
-    assert len(search_commands(journal, "PYTEST", 1, 50)) == 2
-    assert len(search_commands(journal, "", None, 2)) == 2
+    assert len(search_commands(journal, "PYTEST", 1, 50, [])) == 2
+    assert len(search_commands(journal, "", None, 2, [])) == 2
 
 
 def test_logs_by_type(recorded: Project) -> None:
     events = recorded.state / "events.jsonl"
-    restarts = search_logs(events, "", "session_restart", 20)
+    restarts = search_logs(events, "", "session_restart", 20, [])
     assert len(restarts) == 1
     assert '"previous_turns": 4' in restarts[0]
-    assert search_logs(events, "make deploy", "", 20) == []  # arguments are not logged
-    assert len(search_logs(events, "", "tool_call", 3)) == 3
+    assert search_logs(events, "make deploy", "", 20, []) == []  # arguments are not logged
+    assert len(search_logs(events, "", "tool_call", 3, [])) == 3
 
 
 def test_agent_uses_search_context_in_a_run(recorded: Project, tmp_path: Path) -> None:
@@ -107,7 +108,22 @@ def test_torn_last_line_is_not_searched(tmp_path: Path) -> None:
         '"message":{"kind":"user","content":"alpha","origin":"user"}}\n'
         '{"v":1,"ts":"2026-01-01T00:00:01","kind":"message","session":1,"message":{"kind":"us'
     )
-    assert len(search_sessions(journal, "", 20)) == 1
+    assert len(search_sessions(journal, "", 20, [])) == 1
+
+
+def test_a_bad_line_is_skipped_and_said(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    good = (
+        '{"v":1,"ts":"2026-01-01T00:00:00","kind":"message","session":1,'
+        '"message":{"kind":"user","content":"alpha %s","origin":"user"}}\n'
+    )
+    journal.write_text(good % 1 + '{"kind":"message" "alpha"\n' + good % 2)
+    skipped: list[Problem] = []
+    found = search_sessions(journal, "alpha", 20, skipped)
+    assert [line[-7:] for line in found] == ["alpha 2", "alpha 1"]  # newest first
+    assert [str(p) for p in skipped] == [
+        "journal.jsonl, line 2: not a JSON object; skipped (the file keeps it)"
+    ]
 
 
 def _history() -> list[Message]:
@@ -127,7 +143,7 @@ def _history() -> list[Message]:
             )
         ),
         ToolMessage(tool_call_id="c2", name="shell_exec", content="exit code 1\nF", exit_code=1),
-        ToolMessage(tool_call_id="c3", name="file_write", content="error: disk full"),
+        ToolMessage(tool_call_id="c3", name="file_write", content="error: disk full", error=True),
         AssistantMessage(tool_calls=(call(4, "list_dir", path="."),)),
     ]
 

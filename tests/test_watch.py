@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,10 @@ from ouroboros.cli import main
 from ouroboros.config import load_settings
 from ouroboros.events import EventLog
 from ouroboros.lock import RunError, state_lock
+from ouroboros.observe.status import liveness
+from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.supervisor import run
-from ouroboros.watch import Follower, Merger, liveness
 from tests.conftest import PROJECT_ROOT, Project
 from tests.test_context_run import fill_workspace
 
@@ -255,22 +255,28 @@ def test_tail_follow_waits_for_the_run_and_prints_what_is_appended(
         reader.until(r"restart 2: session 3")
 
 
-def test_merger_puts_a_late_usage_line_before_a_newer_event(tmp_path: Path) -> None:
+def test_merger_waits_for_a_line_numbered_before_one_it_has(tmp_path: Path) -> None:
     merger = Merger.for_state(tmp_path)
-    now = datetime.now(UTC)
 
-    def line(kind: str, offset_s: float) -> str:
-        ts = (now + timedelta(seconds=offset_s)).isoformat(timespec="milliseconds")
-        return json.dumps({"ts": ts, "kind": kind})
+    def line(kind: str, seq: int) -> str:
+        return json.dumps({"seq": seq, "ts": "2026-11-23T10:00:00.000+00:00", "kind": kind})
 
-    earlier, later = line("token_usage", -0.01), line("context_mask", 0.2)
-    (tmp_path / "events.jsonl").write_text(later + "\n")
-    shown = [x.raw for x in merger.poll()]  # too fresh: the usage file may not have caught up
-    (tmp_path / "token_usage.jsonl").write_text(earlier + "\n")
+    first, usage, later = line("session_start", 1), line("token_usage", 2), line("context_mask", 3)
+    (tmp_path / "events.jsonl").write_text(first + "\n" + later + "\n")
+    shown = [x.raw for x in merger.poll()]  # 3 waits: the usage file may not have caught up
+    assert shown == [first]
+    (tmp_path / "token_usage.jsonl").write_text(usage + "\n")
     shown += [x.raw for x in merger.poll()]
-    time.sleep(0.3)
-    shown += [x.raw for x in merger.poll()]  # nothing new: everything held goes out
-    assert shown == [earlier, later]
+    assert shown == [first, usage, later]
+
+
+def test_merger_gives_up_on_a_lost_line(tmp_path: Path) -> None:
+    merger = Merger.for_state(tmp_path)
+    lines = [json.dumps({"seq": seq, "kind": "warning"}) for seq in (1, 3)]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    assert [x.raw for x in merger.poll()] == lines[:1]
+    time.sleep(MAX_HOLD_S + 0.1)
+    assert [x.raw for x in merger.poll()] == lines[1:]
 
 
 def test_follower_starts_over_on_a_new_file(tmp_path: Path) -> None:
@@ -282,7 +288,9 @@ def test_follower_starts_over_on_a_new_file(tmp_path: Path) -> None:
     path.rename(tmp_path / "aside.jsonl")  # `run --fresh` moves the old run away
     path.write_text('{"kind":"c"}\nnot json\n')
     assert [line.record["kind"] for line in follower.read()] == ["c"]
-    assert follower.problems == ["events.jsonl: skipped a line that is not a JSON record"]
+    assert [str(p) for p in follower.reader.problems] == [
+        "events.jsonl, line 2: not a JSON object; skipped (the file keeps it)"
+    ]
 
 
 def test_status_of_a_run_that_stopped_on_an_error(
@@ -301,7 +309,7 @@ def test_status_of_a_run_that_stopped_on_an_error(
     assert f"{last['turn']} this session, {turns} in all" in out
     assert "restarts 2 " in out
     assert f"{last['fraction']:.0%} {last['zone']}" in out
-    assert f"{last['total_tokens']:,} of 4,096 tokens" in out
+    assert f"{last['total_tokens']:,} of {last['prompt_budget']:,} tokens" in out
     assert f"{prompt:,} prompt + {completion:,} completion" in out
     # Budgets from the config next to the state folder (max_total_turns 100, max_restarts 2).
     assert f"turns budget {100 - turns} left of 100" in out

@@ -188,7 +188,7 @@ def recent_actions(history: Sequence[Message], count: int) -> list[str]:
             elif result.exit_code is not None:
                 outcome = f"exit {result.exit_code}"
             else:
-                outcome = "error" if result.content.startswith("error:") else "ok"
+                outcome = "error" if result.error else "ok"
             actions.append(f"{call.name} {_brief(call.arguments)} → {outcome}".replace("  ", " "))
             if len(actions) == count:
                 return actions[::-1]

@@ -8,7 +8,8 @@ from dataclasses import replace
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
 from ouroboros.context.truncate import saved_name, shown
 from ouroboros.messages import Message, ToolMessage
-from ouroboros.tokens import FRAME_KIND, Calibration, RawTally, content_kind, raw_estimate, tally
+from ouroboros.records import RawTally
+from ouroboros.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
 
 
 class ContextView:
@@ -32,6 +33,8 @@ class ContextView:
         self.start = 0
         self.snapshot: Message | None = None
         self.masked_ids: set[str] = set()
+        self.cuts: dict[str, int] = {}
+        """Results shown cut after the server refused a prompt: bytes shown, by call id."""
         self._tool_index: dict[str, int] = {}
         self._cursor = 0
         for message in messages:
@@ -58,9 +61,8 @@ class ContextView:
     def _add(self, kind: str, cost: int) -> None:
         self.raw_kinds[kind] = self.raw_kinds.get(kind, 0) + cost
 
-    def mask(self, call_ids: Iterable[str]) -> int:
-        """Mask these results in the view; returns the raw tokens reclaimed."""
-        reclaimed = 0
+    def mask(self, call_ids: Iterable[str]) -> None:
+        """Show these results as placeholders."""
         for call_id in call_ids:
             index = self._tool_index.get(call_id)
             if index is None or call_id in self.masked_ids:
@@ -69,17 +71,31 @@ class ContextView:
             assert isinstance(original, ToolMessage)
             replacement = masked(original)
             cost = raw_estimate(replacement)
-            reclaimed += self.raw[index] - cost
             if index >= self.start:
                 self._add(content_kind(self.view[index]), -self.raw[index])
                 self._add(content_kind(replacement), cost)
             self.raw[index] = cost
             self.view[index] = replacement
             self.masked_ids.add(call_id)
-        return reclaimed
+
+    def masked_tally(self, call_ids: Iterable[str]) -> RawTally:
+        """Raw tokens `messages()` would hold with these results masked too."""
+        result = dict(self.raw_kinds)
+        for call_id in set(call_ids) - self.masked_ids:
+            index = self._tool_index.get(call_id)
+            if index is None or index < self.start:
+                continue
+            original = self.history[index]
+            assert isinstance(original, ToolMessage)
+            replacement = masked(original)
+            shown_kind, kind = content_kind(self.view[index]), content_kind(replacement)
+            result[shown_kind] = result.get(shown_kind, 0) - self.raw[index]
+            result[kind] = result.get(kind, 0) + raw_estimate(replacement)
+        return result
 
     def cut(self, cuts: Mapping[str, int]) -> None:
         """Show these results cut to so many bytes (after the server refused a prompt)."""
+        self.cuts.update(cuts)
         for call_id, size in cuts.items():
             index = self._tool_index.get(call_id)
             if index is None or call_id in self.masked_ids:

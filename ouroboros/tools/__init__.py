@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -36,6 +36,23 @@ class ToolOutcome:
     error: str | None = None
     blocked: str | None = None
     finish_summary: str | None = None
+
+
+class Tools(Protocol):
+    """What a session asks of its tools (`ToolRunner`; benches replay recorded outputs)."""
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
+        """One call's result; every failure is a result too."""
+        ...
+
+    async def save_whole(self, results: list[ToolMessage]) -> None:
+        """Make what placeholders and cut markers say true: the whole text is in a file."""
+
+    def end_session(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -169,6 +186,8 @@ class ToolRunner:
         except ValueError as e:  # e.g. a path the file system cannot encode
             output, error = Output(f"error: {e}"), str(e)
         message = await self._result(call, output, room)
+        if error is not None:
+            message = message.model_copy(update={"error": True})
         return ToolOutcome(
             message,
             time.monotonic() - started,

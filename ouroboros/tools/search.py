@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ouroboros.jsonl import Problem, parse_object
 from ouroboros.tools.builtin import Output, ToolArgs, ToolFailed
 
 EXCERPT_CHARS = 240
@@ -34,7 +35,9 @@ class SearchContextArgs(ToolArgs):
     last_n: int = Field(20, ge=1, le=MAX_RESULTS, description="How many of the newest to show")
 
 
-def _newest_matching(path: Path, needles: list[bytes]) -> Iterator[dict[str, Any]]:
+def _newest_matching(
+    path: Path, needles: list[bytes], skipped: list[Problem]
+) -> Iterator[dict[str, Any]]:
     """Records whose line contains every needle (case-insensitive), newest first.
 
     Lowering the whole file once and scanning backwards with `rfind` keeps this at C speed, and
@@ -57,7 +60,12 @@ def _newest_matching(path: Path, needles: list[bytes]) -> Iterator[dict[str, Any
         stop = data.find(b"\n", position)
         end = begin
         if all(n in data[begin:stop] for n in needles[1:]):
-            yield json.loads(raw[begin:stop])
+            record = parse_object(raw[begin:stop])
+            if record is None:
+                line = raw.count(b"\n", 0, begin) + 1
+                skipped.append(Problem(path, line, "not a JSON object"))
+            else:
+                yield record
 
 
 def _json_fragment(text: str) -> bytes:
@@ -72,11 +80,11 @@ def _excerpt(text: str, query: str) -> str:
     return ("…" if start else "") + piece + ("…" if start + EXCERPT_CHARS < len(text) else "")
 
 
-def search_sessions(journal: Path, query: str, last_n: int) -> list[str]:
+def search_sessions(journal: Path, query: str, last_n: int, skipped: list[Problem]) -> list[str]:
     # The most selective needle first: it drives the regex scan.
     needles = ([_json_fragment(query)] if query else []) + [b'"kind":"message"']
     found: list[str] = []
-    for record in _newest_matching(journal, needles):
+    for record in _newest_matching(journal, needles, skipped):
         if len(found) == last_n:
             break
         message = record["message"]
@@ -92,11 +100,14 @@ def search_sessions(journal: Path, query: str, last_n: int) -> list[str]:
     return found[-last_n:]
 
 
-def search_commands(journal: Path, query: str, exit_code: int | None, last_n: int) -> list[str]:
+def search_commands(
+    journal: Path, query: str, exit_code: int | None, last_n: int, skipped: list[Problem]
+) -> list[str]:
     """Every shell_exec with its exit code, joining each call to its result (newest first)."""
     results: dict[str, int | None] = {}
     found: list[str] = []
-    for record in _newest_matching(journal, [b'"shell_exec"', b'"kind":"message"']):
+    needles = [b'"shell_exec"', b'"kind":"message"']
+    for record in _newest_matching(journal, needles, skipped):
         message = record["message"]
         if message["kind"] == "tool":
             results[message["tool_call_id"]] = message.get("exit_code")
@@ -122,17 +133,19 @@ def search_commands(journal: Path, query: str, exit_code: int | None, last_n: in
     return found[::-1]
 
 
-def search_logs(events: Path, query: str, kind: str, last_n: int) -> list[str]:
+def search_logs(
+    events: Path, query: str, kind: str, last_n: int, skipped: list[Problem]
+) -> list[str]:
     needles = ([_json_fragment(query)] if query else []) + (
         [f'"kind":"{kind}"'.encode()] if kind else []
     )
     found: list[str] = []
-    for record in _newest_matching(events, needles):
+    for record in _newest_matching(events, needles, skipped):
         if len(found) == last_n:
             break
         if kind and record["kind"] != kind:
             continue
-        fields = {k: v for k, v in record.items() if k not in ("v", "ts", "kind")}
+        fields = {k: v for k, v in record.items() if k not in ("v", "seq", "ts", "kind")}
         text = json.dumps(fields, ensure_ascii=False)
         if query.lower() in text.lower():
             found.append(f"[{record['ts'][:19]} {record['kind']}] {_excerpt(text, query)}")
@@ -141,13 +154,16 @@ def search_logs(events: Path, query: str, kind: str, last_n: int) -> list[str]:
 
 def search_context(state_dir: Path, workspace: Path, args: SearchContextArgs) -> Output:
     journal = state_dir / "journal.jsonl"
+    skipped: list[Problem] = []
     if args.source == "sessions":
-        found = search_sessions(journal, args.query, args.last_n)
+        found = search_sessions(journal, args.query, args.last_n, skipped)
     elif args.source == "commands":
-        found = search_commands(journal, args.query, args.exit_code, args.last_n)
+        found = search_commands(journal, args.query, args.exit_code, args.last_n, skipped)
     else:
-        found = search_logs(state_dir / "events.jsonl", args.query, args.type, args.last_n)
+        events = state_dir / "events.jsonl"
+        found = search_logs(events, args.query, args.type, args.last_n, skipped)
+    notes = [str(problem) for problem in skipped]
     if not found:
-        raise ToolFailed(f"nothing in {args.source} matches {args.query!r}")
+        raise ToolFailed(" ".join([f"nothing in {args.source} matches {args.query!r}", *notes]))
     header = f"{len(found)} newest matches in {args.source} (working folder {workspace}):"
-    return Output("\n".join([header, *found]))
+    return Output("\n".join([header, *found, *notes]))

@@ -1,0 +1,202 @@
+"""Append-only JSONL files: the one writer and the one reader of every file in the state folder.
+
+A line is complete when it ends with a newline. A last line without one is a write a crash cut
+short (or one still in progress, for a reader of a live run): readers leave it unread, and the
+writer sets it aside in a side file before it appends. A bad line anywhere else is skipped and
+reported with its line number; nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+T = TypeVar("T")
+NEEDED_FREE_BYTES = 10 * 1024 * 1024
+"""What a run asks to be freed: room for a few thousand more records."""
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class StorageFull(Exception):
+    """The disk of a state file is full: the run stops, whole, until there is room again."""
+
+    def __init__(self, path: Path):
+        free = shutil.disk_usage(path.parent).free if path.parent.exists() else 0
+        super().__init__(
+            f"no space left to write {path} ({free:,} bytes free on its disk): free at least "
+            f"{NEEDED_FREE_BYTES:,} bytes there, then run the same command again; nothing was "
+            "lost"
+        )
+
+
+@contextmanager
+def storage(path: Path) -> Iterator[None]:
+    """Turn a full disk under `path` into `StorageFull`; other errors stay what they are."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _FULL:
+            raise StorageFull(path) from None
+        raise
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path
+    line: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path.name}, line {self.line}: {self.why}; skipped (the file keeps it)"
+
+
+def parse_object(raw: bytes) -> dict[str, Any] | None:
+    """One line as a JSON object; None when it is not one."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass
+class JsonlReader:
+    """The complete lines of a file from a byte offset on, read as they are asked for; each
+    call goes on where the last stopped (a file that grows is followed this way)."""
+
+    path: Path
+    offset: int = 0
+    line: int = 0
+    """Lines before `offset`."""
+    problems: list[Problem] = field(default_factory=list)
+    torn: bytes = b""
+    """What follows the last newline: a line being written, or cut short by a crash."""
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """(line number, line) of each complete, non-blank line."""
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            return
+        with f:
+            f.seek(self.offset)
+            self.torn = b""
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    self.torn = raw
+                    return
+                self.offset += len(raw)
+                self.line += 1
+                if raw.strip():
+                    yield self.line, raw
+
+    def parse(self, number: int, raw: bytes) -> dict[str, Any] | None:
+        """Line `number` as a JSON object; None (and a problem noted) when it is not one."""
+        value = parse_object(raw)
+        if value is None:
+            self.problems.append(Problem(self.path, number, "not a JSON object"))
+        return value
+
+    def objects(self) -> Iterator[dict[str, Any]]:
+        for number, raw in self.lines():
+            if (value := self.parse(number, raw)) is not None:
+                yield value
+
+    def records(self, adapter: TypeAdapter[T]) -> Iterator[T]:
+        for number, raw in self.lines():
+            try:
+                yield adapter.validate_json(raw)
+            except ValidationError as e:
+                why = e.errors(include_url=False)[0]
+                where = ".".join(str(part) for part in why["loc"])
+                self.problems.append(
+                    Problem(self.path, number, f"not a valid record ({where}: {why['msg']})")
+                )
+
+
+def read_objects(path: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Every JSON object of a file, and the lines that were not one."""
+    reader = JsonlReader(path)
+    return list(reader.objects()), reader.problems
+
+
+def set_aside_torn_tail(path: Path, window: int = 1 << 20) -> Path | None:
+    """Before appending: a last line a crash cut short goes to a side file, so new records
+    start on a line of their own (cheap: only the file's end is read)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    with path.open("rb+") as f:
+        f.seek(max(0, size - window))
+        tail = f.read()
+        if not tail or tail.endswith(b"\n"):
+            return None
+        cut = tail.rfind(b"\n") + 1
+        if cut == 0 and size > window:
+            f.write(b"\n")  # a line longer than the window: end it rather than guess
+            return None
+        aside = path.with_name(f"{path.name}.torn-{int(time.time() * 1000)}")
+        aside.write_bytes(tail[cut:])
+        f.truncate(size - len(tail) + cut)
+        os.fsync(f.fileno())
+    return aside
+
+
+def last_line(path: Path, window: int = 1 << 16) -> dict[str, Any] | None:
+    """The last complete line of a file as a JSON object, read from its end."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - window))
+            tail = f.read()
+    except FileNotFoundError:
+        return None
+    for raw in reversed(tail[: tail.rfind(b"\n") + 1].splitlines()):
+        if (value := parse_object(raw)) is not None:
+            return value
+    return None
+
+
+class JsonlWriter:
+    """Appends one line per record; `durable` files are fsync'ed after every line."""
+
+    def __init__(self, path: Path, durable: bool = False):
+        with storage(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.torn_aside = set_aside_torn_tail(path)
+        self.path = path
+        self.durable = durable
+        self._file: IO[bytes] = path.open("ab")
+
+    @property
+    def size(self) -> int:
+        return self._file.tell()
+
+    def write(self, line: str) -> None:
+        """Write one line (without its newline); on a full disk, `StorageFull` (what was written
+        of the line is a torn last line, set aside on the next start)."""
+        with storage(self.path):
+            self._file.write(line.encode() + b"\n")
+            self._file.flush()
+            if self.durable:
+                os.fsync(self._file.fileno())
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+
+    def close(self) -> None:
+        # A full disk may refuse the last buffered bytes: the torn line is set aside next time.
+        with contextlib.suppress(OSError):
+            self._file.close()

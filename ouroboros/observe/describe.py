@@ -1,0 +1,167 @@
+"""One readable line per logged record: the run's terminal and `tail` show the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+
+ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
+
+
+def bar(fraction: float, width: int = 24) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return "█" * filled + "░" * (width - filled)
+
+
+def figure(value: Any) -> str:
+    """A count with thousands separators; anything else as it is."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def usage_text(r: dict[str, Any]) -> Text:
+    zone = str(r.get("zone", "normal"))
+    fraction = float(r.get("fraction", 0.0))
+    text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
+    if r.get("purpose"):  # a call outside the conversation (a compaction snapshot): no turn
+        text.append(f"[{r['purpose']}] ", style="cyan")
+    text.append(f"{bar(fraction)} {fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
+    text.append(
+        f" prompt {figure(r.get('prompt_tokens'))} + out {figure(r.get('completion_tokens'))} "
+        f"of {figure(r.get('prompt_budget', r.get('context_limit')))}"
+    )
+    text.append(f" ({r.get('source')})", style="dim")
+    return text
+
+
+Describe = Callable[[dict[str, Any]], str]
+
+_DESCRIBE: dict[str, tuple[str, Describe]] = {
+    "run_start": (
+        "bold",
+        lambda r: f"run {'resumed' if r.get('resumed') else 'started'}: model {r.get('model')}",
+    ),
+    "run_end": ("bold", lambda r: f"run ended: {r.get('reason')} {r.get('detail', '')}"),
+    "context_window": (
+        "dim",
+        lambda r: (
+            f"window {figure(r.get('context_limit'))} tokens ({r.get('server')}: {r.get('detail')})"
+        ),
+    ),
+    "session_start": ("bold", lambda r: f"session {r.get('session')} starts ({r.get('reason')})"),
+    "session_end": (
+        "bold",
+        lambda r: (
+            f"session {r.get('session')} ends after {r.get('turns')} turns: "
+            f"{r.get('reason')} ({r.get('detail') or 'no detail'})"
+        ),
+    ),
+    "session_restart": (
+        "bold magenta",
+        lambda r: (
+            f"restart {r.get('restarts')}: session {r.get('session')} after "
+            f"{r.get('previous_turns')} turns ({r.get('reason')}), "
+            f"{r.get('carried_messages')} messages carried over"
+        ),
+    ),
+    "context_mask": (
+        "magenta",
+        lambda r: (
+            f"masked {r.get('masked')} old result(s) ({r.get('total_masked')} in all, "
+            f"{r.get('reason')}): next prompt ~{figure(r.get('projected_before'))} -> "
+            f"~{figure(r.get('projected_after'))} tokens"
+        ),
+    ),
+    "context_cut": (
+        "magenta",
+        lambda r: (
+            f"cut {r.get('results')} result(s) the model has not seen to "
+            f"{figure(r.get('shown_bytes'))} bytes after the server refused the prompt"
+        ),
+    ),
+    "compaction": (
+        "magenta",
+        lambda r: (
+            f"compacted {r.get('messages_replaced')} old messages into a snapshot"
+            f"{' (requested)' if r.get('forced') else ''}: next prompt "
+            f"~{figure(r.get('projected_before'))} -> ~{figure(r.get('projected_after'))} tokens"
+        ),
+    ),
+    "compaction_failed": ("yellow", lambda r: f"compaction skipped: {r.get('message')}"),
+    "truncation": (
+        "yellow",
+        lambda r: (
+            f"{r.get('name')} output cut from {figure(r.get('original_bytes'))} to "
+            f"{figure(r.get('kept_bytes'))} bytes"
+        ),
+    ),
+    "wind_down": (
+        "bold yellow",
+        lambda r: (
+            f"wind-down: next prompt ~{figure(r.get('projected'))} tokens, "
+            f"~{figure(r.get('room'))} left before the cut "
+            f"(hard line {figure(r.get('hard_line'))}); "
+            f"{r.get('turns_left')} replies left"
+        ),
+    ),
+    "wind_down_missed": (
+        "bold red",
+        lambda r: (
+            f"no wind-down: one step took the next prompt to ~{figure(r.get('projected'))} tokens, "
+            f"past the hard line {figure(r.get('hard_line'))} and the cut "
+            f"{figure(r.get('prompt_budget'))}"
+        ),
+    ),
+    "silent_truncation": (
+        "bold red",
+        lambda r: (
+            f"silent truncation: the server counted {figure(r.get('reported_prompt_tokens'))} "
+            f"prompt tokens, ~{figure(r.get('estimated_prompt_tokens'))} were sent"
+        ),
+    ),
+    "context_overflow": (
+        "bold red",
+        lambda r: (
+            f"context overflow: {figure(r.get('n_prompt_tokens'))} tokens > window "
+            f"{figure(r.get('n_ctx'))} (attempt {r.get('attempt')})"
+        ),
+    ),
+    "retry": (
+        "yellow",
+        lambda r: f"retry {r.get('attempt')} in {r.get('wait_s')} s: {r.get('message')}",
+    ),
+    "blocked_command": (
+        "red",
+        lambda r: f"blocked ({r.get('rule')}): {r.get('arguments')}",
+    ),
+    "warning": ("yellow", lambda r: f"warning: {r.get('message')}"),
+    "waiting": ("yellow", lambda r: f"waiting: {r.get('message')}"),
+    "error": ("bold red", lambda r: f"error: {r.get('message')}"),
+    "tool_call": (
+        "dim",
+        lambda r: (
+            f"  {r.get('name')} {figure(r.get('output_bytes'))} bytes in {r.get('duration_s')} s"
+            + (f" exit {r['exit_code']}" if r.get("exit_code") is not None else "")
+            + (f" error: {r['error']}" if r.get("error") else "")
+        ),
+    ),
+}
+
+
+def _generic(r: dict[str, Any]) -> str:
+    """A kind this version does not know yet: show its fields as they are."""
+    fields = ", ".join(f"{k}={v}" for k, v in r.items() if k not in ("v", "seq", "ts", "kind"))
+    return f"{r.get('kind')} {fields}"
+
+
+def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
+    """The readable line of one record; None for a record not worth a line."""
+    kind = str(record.get("kind"))
+    stamp = Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
+    if kind == "token_usage":
+        return stamp + usage_text(record)
+    if kind == "tool_call" and not tools and not record.get("error"):
+        return None
+    style, text = _DESCRIBE.get(kind, ("cyan", _generic))
+    return stamp + Text(text(record).rstrip(), style=style)

@@ -1,0 +1,283 @@
+"""Everything the journal holds, typed: one record per line of `journal.jsonl`.
+
+A run is a fold over these records (`state.py`); what people read (`events.jsonl`,
+`token_usage.jsonl`, the terminal) is derived from them as they are appended (`events.py`).
+Every decision the harness makes (mask, cut, wind-down, compaction, restart) is a record, written
+before anything depends on it. Fields are only ever added, with defaults, so a journal written by
+an older version folds the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
+
+from ouroboros.messages import Message, UserMessage
+
+if TYPE_CHECKING:
+    from ouroboros.config import Settings
+
+SCHEMA_VERSION = 2
+"""Written in every line. 1: before typed records (folds the same)."""
+
+Zone = Literal["normal", "soft", "hard", "over"]
+RawTally = dict[str, int]
+"""Raw estimate per content kind (see `tokens.content_kind`)."""
+
+
+class EndReason(StrEnum):
+    """Why a session, or a run, ended."""
+
+    FINISH = "finish"
+    CONTEXT_FULL = "context_full"
+    CONTEXT_OVERFLOW = "context_overflow"
+    MAX_TURNS = "max_turns"
+    MAX_TOTAL_TURNS = "max_total_turns"
+    MAX_TOTAL_TOKENS = "max_total_tokens"
+    MAX_WALL_TIME = "max_wall_time"
+    MAX_RESTARTS = "max_restarts"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+    @property
+    def restarts(self) -> bool:
+        """A session that ended so is followed by another."""
+        return self in (EndReason.CONTEXT_FULL, EndReason.CONTEXT_OVERFLOW, EndReason.MAX_TURNS)
+
+
+class MaskReason(StrEnum):
+    SOFT_THRESHOLD = "soft_threshold"
+    """Past the soft line."""
+    WIND_DOWN_LINE = "wind_down_line"
+    """Past the hard line the run placed, when it comes before the soft line."""
+    WIND_DOWN_ROOM = "wind_down_room"
+    """A wind-down's promised replies need room only results already seen can give."""
+    OVERFLOW = "overflow"
+    """The server refused the prompt."""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Record(BaseModel):
+    # A field a later version removed is ignored rather than refused: old journals still fold.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    v: int = SCHEMA_VERSION
+    ts: str = Field(default_factory=now_iso)
+
+
+class Measurement(BaseModel):
+    """What one model call told us about tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    prompt_tokens: int
+    completion_tokens: int
+    source: Literal["server", "timings", "estimate", "refused"]
+    """`refused`: a prompt the server refused as too long, with its exact count (no reply)."""
+    raw_prompt: int
+    """Raw estimate of the prompt that was sent (messages + tool schemas)."""
+    raw_reply: int
+    silent_truncation: bool
+    raw_kinds: RawTally = Field(default_factory=dict)
+    """`raw_prompt` per content kind (empty in journals written before kinds were kept)."""
+
+
+class CallFigures(Measurement):
+    """A model call as `token_usage.jsonl` shows it: its measurement, and where it stood."""
+
+    turn: int
+    estimated_prompt_tokens: int | None = None
+    context_limit: int | None = None
+    zone: Zone | None = None
+    finish_reason: str | None = None
+    purpose: str | None = None
+    """A call outside the conversation (`compaction`): no turn of its own."""
+
+
+class WindowFigures(BaseModel):
+    """The window a run works in, as the server and the settings made it."""
+
+    model_config = ConfigDict(frozen=True)
+    server: str
+    detail: str
+    context_limit: int
+    prompt_budget: int
+    soft_line: int
+    hard_line: int
+    """The configured hard line; the line in force is placed below it from the run's replies."""
+    frame_tokens: float
+
+
+class RunLimits(BaseModel):
+    """The settings `status` and `report` need, as this run was started with them."""
+
+    model_config = ConfigDict(frozen=True)
+    max_total_turns: int | None = None
+    max_total_tokens: int | None = None
+    max_wall_time_s: float | None = None
+    max_restarts: int | None = None
+    max_turns: int | None = None
+    wind_down_turns: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunLimits:
+        s = settings
+        return cls(
+            max_total_turns=s.supervisor.max_total_turns,
+            max_total_tokens=s.supervisor.max_total_tokens,
+            max_wall_time_s=s.supervisor.max_wall_time_s,
+            max_restarts=s.supervisor.max_restarts,
+            max_turns=s.session.max_turns,
+            wind_down_turns=s.session.wind_down_turns,
+        )
+
+
+class RunStart(Record):
+    """The supervisor started, the first time or to resume."""
+
+    kind: Literal["run_start"] = "run_start"
+    model: str
+    base_url: str
+    resumed: bool = False
+    window: WindowFigures | None = None
+    limits: RunLimits | None = None
+
+
+class SessionStart(Record):
+    kind: Literal["session_start"] = "session_start"
+    session: int
+    reason: str
+    """`fresh`, or the `EndReason` of the session before."""
+    previous_turns: int = 0
+    carried: int = 0
+    """Messages carried over from the session before."""
+    messages: list[Message]
+    """The opening: system prompt, restart marker, carried messages."""
+
+
+class ToolRun(BaseModel):
+    """How a tool call went, beside its result."""
+
+    model_config = ConfigDict(frozen=True)
+    duration_s: float
+    output_bytes: int
+    error: str | None = None
+    """Why it failed, when it did."""
+    blocked: str | None = None
+    """The block-list rule that refused the command."""
+
+
+class MessageRecord(Record):
+    kind: Literal["message"] = "message"
+    session: int
+    message: Message
+    usage: CallFigures | None = None
+    """A model reply carries its call's figures in the same line: a turn is never half-kept."""
+    tool: ToolRun | None = None
+
+
+class ToolStarted(Record):
+    """Written before a tool runs: after a crash, a call started without a result is never
+    run again."""
+
+    kind: Literal["tool_started"] = "tool_started"
+    session: int
+    call_id: str
+    name: str
+
+
+class Mask(Record):
+    kind: Literal["mask"] = "mask"
+    session: int
+    call_ids: list[str]
+    reason: MaskReason = MaskReason.SOFT_THRESHOLD
+    projected_before: int | None = None
+    projected_after: int | None = None
+
+
+class Cut(Record):
+    """Results the model has not seen, shown cut after the server refused a prompt."""
+
+    kind: Literal["cut"] = "cut"
+    session: int
+    cuts: dict[str, int]
+    """Bytes shown, by call id."""
+
+
+class Refused(Measurement, Record):
+    """A prompt the server refused as too long, with its exact count: no turn."""
+
+    kind: Literal["refused"] = "refused"
+    session: int
+
+
+class Compaction(Record):
+    kind: Literal["compaction"] = "compaction"
+    session: int
+    start: int
+    """The first history index kept after the snapshot."""
+    snapshot: Message
+    forced: bool = False
+    projected_before: int | None = None
+    projected_after: int | None = None
+
+
+class WindDown(Record):
+    """The agent is told to save its state: the notice joins the session with this record."""
+
+    kind: Literal["wind_down"] = "wind_down"
+    session: int
+    projected: int
+    hard_line: int
+    room: int
+    reply_allowance: int
+    turns_left: int
+    message: UserMessage | None = None
+    """None when no replies are allowed (`wind_down_turns = 0`): the session ends at once."""
+
+
+class SideCall(Record):
+    """A call outside the conversation (a compaction snapshot): its tokens count, no turn."""
+
+    kind: Literal["usage"] = "usage"
+    session: int
+    usage: CallFigures
+
+
+class SessionEnd(Record):
+    kind: Literal["session_end"] = "session_end"
+    session: int
+    reason: EndReason
+    detail: str = ""
+    turns: int = 0
+
+
+class RunEnd(Record):
+    """The supervisor stopped. Only `finish` is final; after any other the same command
+    resumes."""
+
+    kind: Literal["run_end"] = "run_end"
+    reason: EndReason
+    detail: str = Field("", validation_alias=AliasChoices("detail", "summary"))
+
+
+JournalRecord = Annotated[
+    RunStart
+    | SessionStart
+    | MessageRecord
+    | ToolStarted
+    | Mask
+    | Cut
+    | Refused
+    | Compaction
+    | WindDown
+    | SideCall
+    | SessionEnd
+    | RunEnd,
+    Field(discriminator="kind"),
+]
+JOURNAL_RECORD: TypeAdapter[JournalRecord] = TypeAdapter(JournalRecord)

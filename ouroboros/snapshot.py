@@ -1,0 +1,136 @@
+"""The run's state as it stood after a journal line, so a resume folds only what came after.
+
+Written at every session start (the state is small then: one session's opening), next to the
+journal. It is a cache: missing, unreadable, or not matching the journal's bytes at its offset,
+it is ignored and the whole journal is folded, which gives the same state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections import deque
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from ouroboros.context.view import ContextView
+from ouroboros.context.winddown import RECENT
+from ouroboros.ledger import Ledger
+from ouroboros.messages import Message
+from ouroboros.records import EndReason, RunEnd, RunLimits, WindowFigures
+from ouroboros.state import RunState
+
+SNAPSHOT_FORMAT = 1
+
+
+class Snapshot(BaseModel):
+    format: int = SNAPSHOT_FORMAT
+    offset: int
+    """Bytes of the journal the state folds."""
+    lines: int
+    line_sha256: str
+    """Of the journal's last line before `offset`: the journal this state belongs to."""
+    line_bytes: int
+    started_at: float | None
+    session: int
+    session_open: bool
+    session_turns: int
+    total_turns: int
+    total_prompt_tokens: int
+    total_completion_tokens: int
+    restarts: int
+    ledger: Ledger
+    messages: list[Message]
+    masked: list[str]
+    cuts: dict[str, int]
+    compaction: tuple[int, Message] | None
+    started_calls: list[str]
+    recent_replies: list[int]
+    wind_down_reply_tokens: list[tuple[int, int]]
+    wind_down_replies: int | None
+    ended_reason: EndReason | None
+    run_end: RunEnd | None
+    window: WindowFigures | None
+    limits: RunLimits | None
+
+
+def snapshot_path(journal: Path) -> Path:
+    return journal.with_name(journal.name + ".snapshot")
+
+
+def save(journal: Path, state: RunState, offset: int, lines: int, last_line: bytes) -> None:
+    """Replace the snapshot (atomically: a crash leaves the old one or the new one)."""
+    view = state.view
+    snap = Snapshot(
+        offset=offset,
+        lines=lines,
+        line_sha256=hashlib.sha256(last_line).hexdigest(),
+        line_bytes=len(last_line),
+        started_at=state.started_at,
+        session=state.session,
+        session_open=state.session_open,
+        session_turns=state.session_turns,
+        total_turns=state.total_turns,
+        total_prompt_tokens=state.total_prompt_tokens,
+        total_completion_tokens=state.total_completion_tokens,
+        restarts=state.restarts,
+        ledger=state.ledger,
+        messages=view.history,
+        masked=sorted(view.masked_ids),
+        cuts=view.cuts,
+        compaction=(view.start, view.snapshot) if view.snapshot is not None else None,
+        started_calls=sorted(state.started_calls),
+        recent_replies=list(state.recent_replies),
+        wind_down_reply_tokens=state.wind_down_reply_tokens,
+        wind_down_replies=state.wind_down_replies,
+        ended_reason=state.ended_reason,
+        run_end=state.run_end,
+        window=state.window,
+        limits=state.limits,
+    )
+    path = snapshot_path(journal)
+    temporary = path.with_name(path.name + ".tmp")
+    # A full disk or any other failure costs a slower resume next time, never the run.
+    with contextlib.suppress(OSError):
+        temporary.write_text(snap.model_dump_json())
+        os.replace(temporary, path)
+
+
+def load(journal: Path) -> tuple[RunState, int, int] | None:
+    """The state the snapshot holds, with the offset and line count it folds; None when there
+    is none that belongs to this journal."""
+    try:
+        snap = Snapshot.model_validate_json(snapshot_path(journal).read_bytes())
+        with journal.open("rb") as f:
+            f.seek(max(0, snap.offset - snap.line_bytes))
+            line = f.read(snap.line_bytes)
+    except (OSError, ValidationError):
+        return None
+    if snap.format != SNAPSHOT_FORMAT or hashlib.sha256(line).hexdigest() != snap.line_sha256:
+        return None
+    view = ContextView(snap.messages, snap.masked, snap.cuts)
+    if snap.compaction is not None:
+        view.compact(*snap.compaction)
+    state = RunState(
+        started_at=snap.started_at,
+        session=snap.session,
+        session_open=snap.session_open,
+        session_turns=snap.session_turns,
+        total_turns=snap.total_turns,
+        total_prompt_tokens=snap.total_prompt_tokens,
+        total_completion_tokens=snap.total_completion_tokens,
+        restarts=snap.restarts,
+        ledger=snap.ledger,
+        view=view,
+        started_calls=set(snap.started_calls),
+        recent_replies=deque(snap.recent_replies, maxlen=RECENT),
+        wind_down_reply_tokens=snap.wind_down_reply_tokens,
+        wind_down_replies=snap.wind_down_replies,
+        ended_reason=snap.ended_reason,
+        run_end=snap.run_end,
+        window=snap.window,
+        limits=snap.limits,
+    )
+    return state, snap.offset, snap.lines
