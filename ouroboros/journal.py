@@ -28,9 +28,10 @@ def fold(path: Path) -> tuple[RunState, JsonlReader]:
 
 
 class Journal:
-    """Appends records to `path` (none: folded in memory only, for benches and tests)."""
+    """Appends records to `path` (none: folded in memory only, for benches and tests), each
+    fsync'ed unless not `durable` (a bench writing a long journal)."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, durable: bool = True):
         self.sinks: list[Sink] = []
         self.problems: list[Problem] = []
         self.torn_aside: Path | None = None
@@ -40,7 +41,7 @@ class Journal:
         if path is not None:
             with storage(path):
                 self.state, reader = fold(path)
-                self._writer = JsonlWriter(path, durable=True)
+                self._writer = JsonlWriter(path, durable)
             self.problems, self._lines = reader.problems, reader.line
             self.torn_aside = self._writer.torn_aside
 

@@ -1,8 +1,10 @@
-"""The run's state as it stood after a journal line, so a resume folds only what came after.
+"""The run's state as it stood right after a session start, so a resume folds only the records
+of the last session.
 
-Written at every session start (the state is small then: one session's opening), next to the
-journal. It is a cache: missing, unreadable, or not matching the journal's bytes at its offset,
-it is ignored and the whole journal is folded, which gives the same state.
+Written at every session start, next to the journal: the session's own state is then its opening
+messages, and the rest is the run's counters and ledger. It is a cache: missing, unreadable, or
+not matching the journal's bytes at its offset, it is ignored and the whole journal is folded,
+which gives the same state.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import RECENT
 from ouroboros.ledger import Ledger
 from ouroboros.messages import Message
-from ouroboros.records import EndReason, RunEnd, RunLimits, WindowFigures
+from ouroboros.records import RunEnd, RunLimits, WindowFigures
 from ouroboros.state import RunState
 
 SNAPSHOT_FORMAT = 1
@@ -35,22 +37,15 @@ class Snapshot(BaseModel):
     line_bytes: int
     started_at: float | None
     session: int
-    session_open: bool
-    session_turns: int
     total_turns: int
     total_prompt_tokens: int
     total_completion_tokens: int
     restarts: int
     ledger: Ledger
     messages: list[Message]
-    masked: list[str]
-    cuts: dict[str, int]
-    compaction: tuple[int, Message] | None
-    started_calls: list[str]
+    """The session's opening."""
     recent_replies: list[int]
     wind_down_reply_tokens: list[tuple[int, int]]
-    wind_down_replies: int | None
-    ended_reason: EndReason | None
     run_end: RunEnd | None
     window: WindowFigures | None
     limits: RunLimits | None
@@ -61,8 +56,8 @@ def snapshot_path(journal: Path) -> Path:
 
 
 def save(journal: Path, state: RunState, offset: int, lines: int, last_line: bytes) -> None:
-    """Replace the snapshot (atomically: a crash leaves the old one or the new one)."""
-    view = state.view
+    """Replace the snapshot (atomically: a crash leaves the old one or the new one) with
+    `state` as it is right after the session start record `last_line`."""
     snap = Snapshot(
         offset=offset,
         lines=lines,
@@ -70,22 +65,14 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
         line_bytes=len(last_line),
         started_at=state.started_at,
         session=state.session,
-        session_open=state.session_open,
-        session_turns=state.session_turns,
         total_turns=state.total_turns,
         total_prompt_tokens=state.total_prompt_tokens,
         total_completion_tokens=state.total_completion_tokens,
         restarts=state.restarts,
         ledger=state.ledger,
-        messages=view.history,
-        masked=sorted(view.masked_ids),
-        cuts=view.cuts,
-        compaction=(view.start, view.snapshot) if view.snapshot is not None else None,
-        started_calls=sorted(state.started_calls),
+        messages=state.view.history,
         recent_replies=list(state.recent_replies),
         wind_down_reply_tokens=state.wind_down_reply_tokens,
-        wind_down_replies=state.wind_down_replies,
-        ended_reason=state.ended_reason,
         run_end=state.run_end,
         window=state.window,
         limits=state.limits,
@@ -110,25 +97,18 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
         return None
     if snap.format != SNAPSHOT_FORMAT or hashlib.sha256(line).hexdigest() != snap.line_sha256:
         return None
-    view = ContextView(snap.messages, snap.masked, snap.cuts)
-    if snap.compaction is not None:
-        view.compact(*snap.compaction)
     state = RunState(
         started_at=snap.started_at,
         session=snap.session,
-        session_open=snap.session_open,
-        session_turns=snap.session_turns,
+        session_open=True,
         total_turns=snap.total_turns,
         total_prompt_tokens=snap.total_prompt_tokens,
         total_completion_tokens=snap.total_completion_tokens,
         restarts=snap.restarts,
         ledger=snap.ledger,
-        view=view,
-        started_calls=set(snap.started_calls),
+        view=ContextView(snap.messages),
         recent_replies=deque(snap.recent_replies, maxlen=RECENT),
         wind_down_reply_tokens=snap.wind_down_reply_tokens,
-        wind_down_replies=snap.wind_down_replies,
-        ended_reason=snap.ended_reason,
         run_end=snap.run_end,
         window=snap.window,
         limits=snap.limits,

@@ -1,0 +1,184 @@
+"""The journal: what a resume folds back is what the run had, from a snapshot or without one."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from ouroboros.journal import Journal, fold
+from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ouroboros.records import (
+    CallFigures,
+    Compaction,
+    Cut,
+    EndReason,
+    Mask,
+    MessageRecord,
+    Refused,
+    RunEnd,
+    RunStart,
+    SessionEnd,
+    SessionStart,
+    SideCall,
+    ToolStarted,
+    WindDown,
+    WindowFigures,
+)
+from ouroboros.snapshot import load, snapshot_path
+from ouroboros.state import RunState
+
+WINDOW = WindowFigures(
+    server="llama-server",
+    detail="test",
+    context_limit=8192,
+    prompt_budget=7000,
+    soft_line=4900,
+    hard_line=6300,
+    frame_tokens=7,
+)
+
+
+def usage(turn: int, prompt: int) -> CallFigures:
+    return CallFigures(
+        prompt_tokens=prompt,
+        completion_tokens=40 + turn,
+        source="server",
+        raw_prompt=prompt - 100,
+        raw_reply=35,
+        silent_truncation=False,
+        raw_kinds={"system": 400, "assistant": 30 * turn, "output:text": prompt - 500 - 30 * turn},
+        turn=turn,
+    )
+
+
+def step(journal: Journal, session: int, turn: int) -> str:
+    call = ToolCall(id=f"s{session}c{turn}", name="shell_exec", arguments='{"command": "ls"}')
+    reply = AssistantMessage(content=f"step {turn}", tool_calls=(call,))
+    journal.append(MessageRecord(session=session, message=reply, usage=usage(turn, 900 * turn)))
+    journal.append(ToolStarted(session=session, call_id=call.id, name=call.name))
+    result = ToolMessage(
+        tool_call_id=call.id, name=call.name, content=f"line {turn}\n" * 60, exit_code=0
+    )
+    journal.append(MessageRecord(session=session, message=result))
+    return call.id
+
+
+def session(journal: Journal, number: int, turns: int) -> list[str]:
+    opening = [SystemMessage(content="be useful"), UserMessage(content=f"Session {number}.")]
+    journal.append(SessionStart(session=number, reason="context_full", messages=opening))
+    return [step(journal, number, turn) for turn in range(1, turns + 1)]
+
+
+def a_run(path: Path) -> RunState:
+    """Every kind of record, two sessions, the second under way; the live state at the end."""
+    journal = Journal(path)
+    journal.append(RunStart(model="m", base_url="http://x/v1", window=WINDOW))
+    session(journal, 1, 4)
+    journal.append(SessionEnd(session=1, reason=EndReason.CONTEXT_FULL, turns=4))
+    journal.append(RunEnd(reason=EndReason.STOPPED, detail="stop requested (SIGTERM)"))
+    journal.append(RunStart(model="m", base_url="http://x/v1", resumed=True, window=WINDOW))
+    ids = session(journal, 2, 5)
+    journal.append(Mask(session=2, call_ids=ids[:2]))
+    journal.append(Cut(session=2, cuts={ids[4]: 300}))
+    snapshot = AssistantMessage(content="what I did so far")
+    journal.append(Compaction(session=2, start=4, snapshot=snapshot))
+    raw = {"system": 400, "output:text": 5000}
+    refused = Refused(
+        session=2,
+        prompt_tokens=9000,
+        completion_tokens=0,
+        source="refused",
+        raw_prompt=5400,
+        raw_reply=0,
+        silent_truncation=False,
+        raw_kinds=raw,
+    )
+    journal.append(refused)
+    journal.append(SideCall(session=2, usage=usage(5, 3000).model_copy(update={"purpose": "c"})))
+    notice = UserMessage(content="Save your state.", origin="wind_down")
+    journal.append(
+        WindDown(
+            session=2,
+            projected=6400,
+            hard_line=6300,
+            room=600,
+            reply_allowance=200,
+            turns_left=2,
+            message=notice,
+        )
+    )
+    step(journal, 2, 6)
+    journal.close()
+    return journal.state
+
+
+def figures(state: RunState) -> dict[str, Any]:
+    """Everything a resumed run decides from."""
+    view = state.view
+    return {
+        **{
+            f.name: getattr(state, f.name)
+            for f in dataclasses.fields(state)
+            if f.name not in ("view", "ledger")
+        },
+        "recent_replies": list(state.recent_replies),
+        "ledger": dataclasses.asdict(state.ledger),
+        "history": view.history,
+        "sent": view.messages(),
+        "raw_kinds": view.raw_kinds,
+        "masked": view.masked_ids,
+        "cuts": view.cuts,
+    }
+
+
+def test_a_resume_folds_back_what_the_run_had_with_and_without_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    live = figures(a_run(path))
+    assert snapshot_path(path).exists()
+    start = load(path)
+    assert start is not None
+    assert start[1] > 0  # the fold starts where the snapshot stands
+    from_snapshot, _ = fold(path)
+    assert figures(from_snapshot) == live
+    snapshot_path(path).unlink()
+    whole, _ = fold(path)
+    assert figures(whole) == live
+    assert live["session"] == 2
+    assert live["wind_down_replies"] == 1
+    assert live["cuts"]
+    assert live["masked"]
+
+
+def test_a_snapshot_of_another_journal_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    a_run(path)
+    kept = snapshot_path(path).read_bytes()
+    path.unlink()
+    journal = Journal(path)
+    journal.append(RunStart(model="m", base_url="http://x/v1"))
+    session(journal, 1, 2)
+    journal.close()
+    snapshot_path(path).write_bytes(kept)  # the older run's snapshot, next to a new journal
+    state, _ = fold(path)
+    assert (state.session, state.total_turns) == (1, 2)
+
+
+def test_a_bad_line_is_skipped_and_named_and_a_snapshot_spares_the_lines_before_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    live = figures(a_run(path))
+    data = path.read_bytes()
+    at = data.index(b'"tool_started"')  # in session 1, before the snapshot
+    path.write_bytes(data[:at] + b'"tool_startex"' + data[at + 14 :])
+    state, reader = fold(path)
+    assert reader.problems == []  # not read again
+    assert figures(state) == live
+    snapshot_path(path).unlink()
+    state, reader = fold(path)
+    assert [str(p)[:43] for p in reader.problems] == ["journal.jsonl, line 4: not a valid record ("]
+    assert str(reader.problems[0]).endswith("; skipped (the file keeps it)")
+    assert state.total_turns == 10
