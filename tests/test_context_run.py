@@ -8,6 +8,15 @@ from typing import Any
 
 import pytest
 
+from ouroboros.jsonl import JsonlReader
+from ouroboros.records import (
+    JOURNAL_RECORD,
+    MessageRecord,
+    RunEnd,
+    SessionEnd,
+    SessionStart,
+    WindDown,
+)
 from ouroboros.scripted import Reply, ScriptedServer, count_tokens, tool
 from ouroboros.servers import _ollama_counts_whole_prompt
 from tests.conftest import Project
@@ -47,6 +56,36 @@ def assert_decisions_agree(project: Project) -> None:
     events = [e["kind"] for e in project.events() if e["kind"] in DECISIONS.values()]
     assert journal == events
     assert [e["seq"] for e in project.events()] == sorted(e["seq"] for e in project.events())
+
+
+def assert_wind_downs_in_place(
+    project: Project, requests: list[dict[str, Any]], turns: int = 2
+) -> int:
+    """Each wind-down notice is the last message of the next request, right after the step that
+    crossed the line; the session then got exactly `turns` replies and ended for that (unless
+    the run stopped first). Returns how many there were."""
+    records = list(JsonlReader(project.state / "journal.jsonl").records(JOURNAL_RECORD))
+    notices = [r for r in records if isinstance(r, WindDown) and r.message is not None]
+    for notice in notices:
+        assert notice.message is not None
+        sent = [b for b in requests if b["messages"][-1]["content"] == notice.message.content]
+        assert len(sent) == 1, "a notice is sent last exactly once"
+        at = records.index(notice)
+        # Right after the step that crossed the line, or the opening of a session that starts
+        # past it (its carried step is big, the line low: the run's replies are long).
+        opening = isinstance(records[at - 1], SessionStart)
+        before = sent[0]["messages"][-2]
+        assert opening or before["role"] in ("tool", "assistant"), "not right after the step"
+        after = records[at + 1 :]
+        end = next((i for i, r in enumerate(after) if isinstance(r, SessionEnd | RunEnd)), None)
+        session = after if end is None else after[:end]
+        replies = [r for r in session if isinstance(r, MessageRecord) and r.usage is not None]
+        if end is not None and isinstance(after[end], SessionEnd):
+            assert len(replies) == turns
+            assert after[end].detail == "wind-down replies used"
+        else:
+            assert len(replies) <= turns
+    return len(notices)
 
 
 def tool_contents(body: dict[str, Any]) -> list[str]:
@@ -92,10 +131,7 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
 
     # Wind-down message, then the session ended and a second one began with a restart marker.
     assert len(project.events("wind_down")) == 2
-    wind_down_request = next(
-        b for b in requests if "Save what matters" in json.dumps(b["messages"][-1])
-    )
-    assert wind_down_request["messages"][-1]["role"] == "user"
+    assert assert_wind_downs_in_place(project, requests) == 2
     restarts = project.events("session_restart")
     assert len(restarts) == 1
     assert restarts[0]["session"] == 2
@@ -172,13 +208,16 @@ def test_silent_truncation_is_detected(project: Project) -> None:
     with ScriptedServer(replies, dialect="ollama", n_ctx=32768) as server:
         project.configure(server.url, supervisor={"max_total_turns": 6, "max_restarts": 0})
         result = project.run("run")
+        requests = server.chat_requests()
     assert result.returncode == 0, result.stderr
     warnings = project.events("silent_truncation")
     assert len(warnings) == 1
     assert warnings[0]["reported_prompt_tokens"] == 700
     assert warnings[0]["estimated_prompt_tokens"] > 1400
-    # Treated as over the hard threshold: the agent is told to wind down.
-    assert project.events("wind_down")
+    # Treated as over the hard threshold: the agent is told to wind down at once, after the
+    # step whose count was cut (the fourth reply and its result).
+    assert assert_wind_downs_in_place(project, requests) == 1
+    assert "Save what matters" in requests[4]["messages"][-1]["content"]
 
 
 def test_template_without_tools_is_no_silent_truncation(project: Project) -> None:
