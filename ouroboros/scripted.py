@@ -67,6 +67,8 @@ class Reply:
     """Report this instead of the real count (a lying or truncating server)."""
     completion_tokens: int | None = None
     delay_s: float = 0.0
+    stall_s: float = 0.0
+    """Pause this long in the middle of the stream, after the text (a reply cut short there)."""
     retry_after: str | None = None
     """With a non-200 status: the `Retry-After` header to send."""
     call_ids: tuple[str, ...] = ()
@@ -358,6 +360,7 @@ class _Stream:
         self.chunk({"role": "assistant", "content": None if llama else ""})
         for start in range(0, len(reply.text), 7):
             self.chunk({"content": reply.text[start : start + 7]})
+        time.sleep(reply.stall_s)
         if reply.stream_error is not None:
             self.event({"error": reply.stream_error})
             self.end()

@@ -80,9 +80,10 @@ def assert_wind_downs_in_place(
         end = next((i for i, r in enumerate(after) if isinstance(r, SessionEnd | RunEnd)), None)
         session = after if end is None else after[:end]
         replies = [r for r in session if isinstance(r, MessageRecord) and r.usage is not None]
-        if end is not None and isinstance(after[end], SessionEnd):
+        closing = after[end] if end is not None else None
+        if isinstance(closing, SessionEnd):
             assert len(replies) == turns
-            assert after[end].detail == "wind-down replies used"
+            assert closing.detail == "wind-down replies used"
         else:
             assert len(replies) <= turns
     return len(notices)
