@@ -27,7 +27,9 @@ from typing import Any, Literal
 
 from ouroboros.config import to_toml
 
-Dialect = Literal["ollama", "llama"]
+Dialect = Literal["ollama", "llama", "vllm", "lmstudio"]
+"""Whose discovery endpoints, overflow errors and stream shapes the server plays
+(../shared/reference/servers.md)."""
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _CALL_IDS = itertools.count(1)
 
@@ -187,10 +189,11 @@ class ScriptedServer:
                 return self._queue.popleft()
         return Reply(text="(the script has no more replies)")
 
-    def fit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    def fit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str | None]:
         """Prompt tokens as this server would count them, or the error it would send."""
         tokens = self.count(body)
-        if self.n_ctx is None or tokens < self.n_ctx:
+        reserve = int(body.get("max_tokens") or 0) if self.dialect == "vllm" else 0
+        if self.n_ctx is None or tokens + reserve < self.n_ctx:
             return tokens, None
         if self.dialect == "llama":
             return tokens, {
@@ -201,6 +204,23 @@ class ScriptedServer:
                 "n_prompt_tokens": tokens,
                 "n_ctx": self.n_ctx,
             }
+        if self.dialect == "vllm":  # it counts max_tokens against the window
+            return tokens, {
+                "message": f"You passed {tokens} input tokens and requested {reserve} output "
+                f"tokens. However, the model's context length is only {self.n_ctx} tokens, "
+                f"resulting in a maximum input length of {self.n_ctx - reserve} tokens. Please "
+                f"reduce the length of the input prompt. (parameter=input_tokens, value={tokens})",
+                "type": "BadRequestError",
+                "param": "input_tokens",
+                "code": 400,
+            }
+        if self.dialect == "lmstudio":  # a plain string
+            return tokens, (
+                f"Trying to keep the first {tokens} tokens when context the overflows. However, "
+                f"the model is loaded with context length of only {self.n_ctx} tokens, which is "
+                "not enough. Try to load the model with a larger context length, or provide a "
+                "shorter input"
+            )
         # Ollama: drop the oldest non-system messages until it fits, keep the last one; say nothing.
         messages = list(body["messages"])
         while self.count({**body, "messages": messages}) >= self.n_ctx and len(messages) > 2:
@@ -223,13 +243,17 @@ class ScriptedServer:
         return self.count({"messages": body["messages"][:shared]}) if shared else 0
 
     def native(self, path: str) -> dict[str, Any] | None:
-        """The non-OpenAI endpoints each server has (context discovery)."""
+        """The non-OpenAI endpoints each server has (context discovery), as servers.md has them."""
+        window = self.n_ctx or 4096
         if path == "/v1/models":
-            return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+            entry: dict[str, Any] = {"id": self.model, "object": "model"}
+            if self.dialect == "vllm":
+                entry["max_model_len"] = window
+            return {"object": "list", "data": [entry]}
         if self.dialect == "llama":
             if path == "/props":
                 return {
-                    "default_generation_settings": {"n_ctx": self.n_ctx or 4096},
+                    "default_generation_settings": {"n_ctx": window},
                     "total_slots": 1,
                     "chat_template_caps": {"supports_tools": self.renders_tools},
                     "build_info": "scripted",
@@ -237,12 +261,18 @@ class ScriptedServer:
             if path == "/health":
                 return {"status": "ok"}
             return None
+        if self.dialect == "lmstudio" and path == "/api/v1/models":
+            instance = {"id": self.model, "config": {"context_length": window}}
+            model = {"key": self.model, "max_context_length": 131072}
+            return {"models": [{**model, "loaded_instances": [instance]}]}
+        if self.dialect != "ollama":
+            return None
         if path == "/api/version":
             return {"version": self.ollama_version}
         if path == "/api/tags":
             return {"models": [{"name": self.model}]}
         if path == "/api/ps":
-            return {"models": [{"name": self.model, "context_length": self.n_ctx or 4096}]}
+            return {"models": [{"name": self.model, "context_length": window}]}
         return None
 
 
