@@ -182,6 +182,29 @@ def test_incremental_view_equals_the_pure_function(
     }
 
 
+@given(histories(), st.integers(0, 10_000), st.lists(st.integers(0, 300_000), max_size=4))
+@settings(max_examples=100, deadline=None)
+def test_mask_accounting_after_a_compaction(
+    history: list[Message], split: int, rounds: list[int]
+) -> None:
+    """What is sent after a compaction is priced right however many masks follow, on either
+    side of the snapshot, and a mask's projected tally is the tally it makes."""
+    view = ContextView(history)
+    calibration = Calibration()
+    view.compact(1 + split % max(len(history) - 1, 1), AssistantMessage(content="snapshot"))
+    every = [m.tool_call_id for m in history if isinstance(m, ToolMessage)]
+    for excess in rounds:
+        chosen = view.choose_masks(POLICY, calibration, excess) + every[: excess % 3]
+        expected = view.masked_tally(chosen)
+        view.mask(chosen)
+        assert {k: v for k, v in view.raw_kinds.items() if v} == {
+            k: v for k, v in expected.items() if v
+        }
+        assert {k: v for k, v in view.raw_kinds.items() if v} == {
+            k: v for k, v in tally(view.messages()).items() if v
+        }
+
+
 @given(st.text(min_size=0, max_size=3000), st.integers(256, 2000))
 @settings(max_examples=300, deadline=None)
 def test_cap_output_bounds_and_utf8(text: str, limit: int) -> None:
