@@ -26,6 +26,7 @@ from ouroboros.tools import ToolOutcome, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import Workspace
+from tests.conftest import wait_for
 
 LANDLOCK = sandbox.abi_version()
 
@@ -177,11 +178,10 @@ def nothing_outlives(command: str) -> Check:
         started = time.monotonic()
         shell(place, command.format(pids=pids))
         quick = time.monotonic() - started < 2.5
-        time.sleep(0.3)
         left = [int(p) for p in pids.read_text().split()] if pids.exists() else []
         alive_before = any(map(alive, left))
         place.runner.end_session()
-        time.sleep(0.3)
+        wait_for(lambda: not any(map(alive, left)), timeout=5)
         return quick and alive_before and not any(map(alive, left))
 
     return check

@@ -223,7 +223,7 @@ def test_server_down_for_a_while_then_back(project: Project) -> None:
     try:
         wait_for(lambda: server.chat_requests(), step=0.02)
         server.stop()
-        time.sleep(1.5)
+        wait_for(lambda: len(project.events("retry")) >= 2)  # it is waiting for the server
         server.start(port)
         _, stderr = process.communicate(timeout=40)
     finally:
@@ -377,13 +377,12 @@ def test_what_a_command_started_dies_with_a_killed_harness(project: Project) -> 
     replies = [
         Reply(tool_calls=[tool("shell_exec", command=f"sleep 300 & echo $! >> {pids}")]),
         Reply(tool_calls=[tool("shell_exec", command=f"setsid sleep 301 & echo $! >> {pids}")]),
-        Reply(tool_calls=[tool("shell_exec", command="sleep 60", timeout_s=60)]),
+        Reply(tool_calls=[tool("shell_exec", command="touch third; sleep 60", timeout_s=60)]),
     ]
     with ScriptedServer(replies) as server:
         project.configure(server.url, session={"shell_timeout_s": 60})
         harness = project.start("run", "--max-turns", "10")
-        wait_for(lambda: len(server.chat_requests()) >= 3)
-        time.sleep(0.5)  # the third command is running
+        wait_for((project.workspace / "third").exists)  # the third command is running
         started = [int(p) for p in pids.read_text().split()]
         assert len(started) == 2
         assert all(map(_alive, started))
