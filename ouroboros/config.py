@@ -56,7 +56,8 @@ class ContextSettings(_Section):
     limit: int = Field(0, ge=0)
     """Context window in tokens; 0 = ask the server."""
     soft_threshold: float = Field(0.70, gt=0, lt=1)
-    """Fraction of the limit where the oldest tool observations start to be masked."""
+    """Fraction of the prompt budget (the window less the reply's reserve and the safety margin)
+    where the oldest tool observations start to be masked."""
     hard_threshold: float = Field(0.90, gt=0, le=1)
     """Fraction of the prompt budget where, at the latest, the agent is told to save its state;
     the run places the line lower when its replies need more room (`context.winddown`)."""

@@ -14,12 +14,13 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import jsonlines
 from pydantic import TypeAdapter, ValidationError
 
 T = TypeVar("T")
@@ -72,8 +73,8 @@ def parse_object(raw: bytes) -> dict[str, Any] | None:
 
 @dataclass
 class JsonlReader:
-    """The complete lines of a file from a byte offset on, read as they are asked for; each
-    call goes on where the last stopped (a file that grows is followed this way)."""
+    """The complete lines of a file from a byte offset on, parsed (by jsonlines) as they are
+    asked for; each call goes on where the last stopped (a growing file is followed this way)."""
 
     path: Path
     offset: int = 0
@@ -82,9 +83,10 @@ class JsonlReader:
     problems: list[Problem] = field(default_factory=list)
     torn: bytes = b""
     """What follows the last newline: a line being written, or cut short by a crash."""
+    raw: bytes = b""
+    """The line the last value came from."""
 
-    def lines(self) -> Iterator[tuple[int, bytes]]:
-        """(line number, line) of each complete, non-blank line."""
+    def _complete_lines(self) -> Iterator[bytes]:
         try:
             f = self.path.open("rb")
         except FileNotFoundError:
@@ -98,31 +100,34 @@ class JsonlReader:
                     return
                 self.offset += len(raw)
                 self.line += 1
-                if raw.strip():
-                    yield self.line, raw
+                self.raw = raw
+                yield raw
 
-    def parse(self, number: int, raw: bytes) -> dict[str, Any] | None:
-        """Line `number` as a JSON object; None (and a problem noted) when it is not one."""
-        value = parse_object(raw)
-        if value is None:
-            self.problems.append(Problem(self.path, number, "not a JSON object"))
-        return value
+    def _parsed(self, loads: Callable[[str | bytes], Any], kind: type | None) -> Iterator[Any]:
+        first = self.line + 1
+        reader = jsonlines.Reader(self._complete_lines(), loads=loads)
+        while True:
+            try:
+                yield reader.read(type=kind, skip_empty=True)
+            except EOFError:
+                return
+            except jsonlines.InvalidLineError as e:
+                cause = e.__cause__
+                if isinstance(cause, ValidationError):
+                    error = cause.errors(include_url=False)[0]
+                    where = ".".join(str(part) for part in error["loc"])
+                    why = f"not a valid record ({where}: {error['msg']})"
+                else:
+                    why = "not a JSON object"
+                self.problems.append(Problem(self.path, first + e.lineno - 1, why))
 
     def objects(self) -> Iterator[dict[str, Any]]:
-        for number, raw in self.lines():
-            if (value := self.parse(number, raw)) is not None:
-                yield value
+        """Each line that is a JSON object."""
+        yield from self._parsed(json.loads, dict)
 
     def records(self, adapter: TypeAdapter[T]) -> Iterator[T]:
-        for number, raw in self.lines():
-            try:
-                yield adapter.validate_json(raw)
-            except ValidationError as e:
-                why = e.errors(include_url=False)[0]
-                where = ".".join(str(part) for part in why["loc"])
-                self.problems.append(
-                    Problem(self.path, number, f"not a valid record ({where}: {why['msg']})")
-                )
+        """Each line that is a valid record of `adapter`'s type."""
+        yield from self._parsed(adapter.validate_json, None)
 
 
 def read_objects(path: Path) -> tuple[list[dict[str, Any]], list[Problem]]:

@@ -147,6 +147,10 @@ class Window:
     async def manage(self) -> None:
         """Past the soft line, or (before a wind-down) past the hard line when it comes first:
         free room as configured (mask, or compact). Then wind down, or end when full."""
+        replies = self.state.wind_down_replies
+        if replies is not None and replies >= self.h.settings.session.wind_down_turns:
+            # Before freeing room: a session that ends needs none.
+            raise SessionEnded(EndReason.CONTEXT_FULL, "wind-down replies used")
         lines = self.lines()
         requested = self.compactor.requested()
         line, target, reason = self.room_wanted(lines)
@@ -178,8 +182,6 @@ class Window:
         ledger, budget = self.h.ledger, self.h.budget
         turns = self.h.settings.session.wind_down_turns
         replies = self.state.wind_down_replies
-        if replies is not None and replies >= turns:
-            raise SessionEnded(EndReason.CONTEXT_FULL, "wind-down replies used")
         if replies is not None:
             await self.room_for_replies(lines)
         projected = self.projected()

@@ -59,12 +59,11 @@ class Follower:
         ):
             self.reader = JsonlReader(self.path)
         self.inode = stat.st_ino
-        lines = []
-        for number, raw in self.reader.lines():
-            record = self.reader.parse(number, raw)
-            if record is not None:
-                lines.append(Line(raw.decode("utf-8", "replace").rstrip("\n"), record))
-        return lines
+        reader = self.reader
+        return [
+            Line(reader.raw.decode("utf-8", "replace").rstrip("\n"), record)
+            for record in reader.objects()
+        ]
 
 
 @dataclass
