@@ -85,7 +85,7 @@ from ouroboros.messages import (
     to_wire,
 )
 from ouroboros.records import CallFigures, EndReason, MaskReason, MessageRecord, WindowFigures
-from ouroboros.scripted import count_tokens
+from ouroboros.scripted_wire import count_tokens
 from ouroboros.session import Session
 from ouroboros.supervisor import Supervisor
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget

@@ -17,7 +17,7 @@ from ouroboros.demo import demo_dir, run_demo
 from ouroboros.jsonl import StorageFull
 from ouroboros.lock import RESUME_REQUEST, RunError, fresh_state
 from ouroboros.observe import status, tail
-from ouroboros.report import write_report
+from ouroboros.observe.report import write_report
 from ouroboros.supervisor import run_to_end
 
 EXIT_FATAL = 1

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
 from ouroboros.harness import Harness
-from ouroboros.llm import ContextOverflow, TransientError, retrying
+from ouroboros.llm import ContextOverflow, TransientError
 from ouroboros.records import Compaction, SideCall
+from ouroboros.retry import retrying
 from ouroboros.tokens import tally
 
 if TYPE_CHECKING:

@@ -15,9 +15,10 @@ from ouroboros.context.mask import MaskPolicy
 from ouroboros.events import EventLog
 from ouroboros.journal import Journal
 from ouroboros.ledger import Counting, Ledger
-from ouroboros.llm import Completion, LLMClient, Model, retrying
+from ouroboros.llm import Completion, LLMClient, Model
 from ouroboros.lock import RunError, started_mark
 from ouroboros.records import EndReason, WindowFigures
+from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, choose_window, discover
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.tools import ToolRunner, Tools, sandbox

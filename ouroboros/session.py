@@ -13,7 +13,7 @@ from functools import partial
 from ouroboros import prompts
 from ouroboros.harness import Harness, SessionEnded
 from ouroboros.ledger import Ledger
-from ouroboros.llm import Completion, ContextOverflow, retrying
+from ouroboros.llm import Completion, ContextOverflow
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.records import (
     CallFigures,
@@ -23,6 +23,7 @@ from ouroboros.records import (
     ToolRun,
     ToolStarted,
 )
+from ouroboros.retry import retrying
 from ouroboros.tools import Fit
 from ouroboros.window import Window
 

@@ -17,7 +17,8 @@ from ouroboros.records import (
     SessionStart,
     WindDown,
 )
-from ouroboros.scripted import Reply, ScriptedServer, count_tokens, tool
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.scripted_wire import count_tokens
 from ouroboros.servers import _ollama_counts_whole_prompt
 from tests.conftest import Project
 

@@ -15,9 +15,9 @@ from ouroboros.llm import (
     LLMClient,
     TransientError,
     overflow_from,
-    retrying,
 )
 from ouroboros.messages import Message, SystemMessage, UserMessage
+from ouroboros.retry import retrying
 from ouroboros.scripted import Reply, ScriptedServer, tool
 
 MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]

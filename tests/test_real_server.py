@@ -43,7 +43,7 @@ import pytest
 from ouroboros.config import LLMSettings, to_toml
 from ouroboros.journal import Journal
 from ouroboros.ledger import Counting, Ledger
-from ouroboros.llm import ContextOverflow, LLMClient, TransientError, retrying
+from ouroboros.llm import ContextOverflow, LLMClient, TransientError
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -54,6 +54,7 @@ from ouroboros.messages import (
     to_wire,
 )
 from ouroboros.records import MessageRecord
+from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, discover
 from ouroboros.tokens import Calibration, raw_estimate, tally
 from tests.conftest import Project
@@ -788,7 +789,7 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
 # --- per-kind calibration: tool outputs of clearly different token density ---------------------
 
 VOCABULARY = "ledger budget mask view journal retry stream window overflow compaction".split()
-SEEN_CODE = ("session", "supervisor", "report", "cli")
+SEEN_CODE = ("session", "supervisor", "journal", "cli")
 UNSEEN_CODE = ("observe/tail", "scripted", "llm", "servers")
 
 

@@ -69,13 +69,7 @@ class ContextView:
                 continue
             original = self.history[index]
             assert isinstance(original, ToolMessage)
-            replacement = masked(original)
-            cost = raw_estimate(replacement)
-            if index >= self.start:
-                self._add(content_kind(self.view[index]), -self.raw[index])
-                self._add(content_kind(replacement), cost)
-            self.raw[index] = cost
-            self.view[index] = replacement
+            self._replace(index, masked(original))
             self.masked_ids.add(call_id)
 
     def masked_tally(self, call_ids: Iterable[str]) -> RawTally:
@@ -104,13 +98,18 @@ class ContextView:
             assert isinstance(original, ToolMessage)
             # Its whole text was saved (by the session) where the cut marker says.
             saved = original.saved_to or saved_name(original.name, original.content)
-            replacement = shown(original.model_copy(update={"room_bytes": size, "saved_to": saved}))
-            cost = raw_estimate(replacement)
-            if index >= self.start:
-                self._add(content_kind(self.view[index]), -self.raw[index])
-                self._add(content_kind(replacement), cost)
-            self.raw[index] = cost
-            self.view[index] = replacement
+            self._replace(
+                index, shown(original.model_copy(update={"room_bytes": size, "saved_to": saved}))
+            )
+
+    def _replace(self, index: int, replacement: Message) -> None:
+        """Show `replacement` for history[index], keeping the raw tallies of what is sent."""
+        cost = raw_estimate(replacement)
+        if index >= self.start:
+            self._add(content_kind(self.view[index]), -self.raw[index])
+            self._add(content_kind(replacement), cost)
+        self.raw[index] = cost
+        self.view[index] = replacement
 
     def unseen(self) -> list[ToolMessage]:
         """The results the model has not been sent yet, as they are in the history."""

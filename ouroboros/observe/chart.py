@@ -1,0 +1,265 @@
+"""The report's chart: the context used by every model call, as inline SVG written here (no
+plotting library, no script, nothing fetched), with the lines the run recorded and its masks,
+wind-downs and restarts marked."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ouroboros.observe.run_data import Mark, RunData, SessionSummary
+from ouroboros.tokens import Budget
+
+ZONE_COLOUR = {"normal": "#2e9e44", "soft": "#d9a400", "hard": "#d62728", "over": "#7a0010"}
+DOTS_UP_TO = 400
+"""Beyond this many calls the chart draws the line without a dot per call."""
+MAX_LABELLED_RESTARTS = 20
+"""Beyond this many restarts the vertical lines go without their labels."""
+
+
+W, H = 1100, 470
+LEFT, RIGHT, TOP, BOTTOM = 78, 190, 44, 92
+
+
+def _nice_step(span: float, ticks: int) -> float:
+    raw = span / max(1, ticks)
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+
+
+def escape(text: object) -> str:
+    """Text for HTML and SVG: the run's own words are never markup."""
+    return html.escape(str(text), quote=True)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Maps calls and tokens to SVG coordinates."""
+
+    n: int
+    ymax: float
+
+    @property
+    def width(self) -> float:
+        return W - LEFT - RIGHT
+
+    @property
+    def height(self) -> float:
+        return H - TOP - BOTTOM
+
+    def x(self, index: float) -> float:
+        return LEFT + (index + 0.5) * self.width / self.n
+
+    def y(self, tokens: float) -> float:
+        return TOP + self.height * (1 - tokens / self.ymax)
+
+
+@dataclass(frozen=True)
+class Lines:
+    """Where the harness drew its lines, per context window: as the run recorded them (its
+    `context_window` events), else as the settings would place them."""
+
+    soft: float
+    hard: float
+    max_output: int
+    margin: float
+    recorded: dict[int, Budget] = field(default_factory=dict)
+
+    def budget(self, limit: int) -> Budget:
+        if limit in self.recorded:
+            return self.recorded[limit]
+        return Budget.for_window(limit, self.soft, self.hard, self.max_output, self.margin)
+
+    def levels(self, limit: int) -> list[tuple[str, int, str, str]]:
+        """(name, tokens, colour, dash) of each line, top to bottom."""
+        b = self.budget(limit)
+        soft, hard = b.soft_line / b.prompt_budget, b.hard_line / b.prompt_budget
+        return [
+            (f"window {limit:,}", limit, "#222", ""),
+            (f"prompt budget {b.prompt_budget:,}", b.prompt_budget, "#777", "2,3"),
+            (f"hard {hard:.0%}: {b.hard_line:,}", b.hard_line, "#d62728", "7,4"),
+            (f"soft {soft:.0%}: {b.soft_line:,}", b.soft_line, "#d9a400", "7,4"),
+        ]
+
+
+def _spread(ys: list[float], gap: float) -> list[float]:
+    """Push label positions apart (top to bottom) so no two overlap."""
+    out: list[float] = []
+    for y in ys:
+        out.append(max(y, out[-1] + gap) if out else y)
+    return out
+
+
+def _bands(f: Frame, sessions: list[SessionSummary]) -> Iterable[str]:
+    shown = [s for s in sessions if s.calls]
+    narrowest = min(f.x(s.calls[-1].index + 0.5) - f.x(s.calls[0].index - 0.5) for s in shown)
+    # One style of label for every band, or none (the table below names them all).
+    style = next(
+        (t for t in ("session {}", "s{}") if len(t.format(len(sessions))) * 7 < narrowest), ""
+    )
+    for i, s in enumerate(shown):
+        x0, x1 = f.x(s.calls[0].index - 0.5), f.x(s.calls[-1].index + 0.5)
+        fill = "#eef2f8" if i % 2 == 0 else "#f9fafc"
+        yield (
+            f'<rect x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{f.height}" '
+            f'fill="{fill}"/>'
+        )
+        label = style.format(s.number)
+        yield (
+            f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP - 8}" text-anchor="middle" '
+            f'class="band">{escape(label)}</text>'
+        )
+
+
+def _grid(f: Frame) -> Iterable[str]:
+    step = _nice_step(f.ymax, 6)
+    value = 0.0
+    while value <= f.ymax:
+        y = f.y(value)
+        yield f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+        yield f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{value:,.0f}</text>'
+        value += step
+    xstep = max(1, int(_nice_step(f.n, 10)))
+    for index in range(0, f.n + 1, xstep):
+        if index == 0:
+            continue
+        x = f.x(index - 1)
+        bottom = H - BOTTOM
+        yield f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{bottom}" y2="{bottom + 5}" class="axis"/>'
+        yield f'<text x="{x:.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{index}</text>'
+
+
+def _thresholds(f: Frame, sessions: list[SessionSummary], lines: Lines) -> Iterable[str]:
+    with_calls = [s for s in sessions if s.calls]
+    for s in with_calls:
+        x0, x1 = f.x(s.calls[0].index - 0.5), f.x(s.calls[-1].index + 0.5)
+        for name, tokens, colour, dash in lines.levels(s.calls[-1].limit):
+            y = f.y(tokens)
+            yield (
+                f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{colour}" '
+                f'stroke-width="1.5" stroke-dasharray="{dash}"><title>{escape(name)}</title></line>'
+            )
+    levels = lines.levels(with_calls[-1].calls[-1].limit)
+    for (name, _tokens, colour, _dash), y in zip(
+        levels, _spread([f.y(t) for _, t, _, _ in levels], 14), strict=True
+    ):
+        yield (
+            f'<text x="{W - RIGHT + 8}" y="{y + 4:.1f}" fill="{colour}" '
+            f'class="threshold">{escape(name)}</text>'
+        )
+
+
+def _verticals(f: Frame, marks: list[Mark]) -> Iterable[str]:
+    styles = {"session_restart": ("#6a3d9a", "", 1.6), "wind_down": ("#e8710a", "5,3", 1.4)}
+    labelled = -math.inf
+    restarts = sum(m.kind == "session_restart" for m in marks)
+    for m in marks:
+        if m.kind not in styles:
+            continue
+        colour, dash, width = styles[m.kind]
+        x = f.x(m.x)
+        yield (
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{H - BOTTOM}" stroke="{colour}" '
+            f'stroke-width="{width}" stroke-dasharray="{dash}">'
+            f"<title>{escape(m.label)}</title></line>"
+        )
+        if restarts > MAX_LABELLED_RESTARTS or x - labelled < 13:
+            continue  # too crowded to read: the line and the legend say enough
+        labelled = x
+        text = "restart" if m.kind == "session_restart" else "wind-down"
+        yield (
+            f'<text transform="translate({x - 4:.1f},{TOP + 6}) rotate(-90)" text-anchor="end" '
+            f'fill="{colour}" class="vlabel">{text}</text>'
+        )
+
+
+def _series(f: Frame, sessions: list[SessionSummary]) -> Iterable[str]:
+    dots = f.n <= DOTS_UP_TO
+    for s in sessions:
+        if not s.calls:
+            continue
+        points = " ".join(f"{f.x(c.index):.1f},{f.y(c.total):.1f}" for c in s.calls)
+        yield f'<polyline points="{points}" class="series"/>'
+        if not dots:
+            continue
+        for c in s.calls:
+            tip = (
+                f"call {c.index + 1}: session {c.session} turn {c.turn}, {c.total:,} of "
+                f"{c.limit:,} tokens ({c.total / max(1, c.limit):.0%}, {c.zone}, {c.source})"
+            )
+            yield (
+                f'<circle cx="{f.x(c.index):.1f}" cy="{f.y(c.total):.1f}" r="3.2" '
+                f'fill="{ZONE_COLOUR.get(c.zone, "#555")}"><title>{escape(tip)}</title></circle>'
+            )
+
+
+def _point_marks(f: Frame, data: RunData) -> Iterable[str]:
+    for m in data.marks:
+        x = f.x(m.x)
+        if m.kind == "context_mask" and 0 <= m.x < len(data.calls):
+            # Above its point; along the bottom when the points are too dense to tell apart.
+            y = f.y(data.calls[int(m.x)].total) - 8 if f.n <= DOTS_UP_TO else H - BOTTOM - 2
+            yield (
+                f'<path d="M{x - 4:.1f},{y - 6:.1f} h8 l-4,6 z" fill="#b0369c">'
+                f"<title>{escape(m.label)}</title></path>"
+            )
+        elif m.kind == "compaction":
+            yield (
+                f'<rect x="{x - 4:.1f}" y="{H - BOTTOM - 10}" width="8" height="8" '
+                f'fill="#1b9e77"><title>{escape(m.label)}</title></rect>'
+            )
+        elif m.kind in ("error", "context_overflow", "silent_truncation"):
+            yield (
+                f'<text x="{x:.1f}" y="{TOP + 14}" text-anchor="middle" class="bad">✕'
+                f"<title>{escape(m.label)}</title></text>"
+            )
+
+
+def _legend() -> str:
+    items = [
+        (f'<circle cx="6" cy="-4" r="4" fill="{ZONE_COLOUR[z]}"/>', z) for z in ZONE_COLOUR
+    ] + [
+        ('<path d="M2,-8 h8 l-4,6 z" fill="#b0369c"/>', "masked"),
+        ('<rect x="2" y="-8" width="8" height="8" fill="#1b9e77"/>', "compacted"),
+        (
+            '<line x1="6" x2="6" y1="-11" y2="3" stroke="#e8710a" stroke-dasharray="4,2"/>',
+            "wind-down",
+        ),
+        ('<line x1="6" x2="6" y1="-11" y2="3" stroke="#6a3d9a" stroke-width="2"/>', "restart"),
+        ('<text x="6" y="0" text-anchor="middle" class="bad">✕</text>', "error / overflow"),
+    ]
+    parts, x = [], LEFT
+    for symbol, name in items:
+        label = f'<text x="16" y="0">{escape(name)}</text>'
+        parts.append(f'<g transform="translate({x},{H - 18})">{symbol}{label}</g>')
+        x += 30 + 7 * len(name)
+    return "".join(parts)
+
+
+def chart_svg(data: RunData, lines: Lines) -> str:
+    """Context used by every model call of the run, with the lines and events that matter."""
+    if not data.calls:
+        return '<p class="empty">No model call recorded yet.</p>'
+    limits = [c.limit for c in data.calls]
+    f = Frame(len(data.calls), max(max(c.total for c in data.calls), *limits) * 1.06)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" '
+        f'height="{H}" role="img" aria-label="context used per model call">',
+        *_bands(f, data.sessions),
+        *_grid(f),
+        *_thresholds(f, data.sessions, lines),
+        *_verticals(f, data.marks),
+        *_series(f, data.sessions),
+        *_point_marks(f, data),
+        f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" class="axis"/>',
+        f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" class="axis"/>',
+        f'<text x="{LEFT + f.width / 2:.0f}" y="{H - BOTTOM + 40}" text-anchor="middle" '
+        f'class="title">model call (across the whole run)</text>',
+        f'<text transform="translate(18,{TOP + f.height / 2:.0f}) rotate(-90)" '
+        f'text-anchor="middle" class="title">tokens in the context (prompt + reply)</text>',
+        _legend(),
+        "</svg>",
+    ]
+    return "\n".join(parts)

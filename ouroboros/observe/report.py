@@ -1,0 +1,200 @@
+"""`report`: one self-contained HTML page about a run: how full the context was at every model
+call, where the harness masked, wound down and restarted, and a table per session. Its text is
+plain HTML a test can check; the lines are those the run recorded (its `context_window` events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ouroboros.config import Settings
+from ouroboros.observe.chart import Lines, chart_svg, escape
+from ouroboros.observe.run_data import RunData, SessionSummary, load
+from ouroboros.observe.status import duration
+from ouroboros.tokens import Budget
+
+NOTABLE = (
+    "warning",
+    "context_overflow",
+    "silent_truncation",
+    "blocked_command",
+    "retry",
+    "truncation",
+)
+MAX_NOTABLE_ROWS = 200
+
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px auto; max-width: 1120px; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
+.meta { color: #555; } .meta b { color: #222; }
+svg text { font: 11px system-ui, sans-serif; fill: #444; }
+svg .title { font-size: 12px; fill: #333; } svg .band { font-size: 12px; fill: #556; }
+svg .threshold { font-size: 11px; font-weight: 600; } svg .vlabel { font-size: 10px; }
+svg .bad { font-size: 14px; fill: #c00; font-weight: 700; }
+svg .grid { stroke: #dde1e7; } svg .axis { stroke: #444; }
+svg .series { fill: none; stroke: #2a5caa; stroke-width: 1.6; }
+table { border-collapse: collapse; margin-top: 8px; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: right; }
+th { background: #f3f5f8; } td.text, th.text { text-align: left; }
+.zone-normal { color: #2e9e44; } .zone-soft { color: #b08600; }
+.zone-hard { color: #d62728; } .zone-over { color: #7a0010; font-weight: 700; }
+.note { color: #666; font-size: 13px; }
+"""
+
+
+def _row(cells: Iterable[tuple[str, object]]) -> str:
+    return "<tr>" + "".join(f'<td class="{c}">{escape(v)}</td>' for c, v in cells) + "</tr>"
+
+
+def session_table(sessions: list[SessionSummary]) -> str:
+    head = (
+        "<tr><th>session</th><th class=text>started</th><th class=text>because</th>"
+        "<th>turns</th><th>prompt tokens</th><th>completion tokens</th><th>peak context</th>"
+        "<th>masks (results)</th><th>compactions</th><th>wind-downs</th>"
+        "<th class=text>ended</th></tr>"
+    )
+    rows = []
+    for s in sessions:
+        peak = s.peak
+        peak_text = f"{peak.total / max(1, peak.limit):.0%} ({peak.total:,})" if peak else "-"
+        cells: list[tuple[str, object]] = [
+            ("", s.number),
+            ("text", s.started[:19].replace("T", " ")),
+            ("text", s.start_reason),
+            ("", len(s.calls)),
+            ("", f"{s.prompt_tokens:,}"),
+            ("", f"{s.completion_tokens:,}"),
+            (f"zone-{peak.zone}" if peak else "", peak_text),
+            ("", f"{s.masks} ({s.masked_results})"),
+            ("", s.compactions),
+            ("", s.wind_downs),
+            ("text", " → ".join(s.ends) or "(still open)"),
+        ]
+        rows.append(_row(cells).replace("<tr>", '<tr class="session">', 1))
+    return f'<table id="sessions">{head}{"".join(rows)}</table>'
+
+
+def notable_table(events: list[dict[str, Any]]) -> str:
+    chosen = [
+        e
+        for e in events
+        if e.get("kind") in NOTABLE or (e.get("kind") == "run_end" and e.get("reason") == "error")
+    ]
+    if not chosen:
+        return '<p class="note">No errors, warnings, retries, overflows or blocked commands.</p>'
+    rows = [
+        _row(
+            [
+                ("text", str(e.get("ts", ""))[:19].replace("T", " ")),
+                ("text", e.get("kind")),
+                ("", e.get("session", "")),
+                ("text", _event_text(e)),
+            ]
+        )
+        for e in chosen[-MAX_NOTABLE_ROWS:]
+    ]
+    more = len(chosen) - MAX_NOTABLE_ROWS
+    note = f'<p class="note">{more} earlier ones left out.</p>' if more > 0 else ""
+    head = (
+        "<tr><th class=text>time (UTC)</th><th class=text>kind</th><th>session</th>"
+        "<th class=text>what</th></tr>"
+    )
+    return f'{note}<table id="notable">{head}{"".join(rows)}</table>'
+
+
+def _event_text(e: dict[str, Any]) -> str:
+    skip = {"v", "seq", "ts", "kind", "session", "message"}
+    fields = ", ".join(f"{k}={v}" for k, v in e.items() if k not in skip)
+    message = str(e.get("message", ""))
+    return f"{message} {fields}".strip()[:400]
+
+
+def _thousands(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _summary(data: RunData) -> str:
+    nothing: dict[str, Any] = {}
+    first = next((e for e in data.events if e["kind"] == "run_start"), nothing)
+    window = next((e for e in reversed(data.events) if e["kind"] == "context_window"), nothing)
+    end = next((e for e in reversed(data.events) if e["kind"] == "run_end"), None)
+    prompt = sum(c.prompt for c in data.calls)
+    completion = sum(c.completion for c in data.calls)
+    span = ""
+    if data.calls:
+        seconds = (
+            datetime.fromisoformat(data.calls[-1].ts) - datetime.fromisoformat(data.calls[0].ts)
+        ).total_seconds()
+        span = f" in {duration(seconds)}"
+    items = [
+        ("model", first.get("model", "?")),
+        (
+            "window",
+            f"{_thousands(window.get('context_limit'))} tokens ({window.get('server', '?')})",
+        ),
+        ("model calls", f"{len(data.calls):,}{span}"),
+        ("sessions", f"{len(data.sessions)} ({max(0, len(data.sessions) - 1)} restarts)"),
+        ("tokens", f"{prompt:,} prompt + {completion:,} completion"),
+        ("ended", f"{end.get('reason')}" if end else "not yet"),
+    ]
+    return (
+        "<p class=meta>" + " · ".join(f"{escape(k)} <b>{escape(v)}</b>" for k, v in items) + "</p>"
+    )
+
+
+def page(data: RunData, lines: Lines) -> str:
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>ouroboros run report: {escape(data.state_dir)}</title>
+<style>{CSS}</style></head>
+<body>
+<h1>ouroboros run report</h1>
+<p class=note>{escape(data.state_dir)}</p>
+{_summary(data)}
+<h2>Context used per model call</h2>
+<figure id="context-chart">{chart_svg(data, lines)}</figure>
+<p class=note>The lines are the harness's own: the prompt budget is the window less
+{lines.max_output:,} tokens kept for the reply and a {lines.margin:.0%} safety margin; masking
+starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard line
+({lines.hard:.0%}), as the run recorded them. Hover a point for its figures.</p>
+<h2>Sessions</h2>
+{session_table(data.sessions)}
+<h2>Errors, warnings and retries</h2>
+{notable_table(data.events)}
+{"".join(f"<p class=note>{escape(line)}</p>" for line in data.skipped)}
+</body></html>
+"""
+
+
+def lines_from(settings: Settings, events: list[dict[str, Any]]) -> Lines:
+    c = settings.context
+    recorded = {
+        int(e["context_limit"]): Budget(
+            int(e["context_limit"]),
+            int(e["prompt_budget"]),
+            int(e["soft_line"]),
+            int(e["hard_line"]),
+        )
+        for e in events
+        if e.get("kind") == "context_window" and e.get("prompt_budget")
+    }
+    return Lines(
+        c.soft_threshold,
+        c.hard_threshold,
+        settings.llm.max_output_tokens,
+        c.safety_margin,
+        recorded,
+    )
+
+
+def write_report(state_dir: Path, settings: Settings, out: Path | None = None) -> Path:
+    """Write the page (default `<state>/report.html`) and return where it went."""
+    target = out or state_dir / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = load(state_dir)
+    target.write_text(page(data, lines_from(settings, data.events)), encoding="utf-8")
+    return target
