@@ -68,6 +68,7 @@ class Compactor:
             return False
         figures = window.figures(completion, raw_request, self.state.session_turns, "compaction")
         self.h.journal.append(SideCall(session=self.state.session, usage=figures))
+        self.window.sent = None  # the server's cache now holds the snapshot's prompt
         snapshot = snapshot_message(completion.message.content)
         after = self.h.ledger.project(window.raw_prompt(view.compacted(split, snapshot)))
         if not completion.message.content.strip() or after >= before:

@@ -80,6 +80,8 @@ class Harness:
     tools_rendered: bool = True
     """False when the server drops the tool schemas: they then cost no prompt tokens."""
     policy: ContextPolicy = field(default_factory=Managed)
+    warned: set[str] = field(default_factory=set)
+    """Warnings given once a run, by name."""
 
     @property
     def ledger(self) -> Ledger:
@@ -115,6 +117,8 @@ async def discover_server(settings: Settings, client: LLMClient, log: EventLog) 
             "process, not those it took from its cache, so the harness estimates the context "
             "instead of measuring it (upgrade Ollama to 0.30.1 or later)",
         )
+    for warning in info.cache_warnings:
+        log.emit("warning", message=warning)
     if info.renders_tools is False:
         log.emit(
             "warning",

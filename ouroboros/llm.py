@@ -56,11 +56,23 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Prefill:
+    """How much of the prompt the server took from its prompt cache, and what the rest cost.
+    None where the server does not say (Ollama before cached-token details, LM Studio, vLLM
+    without `--enable-prompt-tokens-details`)."""
+
+    cached_tokens: int | None = None
+    processed_tokens: int | None = None
+    prefill_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class Completion:
     message: AssistantMessage
     finish_reason: str
     usage: Usage | None
     """None when the server reported nothing; the ledger then estimates."""
+    prefill: Prefill = Prefill()
 
 
 class Model(Protocol):
@@ -172,17 +184,24 @@ class _StreamState:
     finish_reason: str | None = None
     usage: Usage | None = None
     timings: Usage | None = None
+    prefill: Prefill = Prefill()
 
     def add_chunk(self, chunk: Any) -> None:
         if chunk.usage is not None and chunk.usage.prompt_tokens:
             # Never trust a 0 prompt count: old Ollama reported 0 on a cache hit.
-            self.usage = Usage(
-                chunk.usage.prompt_tokens, chunk.usage.completion_tokens or 0, "server"
-            )
+            prompt = chunk.usage.prompt_tokens
+            self.usage = Usage(prompt, chunk.usage.completion_tokens or 0, "server")
+            details = chunk.usage.prompt_tokens_details
+            cached = getattr(details, "cached_tokens", None)
+            if isinstance(cached, int) and self.prefill.cached_tokens is None:
+                self.prefill = Prefill(cached, max(prompt - cached, 0))
         timings = (chunk.model_extra or {}).get("timings")
         if isinstance(timings, dict) and "prompt_n" in timings:
-            prompt = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
-            self.timings = Usage(prompt, int(timings.get("predicted_n", 0)), "timings")
+            # llama-server's own account of this request's prefill: exact, and timed.
+            cached, processed = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
+            self.timings = Usage(processed + cached, int(timings.get("predicted_n", 0)), "timings")
+            ms = timings.get("prompt_ms")
+            self.prefill = Prefill(cached, processed, float(ms) if ms is not None else None)
         for choice in chunk.choices or ():
             delta = choice.delta
             if delta is not None:
@@ -209,7 +228,7 @@ class _StreamState:
             for i, b in sorted(self.calls.items())
         )
         message = AssistantMessage(content="".join(self.text), tool_calls=calls)
-        return Completion(message, self.finish_reason, self.usage or self.timings)
+        return Completion(message, self.finish_reason, self.usage or self.timings, self.prefill)
 
 
 class LLMClient:

@@ -96,6 +96,12 @@ class CallFigures(Measurement):
     finish_reason: str | None = None
     purpose: str | None = None
     """A call outside the conversation (`compaction`): no turn of its own."""
+    cached_tokens: int | None = None
+    """Prompt tokens the server took from its prompt cache (None: it did not say)."""
+    processed_tokens: int | None = None
+    """Prompt tokens it processed for this call: the prompt less the cached prefix."""
+    prefill_ms: float | None = None
+    """Time it spent processing them (llama-server's `timings.prompt_ms`)."""
 
 
 class WindowFigures(BaseModel):

@@ -98,8 +98,12 @@ class ScriptedServer:
         ollama_version: str = "0.33.0",
         counter: Counter | None = None,
         endpoints: Endpoints | None = None,
+        swa_full: bool = True,
     ):
         self.dialect = dialect
+        self.swa_full = swa_full
+        """False: as llama-server runs a sliding-window model without `--swa-full`, a request
+        that changes an earlier message is processed again from the start."""
         self.ollama_version = ollama_version
         """0.30.0 counts only the prompt tokens it had to process, as that release did."""
         self.n_ctx = n_ctx
@@ -110,7 +114,7 @@ class ScriptedServer:
         `/apply-template` and `/tokenize` of a real tokenizer."""
         self.count: Counter = counter or (lambda body: count_tokens(body, renders_tools))
         """How this server counts prompt tokens (default: word-level, `count_tokens`)."""
-        self._previous_prompt: list[Any] = []
+        self._previous_prompt: dict[str, Any] | None = None
         """The last request's messages: llama-server reuses their cached prefix."""
         self._responder: Responder | None = script if callable(script) else None
         self._queue: deque[Reply] = deque() if callable(script) else deque(script)
@@ -216,13 +220,17 @@ class ScriptedServer:
         """Tokens of the longest message prefix shared with the previous request (llama-server's
         prompt cache: `timings.cache_n`, `prompt_tokens_details.cached_tokens`)."""
         with self._lock:
-            previous, self._previous_prompt = self._previous_prompt, list(body["messages"])
+            previous, self._previous_prompt = self._previous_prompt, body
+        if previous is None or previous.get("tools") != body.get("tools"):
+            return 0
         shared = 0
-        for old, new in zip(previous, body["messages"], strict=False):
+        for old, new in zip(previous["messages"], body["messages"], strict=False):
             if old != new:
                 break
             shared += 1
-        return self.count({"messages": body["messages"][:shared]}) if shared else 0
+        if not self.swa_full and shared < len(previous["messages"]):
+            return 0
+        return self.count({**body, "messages": body["messages"][:shared]})
 
     def native(self, path: str) -> dict[str, Any] | None:
         """The non-OpenAI endpoints each server has (context discovery), as servers.md has them."""

@@ -33,6 +33,10 @@ def count_tokens(body: dict[str, Any], renders_tools: bool = True) -> int:
     return total
 
 
+PREFILL_MS_PER_TOKEN = 2.3
+"""What llama-server takes per prompt token on this project's 2-core machines (servers.md)."""
+
+
 class Handler(BaseHTTPRequestHandler):
     owner: ScriptedServer
     protocol_version = "HTTP/1.1"
@@ -166,15 +170,16 @@ class Stream:
         if isinstance(limit, int) and completion >= limit:
             completion, finish = limit, "length"  # stopped at max_tokens, as the real servers do
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else self.prompt
-        new_only = not llama and self.owner.ollama_version == "0.30.0"
-        cached = min(self.owner.cached_prefix(self.body), prompt) if llama or new_only else 0
+        dialect = self.owner.dialect
+        new_only = dialect == "ollama" and self.owner.ollama_version == "0.30.0"
+        cached = min(self.owner.cached_prefix(self.body), prompt)
         if new_only:
             prompt -= cached
         timings = {
             "cache_n": cached,
             "prompt_n": prompt - cached,
             "predicted_n": completion,
-            "prompt_ms": 1.0,
+            "prompt_ms": (prompt - cached) * PREFILL_MS_PER_TOKEN,
             "predicted_ms": 1.0,
         }
         wants_usage = (self.body.get("stream_options") or {}).get("include_usage")
@@ -188,11 +193,12 @@ class Stream:
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
             }
-            if llama:
+            if dialect in ("llama", "vllm"):  # vLLM: with --enable-prompt-tokens-details
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
             self.event({**self.base, "choices": [], "usage": usage, **extra})
         with self.owner._lock:
-            self.owner.reported.append({"prompt_tokens": prompt, "completion_tokens": completion})
+            figures = {"prompt_tokens": prompt, "completion_tokens": completion}
+            self.owner.reported.append(figures | {"cached_tokens": cached})
         self.end()
 
     def tool_calls(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ouroboros.cache_check import slots_warning
 from ouroboros.llm import FatalError, LLMClient, LLMError, TransientError
 
 ServerKind = Literal["ollama", "llama-server", "vllm", "lmstudio", "unknown"]
@@ -30,6 +31,8 @@ class ServerInfo:
     """Tokens the model's chat template puts around each message, where the server can say
     (llama-server's `/apply-template` and `/tokenize`): 4 to 6 with a template of special
     tokens, 15 with the ChatML fallback on a model whose vocabulary lacks them."""
+    cache_warnings: tuple[str, ...] = ()
+    """Settings of the server that defeat its prompt cache, with the flag to use."""
 
     @property
     def truncates_silently(self) -> bool:
@@ -119,12 +122,14 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
     if isinstance(props, dict) and "default_generation_settings" in props:
         n_ctx = props["default_generation_settings"].get("n_ctx")
         tools = (props.get("chat_template_caps") or {}).get("supports_tools")
+        slots = slots_warning(props)
         return ServerInfo(
             "llama-server",
             n_ctx,
             "llama-server /props n_ctx",
             tools if isinstance(tools, bool) else None,
             frame_tokens=await _llama_frame(client, root),
+            cache_warnings=(slots,) if slots else (),
         )
     lmstudio = await _get(client, f"{root}/api/v1/models")
     if isinstance(lmstudio, dict) and "models" in lmstudio:

@@ -122,6 +122,7 @@ class Session:
                 continue
             figures = self.window.figures(completion, raw_prompt, self.state.session_turns + 1)
             self.append(completion.message, figures)
+            self.window.check_cache(messages, figures)
             if figures.silent_truncation:
                 self.h.log.emit(
                     "silent_truncation",

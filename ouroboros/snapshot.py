@@ -22,9 +22,9 @@ from ouroboros.context.winddown import RECENT
 from ouroboros.ledger import Ledger
 from ouroboros.messages import Message
 from ouroboros.records import RunEnd, RunLimits, WindowFigures
-from ouroboros.state import RunState
+from ouroboros.state import PrefillTally, RunState
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 
 
 class Snapshot(BaseModel):
@@ -41,6 +41,7 @@ class Snapshot(BaseModel):
     total_prompt_tokens: int
     total_completion_tokens: int
     restarts: int
+    prefill: PrefillTally
     ledger: Ledger
     messages: list[Message]
     """The session's opening."""
@@ -69,6 +70,7 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
         total_prompt_tokens=state.total_prompt_tokens,
         total_completion_tokens=state.total_completion_tokens,
         restarts=state.restarts,
+        prefill=state.prefill,
         ledger=state.ledger,
         messages=state.view.history,
         recent_replies=list(state.recent_replies),
@@ -105,6 +107,7 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
         total_prompt_tokens=snap.total_prompt_tokens,
         total_completion_tokens=snap.total_completion_tokens,
         restarts=snap.restarts,
+        prefill=snap.prefill,
         ledger=snap.ledger,
         view=ContextView(snap.messages),
         recent_replies=deque(snap.recent_replies, maxlen=RECENT),

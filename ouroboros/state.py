@@ -16,6 +16,7 @@ from ouroboros.context.winddown import RECENT
 from ouroboros.ledger import Ledger
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.records import (
+    CallFigures,
     Compaction,
     Cut,
     EndReason,
@@ -36,6 +37,37 @@ from ouroboros.records import (
 
 
 @dataclass
+class PrefillTally:
+    """The server's prompt cache over the run, from the calls whose server said (`Prefill`)."""
+
+    calls: int = 0
+    cached_tokens: int = 0
+    processed_tokens: int = 0
+    timed_calls: int = 0
+    prefill_ms: float = 0.0
+
+    def add(self, figures: CallFigures) -> None:
+        if figures.cached_tokens is None or figures.processed_tokens is None:
+            return
+        self.calls += 1
+        self.cached_tokens += figures.cached_tokens
+        self.processed_tokens += figures.processed_tokens
+        if figures.prefill_ms is not None:
+            self.timed_calls += 1
+            self.prefill_ms += figures.prefill_ms
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of prompt tokens served from the cache; None when no server said."""
+        whole = self.cached_tokens + self.processed_tokens
+        return self.cached_tokens / whole if whole else None
+
+    @property
+    def mean_prefill_ms(self) -> float | None:
+        return self.prefill_ms / self.timed_calls if self.timed_calls else None
+
+
+@dataclass
 class RunState:
     started_at: float | None = None
     session: int = 0
@@ -45,6 +77,7 @@ class RunState:
     total_prompt_tokens: int = 0
     total_completion_tokens: int = 0
     restarts: int = 0
+    prefill: PrefillTally = field(default_factory=PrefillTally)
     ledger: Ledger = field(default_factory=Ledger)
     view: ContextView = field(default_factory=ContextView)
     """The current (or just ended) session: its messages, and what the model is sent of them."""
@@ -87,6 +120,7 @@ class RunState:
         if record.usage is not None:
             self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
             self.ledger.apply(record.usage)
+            self.prefill.add(record.usage)
 
     @apply.register
     def _(self, record: ToolStarted) -> None:
@@ -118,6 +152,7 @@ class RunState:
         # Tokens spent outside the conversation: no turn, no anchor.
         self.total_prompt_tokens += record.usage.prompt_tokens
         self.total_completion_tokens += record.usage.completion_tokens
+        self.prefill.add(record.usage)
 
     @apply.register
     def _(self, record: SessionEnd) -> None:

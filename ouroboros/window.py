@@ -8,9 +8,10 @@ the results the model has not seen are cut too. Every decision is journalled bef
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from ouroboros import prompts
+from ouroboros.cache_check import reuse_warning, shared_tokens
 from ouroboros.compaction import Compactor
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.truncate import shown
@@ -18,7 +19,7 @@ from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import WindDownLine, place
 from ouroboros.harness import Harness, SessionEnded, reported
 from ouroboros.llm import Completion
-from ouroboros.messages import ToolMessage, UserMessage
+from ouroboros.messages import Message, ToolMessage, UserMessage
 from ouroboros.records import (
     CallFigures,
     Cut,
@@ -45,6 +46,9 @@ class Window:
         self.schemas = harness.tools.schemas()
         self.schema_raw = tools_estimate(self.schemas) if harness.tools_rendered else 0
         self.compactor = Compactor(harness, self)
+        self.sent: tuple[list[Message], int] | None = None
+        """The last request of the conversation and its prompt tokens; None after a call the
+        server's cache saw in between (a compaction's)."""
 
     @property
     def view(self) -> ContextView:
@@ -229,6 +233,17 @@ class Window:
             chosen = self.view.choose_masks(relaxed, self.h.ledger.calibration, short)
             await self.mask(chosen, MaskReason.WIND_DOWN_ROOM)
 
+    def check_cache(self, messages: list[Message], figures: CallFigures) -> None:
+        """Once a run: say so when the server processed again what it should have kept."""
+        before, self.sent = self.sent, (messages, figures.prompt_tokens)
+        if before is None or figures.cached_tokens is None or "cache" in self.h.warned:
+            return
+        price = self.h.ledger.calibration.message_tokens
+        shared = shared_tokens(*before, messages, price)
+        if (warning := reuse_warning(figures.cached_tokens, shared)) is not None:
+            self.h.warned.add("cache")
+            self.h.log.emit("warning", message=warning, session=self.state.session)
+
     def zone(self, used: int, truncated: bool) -> Zone:
         """Where a call's tokens fall against the lines in force. After a suspected truncation
         the window is taken as full; a wind-down is `hard` even when masking for the promised
@@ -256,4 +271,5 @@ class Window:
             zone=self.zone(m.prompt_tokens + m.completion_tokens, m.silent_truncation),
             finish_reason=completion.finish_reason,
             purpose=purpose,
+            **asdict(completion.prefill),
         )

@@ -168,6 +168,7 @@ class RealServer:
         model: Path | None = None,
         binary: Path | None = None,
         extra_args: Sequence[str] = (),
+        swa_full: bool = True,
         log_path: Path | None = None,
     ):
         self.ctx = ctx
@@ -175,6 +176,7 @@ class RealServer:
         self._model = model
         self._binary = binary
         self.extra_args = list(extra_args)
+        self.swa_full = swa_full
         self.log_path = log_path or Path(tempfile.gettempdir()) / f"llama-server-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -215,6 +217,9 @@ class RealServer:
             # (Firecracker guests here), the repacked AMX kernels die with SIGILL or SIGSEGV on
             # the first matmul. The plain AVX kernels cost little for a 270M model.
             "--no-repack",
+            # Gemma 3 uses a sliding window: without the full cache, a change before the end of
+            # a prompt (a masking round) is processed again from the start.
+            *(["--swa-full"] if self.swa_full else []),
             *self.extra_args,
         ]  # fmt: skip
 

@@ -154,6 +154,19 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
         assert not pending
     usage = project.usage()
     assert max(u["prompt_tokens"] for u in usage) < 4096 - 256
+    assert not [w for w in project.events("warning") if "swa-full" in w["message"]]
+
+
+def test_a_server_that_drops_its_cache_after_a_change_is_named_once(project: Project) -> None:
+    """A sliding-window model on llama-server without --swa-full processes the whole prompt
+    again after every masking round: the run says so once, with the flag, from the figures."""
+    fill_workspace(project, words=200)
+    with ScriptedServer(reader(), dialect="llama", n_ctx=4096, swa_full=False) as server:
+        project.configure(server.url, supervisor={"max_restarts": 1, "max_total_turns": 100})
+        project.run("run")
+    warnings = [w for w in project.events("warning") if "swa-full" in w["message"]]
+    assert len(warnings) == 1
+    assert project.events("context_mask")[0]["seq"] < warnings[0]["seq"]
 
 
 def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Project) -> None:

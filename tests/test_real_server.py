@@ -391,6 +391,20 @@ def settings_for(server: Any, **values: Any) -> LLMSettings:
 # --- the tests -----------------------------------------------------------------------------------
 
 
+def test_settings_that_defeat_the_prompt_cache_are_named_with_their_flag(
+    tmp_path: Path,
+) -> None:
+    """Two slots and a sliding-window model (Gemma 3) without --swa-full: discovery says both,
+    each with the flag to use; the swa probe measures what the server really kept."""
+    log = tmp_path / "server.log"
+    extra = ["--threads", "1", "--parallel", "2"]
+    with real_server.RealServer(ctx=N_CTX, extra_args=extra, swa_full=False, log_path=log) as bad:
+        info = discovered(bad)
+    slots, reuse = info.cache_warnings
+    assert "2 slots" in slots and "--parallel 1" in slots
+    assert "--swa-full" in reuse and "reused" in reuse
+
+
 def test_stream_shape_and_props(live: Any) -> None:
     """The wire facts the harness relies on, as this llama-server sends them."""
     root = live.root_url
@@ -482,6 +496,7 @@ def discovered(live: Any) -> ServerInfo:
 def test_discovery_finds_n_ctx(live: Any) -> None:
     info = discovered(live)
     assert info.kind == "llama-server"
+    assert info.cache_warnings == ()  # one slot, --swa-full: the cache holds
     assert info.frame_tokens is not None
     assert info.context_window == N_CTX
     # The template's tokens around a message, as the server itself counts a prompt: this GGUF

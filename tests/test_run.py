@@ -86,6 +86,36 @@ def test_llama_timings_used_when_usage_missing(project: Project) -> None:
     assert usage[0]["prompt_tokens"] == reported[0]["prompt_tokens"]
 
 
+@pytest.mark.parametrize("dialect", ["llama", "vllm", "ollama"])
+def test_prompt_cache_figures_are_logged_as_the_server_reports_them(
+    project: Project, dialect: str
+) -> None:
+    """llama-server (`timings`, with the prefill time) and vLLM (`cached_tokens`) say how much of
+    each prompt their cache held; Ollama says nothing, and nothing is made up for it. `status`
+    and `tail` show the share cached."""
+    script = [Reply(tool_calls=[tool("list_dir", path=".")]) for _ in range(3)]
+    with ScriptedServer(script, dialect=dialect) as server:  # type: ignore[arg-type]
+        project.configure(server.url)
+        project.run("run", "--max-turns", "3")
+        reported = server.reported
+    usage = project.usage()
+    status = project.run("status").stdout
+    tail = project.run("tail").stdout
+    if dialect == "ollama":
+        assert all("cached_tokens" not in u and "processed_tokens" not in u for u in usage)
+        assert "not reported by the server" in status
+        return
+    assert [u["cached_tokens"] for u in usage] == [r["cached_tokens"] for r in reported]
+    assert usage[0]["cached_tokens"] == 0 and usage[2]["cached_tokens"] > 0  # appends only
+    for u in usage:
+        assert u["processed_tokens"] == u["prompt_tokens"] - u["cached_tokens"]
+        assert ("prefill_ms" in u) == (dialect == "llama")
+    cached = sum(u["cached_tokens"] for u in usage)
+    share = cached / sum(u["prompt_tokens"] for u in usage)
+    assert f"{share:.0%} of prompt tokens cached over 3 calls" in status
+    assert f"cache {usage[2]['cached_tokens'] / usage[2]['prompt_tokens']:.0%}" in tail
+
+
 def test_malformed_tool_arguments_become_a_result(project: Project) -> None:
     script = [
         Reply(tool_calls=[("shell_exec", '{"command": "ls')]),

@@ -32,7 +32,21 @@ def usage_text(r: dict[str, Any]) -> Text:
         f"of {figure(r.get('prompt_budget', r.get('context_limit')))}"
     )
     text.append(f" ({r.get('source')})", style="dim")
+    if (cache := cache_text(r)) is not None:
+        text.append(f" {cache}", style="dim")
     return text
+
+
+def cache_text(r: dict[str, Any]) -> str | None:
+    """What the server's prompt cache did for a call: the share of the prompt it held, and the
+    tokens processed (in how long), where the server said."""
+    cached, processed = r.get("cached_tokens"), r.get("processed_tokens")
+    if cached is None or processed is None:
+        return None
+    share = cached / (cached + processed) if cached + processed else 0.0
+    ms = r.get("prefill_ms")
+    timed = f" in {ms / 1000:.1f} s" if ms is not None else ""
+    return f"cache {share:.0%}, processed {figure(processed)}{timed}"
 
 
 Describe = Callable[[dict[str, Any]], str]

@@ -12,7 +12,7 @@ from typing import Any
 
 from ouroboros.config import Settings
 from ouroboros.observe.chart import Lines, chart_svg, escape
-from ouroboros.observe.run_data import RunData, SessionSummary, load
+from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
 from ouroboros.observe.status import duration
 from ouroboros.tokens import Budget
 
@@ -54,7 +54,7 @@ def session_table(sessions: list[SessionSummary]) -> str:
     head = (
         "<tr><th>session</th><th class=text>started</th><th class=text>because</th>"
         "<th>turns</th><th>prompt tokens</th><th>completion tokens</th><th>peak context</th>"
-        "<th>masks (results)</th><th>compactions</th><th>wind-downs</th>"
+        "<th>cache hit</th><th>masks (results)</th><th>compactions</th><th>wind-downs</th>"
         "<th class=text>ended</th></tr>"
     )
     rows = []
@@ -69,6 +69,7 @@ def session_table(sessions: list[SessionSummary]) -> str:
             ("", f"{s.prompt_tokens:,}"),
             ("", f"{s.completion_tokens:,}"),
             (f"zone-{peak.zone}" if peak else "", peak_text),
+            ("", _cache_cell(cache_figures(s.calls))),
             ("", f"{s.masks} ({s.masked_results})"),
             ("", s.compactions),
             ("", s.wind_downs),
@@ -113,6 +114,13 @@ def _event_text(e: dict[str, Any]) -> str:
     return f"{message} {fields}".strip()[:400]
 
 
+def _cache_cell(figures: tuple[float, float | None] | None) -> str:
+    if figures is None:
+        return "-"
+    share, ms = figures
+    return f"{share:.0%}" + (f", {ms / 1000:.1f} s prefill per call" if ms is not None else "")
+
+
 def _thousands(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
@@ -139,6 +147,7 @@ def _summary(data: RunData) -> str:
         ("model calls", f"{len(data.calls):,}{span}"),
         ("sessions", f"{len(data.sessions)} ({max(0, len(data.sessions) - 1)} restarts)"),
         ("tokens", f"{prompt:,} prompt + {completion:,} completion"),
+        ("prompt cache", _cache_cell(cache_figures(data.calls))),
         ("ended", f"{end.get('reason')}" if end else "not yet"),
     ]
     return (

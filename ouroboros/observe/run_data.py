@@ -24,10 +24,25 @@ class Call:
     limit: int
     zone: str
     source: str
+    cached: int | None = None
+    processed: int | None = None
+    prefill_ms: float | None = None
 
     @property
     def total(self) -> int:
         return self.prompt + self.completion
+
+
+def cache_figures(calls: list[Call]) -> tuple[float, float | None] | None:
+    """The share of prompt tokens the server's cache held, and the mean prefill time in ms,
+    over the calls whose server said; None when none did."""
+    known = [c for c in calls if c.cached is not None and c.processed is not None]
+    cached = sum(c.cached or 0 for c in known)
+    whole = cached + sum(c.processed or 0 for c in known)
+    if not whole:
+        return None
+    timed = [c.prefill_ms for c in known if c.prefill_ms is not None]
+    return cached / whole, (sum(timed) / len(timed) if timed else None)
 
 
 @dataclass
@@ -89,6 +104,9 @@ def _call(index: int, r: dict[str, Any]) -> Call:
         int(r.get("context_limit", 0)),
         str(r.get("zone", "normal")),
         str(r.get("source", "")),
+        r.get("cached_tokens"),
+        r.get("processed_tokens"),
+        r.get("prefill_ms"),
     )
 
 

@@ -26,7 +26,7 @@ from ouroboros.journal import fold
 from ouroboros.jsonl import last_line
 from ouroboros.observe.describe import ZONE_STYLE, bar, figure
 from ouroboros.records import EndReason, RunLimits
-from ouroboros.state import RunState
+from ouroboros.state import PrefillTally, RunState
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,16 @@ def _context(usage: dict[str, Any] | None) -> Text:
     return text
 
 
+def _cache(prefill: PrefillTally) -> Text:
+    rate = prefill.hit_rate
+    if rate is None:
+        return Text("not reported by the server", style="dim")
+    text = f"{rate:.0%} of prompt tokens cached over {prefill.calls:,} calls"
+    if (ms := prefill.mean_prefill_ms) is not None:
+        text += f", prefill {ms / 1000:.1f} s per call"
+    return Text(text)
+
+
 def render_status(snap: Snapshot, settings: Settings) -> Panel:
     st = snap.state
     grid = Table.grid(padding=(0, 2))
@@ -173,6 +183,7 @@ def render_status(snap: Snapshot, settings: Settings) -> Panel:
         f"{st.total_prompt_tokens:,} prompt + {st.total_completion_tokens:,} completion "
         f"= {st.total_tokens:,}",
     )
+    grid.add_row("prompt cache", _cache(st.prefill))
     grid.add_row("last model call", _age(snap.usage.get("ts") if snap.usage else None, snap.now))
     end = st.run_end
     if end is not None and end.reason == EndReason.ERROR:
