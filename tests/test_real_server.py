@@ -40,6 +40,7 @@ import anyio
 import openai
 import pytest
 
+from ouroboros.cache_check import reuse_warning
 from ouroboros.config import LLMSettings, to_toml
 from ouroboros.journal import Journal
 from ouroboros.ledger import Counting, Ledger
@@ -391,18 +392,58 @@ def settings_for(server: Any, **values: Any) -> LLMSettings:
 # --- the tests -----------------------------------------------------------------------------------
 
 
+def cache_after_a_change(server: Any) -> tuple[int, int]:
+    """(cached, shared) of a request whose prompt differs from the one before from its middle
+    on: what the server says it kept, and the tokens the two prompts share (its tokenizer)."""
+    words = [f"w{i}" for i in range(400)]  # ~1,500 tokens: past Gemma 3's sliding window
+    changed = [*words[:200], "changed", *words[201:]]
+    prompts = [[UserMessage(content=" ".join(text))] for text in (words, changed)]
+
+    def tokens(messages: list[Message]) -> list[int]:
+        prompt = post(
+            f"{server.root_url}/apply-template", {"messages": [to_wire(m) for m in messages]}
+        )
+        answer = post(
+            f"{server.root_url}/tokenize", {"content": prompt["prompt"], "add_special": True}
+        )
+        return list(answer["tokens"])
+
+    async def ask() -> int:
+        llm = LLMClient(settings_for(server, max_output_tokens=16))
+        try:
+            await llm.complete(prompts[0], [])
+            after = await llm.complete(prompts[1], [])
+        finally:
+            await llm.aclose()
+        assert after.prefill.cached_tokens is not None
+        return after.prefill.cached_tokens
+
+    first, second = (tokens(p) for p in prompts)
+    shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    return anyio.run(ask), shared
+
+
 def test_settings_that_defeat_the_prompt_cache_are_named_with_their_flag(
-    tmp_path: Path,
+    live: Any, tmp_path: Path
 ) -> None:
-    """Two slots and a sliding-window model (Gemma 3) without --swa-full: discovery says both,
-    each with the flag to use; the swa probe measures what the server really kept."""
+    """Two slots, and Gemma 3 (a sliding-window model) without --swa-full: discovery names the
+    slots; the figures of a call after a change show the dropped cache, which the run names
+    with --swa-full. The module's server (one slot, --swa-full) keeps its cache."""
+    cached, shared = cache_after_a_change(live)
+    assert shared > 512
+    assert cached >= shared * 0.9
+    assert reuse_warning(cached, shared) is None
     log = tmp_path / "server.log"
     extra = ["--threads", "1", "--parallel", "2"]
-    with real_server.RealServer(ctx=N_CTX, extra_args=extra, swa_full=False, log_path=log) as bad:
-        info = discovered(bad)
-    slots, reuse = info.cache_warnings
-    assert "2 slots" in slots and "--parallel 1" in slots
-    assert "--swa-full" in reuse and "reused" in reuse
+    with real_server.RealServer(2 * N_CTX, extra_args=extra, swa_full=False, log_path=log) as bad:
+        (slots,) = discovered(bad).cache_warnings
+        cached, shared = cache_after_a_change(bad)
+    assert "2 slots" in slots
+    assert "--parallel 1" in slots
+    assert cached < shared / 4
+    warning = reuse_warning(cached, shared)
+    assert warning is not None
+    assert "--swa-full" in warning
 
 
 def test_stream_shape_and_props(live: Any) -> None:

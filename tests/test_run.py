@@ -106,7 +106,8 @@ def test_prompt_cache_figures_are_logged_as_the_server_reports_them(
         assert "not reported by the server" in status
         return
     assert [u["cached_tokens"] for u in usage] == [r["cached_tokens"] for r in reported]
-    assert usage[0]["cached_tokens"] == 0 and usage[2]["cached_tokens"] > 0  # appends only
+    assert usage[0]["cached_tokens"] == 0
+    assert usage[2]["cached_tokens"] > 0  # appends only
     for u in usage:
         assert u["processed_tokens"] == u["prompt_tokens"] - u["cached_tokens"]
         assert ("prefill_ms" in u) == (dialect == "llama")
