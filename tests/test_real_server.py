@@ -397,7 +397,7 @@ def cache_after_a_change(server: Any) -> tuple[int, int]:
     on: what the server says it kept, and the tokens the two prompts share (its tokenizer)."""
     words = [f"w{i}" for i in range(400)]  # ~1,500 tokens: past Gemma 3's sliding window
     changed = [*words[:200], "changed", *words[201:]]
-    prompts = [[UserMessage(content=" ".join(text))] for text in (words, changed)]
+    prompts: list[list[Message]] = [[UserMessage(content=" ".join(t))] for t in (words, changed)]
 
     def tokens(messages: list[Message]) -> list[int]:
         prompt = post(
