@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from floor import StepTokens, sessions_keeping_recent
+from prefill import prefill
 
 import ouroboros
 from ouroboros import prompts
@@ -375,7 +376,9 @@ def project(keep: Path | None, name: str) -> Iterator[Path]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def replay(path: Path, window: int, tokens: ByteTokens, keep: Path | None) -> Run:
+def replay(
+    path: Path, window: int, tokens: ByteTokens, keep: Path | None, context: dict[str, Any]
+) -> Run:
     steps = load_steps(path)
     task = path.with_name(path.name.removesuffix(".jsonl") + ".task.md")
     with project(keep, f"{path.stem}-{window}") as root:
@@ -390,12 +393,13 @@ def replay(path: Path, window: int, tokens: ByteTokens, keep: Path | None) -> Ru
         config = quick_config(
             server.start(),
             llm={"max_output_tokens": MAX_OUTPUT},
-            context={"limit": window},
+            context={"limit": window, **context},
             session={"shell_timeout_s": 30},
             supervisor={"max_total_turns": 3 * len(steps) + 30},
         )
         (root / "config.toml").write_text(config)
         env = {k: v for k, v in os.environ.items() if not k.startswith("OUROBOROS_")}
+        env["PYTHONWARNINGS"] = "ignore"
         started = time.monotonic()
         with (root / "run.log").open("w") as log:
             subprocess.run(
@@ -437,9 +441,9 @@ def read_journal(run: Run, records: Iterable[JournalRecord]) -> None:
 # --- the measures -----------------------------------------------------------------------------
 
 
-def floor(run: Run) -> int:
-    """`floor.sessions_keeping_recent` with the real counts of the trajectory as served."""
-    t, tokens, lines = run.trajectory, run.trajectory.tokens, budget(run.window)
+def step_tokens(run: Run) -> tuple[int, list[StepTokens]]:
+    """What every session's prompt holds before its first turn, and each step's tokens."""
+    t, tokens = run.trajectory, run.trajectory.tokens
     again = tokens.message({"role": "user", "content": prompts.CONTINUE})
 
     def figures(index: int, step: Step) -> StepTokens:
@@ -452,9 +456,29 @@ def floor(run: Run) -> int:
 
     first = run.requests[0]
     fixed = tokens.prompt({"tools": first["tools"], "messages": first["messages"][:2]})
-    steps = [figures(i, s) for i, s in enumerate(t.steps)]
+    return fixed, [figures(i, s) for i, s in enumerate(t.steps)]
+
+
+def floor(run: Run) -> int:
+    """`floor.sessions_keeping_recent` with the real counts of the trajectory as served."""
+    lines = budget(run.window)
+    fixed, steps = step_tokens(run)
     policy = mask_policy(DEFAULTS, lines)
     return sessions_keeping_recent(steps, fixed, lines.prompt_budget, policy)
+
+
+def append_only(run: Run) -> int:
+    """What an unmanaged agent with an unlimited window makes the server process: each token
+    of its one growing prompt once (the results at the normal cap, as the runner keeps them)."""
+    fixed, steps = step_tokens(run)
+    return fixed + sum(s.prompt + sum(whole for whole, _ in s.results) for s in steps)
+
+
+def prefill_figures(run: Run) -> Counter[str]:
+    p = prefill(run.requests, run.trajectory.tokens.prompt)
+    n = Counter(processed=p.processed, bound=append_only(run), breaks=p.breaks)
+    n.update({"processed at restarts": p.at_restarts, "processed at breaks": sum(p.after_breaks)})
+    return n
 
 
 def result_at_cap(step: Step, cap: int) -> ToolMessage:
@@ -650,7 +674,8 @@ def measure(run: Run) -> Result:
         finished=int(run.end == "finish"),
     )
     n["not as recorded"] = not_as_recorded(run)
-    for counted in (restarts, never_shown, wind_downs, ended_without_wind_down, placeholders):
+    counters = (restarts, never_shown, wind_downs, ended_without_wind_down, placeholders)
+    for counted in (*counters, prefill_figures):
         n.update(counted(run))
     return Result(run.label, n, price_errors(run))
 
@@ -687,6 +712,8 @@ MAIN: list[Column] = [
     ("Wind-downs complete", lambda r: f"{r.n['complete']} of {r.n['wind-downs']}"),
     ("Ended w/o wind-down", lambda r: f"{r.n['no wind-down']}"),
     ("Price error p50 / p90", prices),
+    ("Processed ÷ append-only", lambda r: f"{r.n['processed'] / max(r.n['bound'], 1):.2f}"),
+    ("Breaks / session", lambda r: f"{r.n['breaks'] / max(r.n['sessions'], 1):.1f}"),
     ("Placeholders naming all", lambda r: share(r.n["all"], r.n["placeholders"])),
     ("Served again", lambda r: str(r.n["again"])),
     ("Shortened (calls cut)", lambda r: f"{r.n['shortened']} ({r.n['cut']})"),
@@ -712,6 +739,12 @@ def lost_why(r: Result) -> str:
     return ", ".join(why) or "–"
 
 
+def restart_and_break_share(r: Result) -> str:
+    processed = max(r.n["processed"], 1)
+    restarts, breaks = r.n["processed at restarts"], r.n["processed at breaks"]
+    return f"{restarts / processed:.0%} / {breaks / processed:.0%}"
+
+
 DETAILS: list[Column] = [
     ("Run", lambda r: r.label),
     ("Lost at restart: why", lost_why),
@@ -719,6 +752,8 @@ DETAILS: list[Column] = [
     ("Placeholders", lambda r: str(r.n["placeholders"])),
     *map(part_share, (*PARTS, '""')),
     ("Not as recorded", lambda r: str(r.n["not as recorded"])),
+    ("Processed (append-only)", lambda r: f"{r.n['processed']:,} ({r.n['bound']:,})"),
+    ("Processed: restarts / breaks", restart_and_break_share),
     ("Finished", lambda r: f"{r.n['finished']} of {r.n['runs']}"),
 ]
 
@@ -742,6 +777,16 @@ TARGETS: list[tuple[str, str, Callable[[Result], bool]]] = [
         lambda r: r.n["sessions"] <= 1.1 * r.n["floor"],
     ),
     ("no overflow", "Overflows", lambda r: not r.n["overflows"]),
+    (
+        "processed <= 1.2 x append-only",
+        "Processed ÷ append-only",
+        lambda r: r.n["processed"] <= 1.2 * r.n["bound"],
+    ),
+    (
+        "breaks <= 3 per session",
+        "Breaks / session",
+        lambda r: r.n["breaks"] <= 3 * r.n["sessions"],
+    ),
     ("no restart lost the last step", "Lost at restart", lambda r: not r.n["lost"]),
     ("every result shown", "Never shown", lambda r: not r.n["never shown"]),
     ("wind-downs complete >= 90%", "Wind-downs complete", lambda r: wind_down_share(r) >= 0.9),
@@ -765,12 +810,25 @@ def verdicts(results: list[Result]) -> bool:
     return ok
 
 
+def setting(text: str) -> tuple[str, Any]:
+    key, _, value = text.partition("=")
+    return key, json.loads(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="*", type=Path, help="trajectories (JSONL)")
     parser.add_argument("--windows", nargs="+", type=int, default=list(WINDOWS))
     parser.add_argument("--bytes4", action="store_true", help="count bytes/4, not real tokens")
     parser.add_argument("--keep", type=Path, help="keep each run's project folder in this one")
+    parser.add_argument(
+        "--context",
+        type=setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [context] setting for the harness (mask_low_water=0.3); the floor keeps defaults",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     results: list[Result] = []
@@ -778,7 +836,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Token counts: {tokens.source}. Harness: {ouroboros.__path__[0]}\n")
         for path in args.files or sorted(TRAJECTORIES.glob("*.jsonl")):
             for window in args.windows:
-                results.append(measure(replay(path, window, tokens, args.keep)))
+                run = replay(path, window, tokens, args.keep, dict(args.context))
+                results.append(measure(run))
                 print(f"  {results[-1].label}: {results[-1].n['seconds']} s", file=sys.stderr)
     table(MAIN, [*results, total(results)])
     table(DETAILS, [*results, total(results)])

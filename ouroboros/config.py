@@ -74,8 +74,11 @@ class ContextSettings(_Section):
     """Bound of the protected window, as a fraction of the prompt budget."""
     mask_min_tokens: int = Field(100, ge=0)
     """Tool results this small are never masked."""
-    mask_hysteresis: float = Field(0.10, ge=0, lt=1)
-    """Masking goes on until the projection is this far below the soft threshold."""
+    mask_low_water: float = Field(0.40, gt=0, lt=1)
+    """Fraction of the prompt budget a masking round goes down to. Each round makes the server
+    process the prompt again from the first result it masks (its prompt cache ends there), so
+    rounds are rare and large: well below the soft threshold, the calls after one only
+    append. Lower: fewer rounds and less prefill, less of the older output kept in view."""
     strategy: Literal["mask", "compact", "mask_then_compact"] = "mask"
     """Past the soft threshold: mask old results, ask the model for a snapshot of the older
     part, or mask first and compact when masking is not enough."""
@@ -168,6 +171,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _soft_below_hard(self) -> Settings:
+        if self.context.mask_low_water >= self.context.soft_threshold:
+            raise ValueError(
+                f"context.mask_low_water ({self.context.mask_low_water}) must be below "
+                f"context.soft_threshold ({self.context.soft_threshold})"
+            )
         if self.context.soft_threshold >= self.context.hard_threshold:
             raise ValueError(
                 f"context.soft_threshold ({self.context.soft_threshold}) must be below "

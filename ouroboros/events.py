@@ -116,6 +116,7 @@ class EventLog:
             projected_before=before,
             projected_after=after,
             estimated_reclaimed=None if before is None or after is None else before - after,
+            processed_again=record.processed_again,
         )
 
     @record.register

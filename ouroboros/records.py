@@ -203,6 +203,9 @@ class Mask(Record):
     reason: MaskReason = MaskReason.SOFT_THRESHOLD
     projected_before: int | None = None
     projected_after: int | None = None
+    processed_again: int | None = None
+    """Tokens from the first result masked to the end of the prompt: what a server's prompt
+    cache loses and processes again (estimated; None where the round was not weighed)."""
 
 
 class Cut(Record):

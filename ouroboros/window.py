@@ -14,6 +14,7 @@ from ouroboros import prompts
 from ouroboros.cache_check import reuse_warning, shared_tokens
 from ouroboros.compaction import Compactor
 from ouroboros.context.carryover import fit_step
+from ouroboros.context.mask import round_waits_below, worth_a_round
 from ouroboros.context.truncate import shown
 from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import WindDownLine, place
@@ -98,7 +99,9 @@ class Window:
 
     # --- masking --------------------------------------------------------------------------------
 
-    async def mask(self, call_ids: list[str], reason: MaskReason) -> bool:
+    async def mask(
+        self, call_ids: list[str], reason: MaskReason, processed_again: int | None = None
+    ) -> bool:
         if not call_ids:
             return False
         # A placeholder says where the whole result can be read again: make it true first (a
@@ -114,14 +117,21 @@ class Window:
                 reason=reason,
                 projected_before=before,
                 projected_after=after,
+                processed_again=processed_again,
             )
         )
         return True
 
-    async def mask_down_to(self, target: int, reason: MaskReason) -> None:
-        excess = self.projected() - max(target, 0)
-        chosen = self.view.choose_masks(self.h.mask_policy, self.h.ledger.calibration, excess)
-        await self.mask(chosen, reason=reason)
+    async def mask_down_to(self, target: int, reason: MaskReason, waits_below: int = 0) -> None:
+        """Mask the oldest results down to `target`; below `waits_below`, only a round worth
+        what it makes the server process again (`worth_a_round`)."""
+        calibration = self.h.ledger.calibration
+        before = self.projected()
+        chosen = self.view.choose_masks(self.h.mask_policy, calibration, before - max(target, 0))
+        after = self.h.ledger.project(self.raw_prompt(self.view.masked_tally(chosen)))
+        again = calibration.tally_tokens(self.view.tally_from_first(chosen))
+        if before >= waits_below or worth_a_round(before - after, round(again)):
+            await self.mask(chosen, reason=reason, processed_again=round(again))
 
     async def room_after_overflow(self) -> bool:
         """Mask everything outside the protected window; if the prompt is still too big, cut
@@ -159,26 +169,29 @@ class Window:
         requested = self.compactor.requested()
         line, target, reason = self.room_wanted(lines)
         if requested or self.projected() >= line:
-            await self.free_room(line, target, reason, forced=requested)
+            waits_below = round_waits_below(line, lines.hard_line)
+            await self.free_room(line, target, reason, requested, waits_below)
         await self.wind_down_or_end(lines)
 
     def room_wanted(self, lines: WindDownLine) -> tuple[int, int, MaskReason]:
-        """The line past which room is freed, and how far below it: the soft line down to its
-        hysteresis; the hard line (when it comes first) down to just below it."""
+        """The line past which room is freed (the soft line, or the hard line when it comes
+        first), and the low-water mark it is freed down to."""
         c, budget = self.h.settings.context, self.h.budget
-        soft_target = budget.soft_line - int(c.mask_hysteresis * budget.prompt_budget)
+        low_water = int(c.mask_low_water * budget.prompt_budget)
         if self.state.wind_down_replies is None and lines.hard_line < budget.soft_line:
             reason = MaskReason.WIND_DOWN_LINE
-            return lines.hard_line, min(soft_target, lines.hard_line - 1), reason
-        return budget.soft_line, soft_target, MaskReason.SOFT_THRESHOLD
+            return lines.hard_line, min(low_water, lines.hard_line - 1), reason
+        return budget.soft_line, low_water, MaskReason.SOFT_THRESHOLD
 
-    async def free_room(self, line: int, target: int, reason: MaskReason, forced: bool) -> None:
+    async def free_room(
+        self, line: int, target: int, reason: MaskReason, forced: bool, waits_below: int
+    ) -> None:
         strategy = self.h.settings.context.strategy
         if forced or strategy == "compact":
             if not await self.compactor.compact(forced=forced) and self.projected() >= line:
                 await self.mask_down_to(target, reason)
             return
-        await self.mask_down_to(target, reason)
+        await self.mask_down_to(target, reason, waits_below)
         if strategy == "mask_then_compact" and self.projected() >= line:
             await self.compactor.compact(forced=False)
 

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from ouroboros.context.truncate import saved_name
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
 
+ROUND_WORTH = 0.5
+"""A masking round frees at least this share of what it makes the server process again..."""
+ROUND_WAITS_SHARE = 0.75
+"""...while the prompt is less than this far from the masking line to the hard line. Past it,
+room comes first: a session that ends early costs a restart and some of the model's thread."""
 QUOTE_CHARS = 48
 COMMAND_CHARS = 80
 _HARNESS_LINES = ("exit code ", "[... ", "[lines ")
@@ -153,11 +158,8 @@ def choose_masks(
     if excess <= 0:
         return []
     protected = protected_ids(messages, policy, tokens)
-    chosen: list[str] = []
-    reclaimed = 0
+    candidates: list[tuple[str, int]] = []
     for message in messages[start:]:
-        if reclaimed >= excess:
-            break
         if (
             not isinstance(message, ToolMessage)
             or message.masked
@@ -168,6 +170,24 @@ def choose_masks(
         saving = tokens(message) - tokens(masked(message))
         if tokens(message) <= policy.min_tokens or saving <= 0:
             continue
-        chosen.append(message.tool_call_id)
+        candidates.append((message.tool_call_id, saving))
+    chosen: list[str] = []
+    reclaimed = 0
+    for call_id, saving in candidates:
+        if reclaimed >= excess:
+            break
+        chosen.append(call_id)
         reclaimed += saving
     return chosen
+
+
+def worth_a_round(freed: int, processed_again: int) -> bool:
+    """A server with a prompt cache processes again everything from the first result a round
+    masks (the cache ends where the prompt first changes): a round that frees little for that
+    waits, and the results it would mask join a larger round later, at one break."""
+    return freed >= ROUND_WORTH * processed_again
+
+
+def round_waits_below(line: int, hard_line: int) -> int:
+    """The prompt size up to which a round past `line` waits until it is worth its break."""
+    return line + int(ROUND_WAITS_SHARE * max(hard_line - line, 0))

@@ -87,6 +87,17 @@ class ContextView:
             result[kind] = result.get(kind, 0) + raw_estimate(replacement)
         return result
 
+    def tally_from_first(self, call_ids: Iterable[str]) -> RawTally:
+        """Raw tokens of what `messages()` would hold from the first of these results on, with
+        them masked: what a server's prompt cache loses when they are."""
+        ids = set(call_ids)
+        indexes = [self._tool_index[i] for i in ids if i in self._tool_index]
+        first = max(min(indexes, default=len(self.view)), self.start)
+        return tally(
+            masked(m) if isinstance(m, ToolMessage) and m.tool_call_id in ids else m
+            for m in self.view[first:]
+        )
+
     def cut(self, cuts: Mapping[str, int]) -> None:
         """Show these results cut to so many bytes (after the server refused a prompt)."""
         self.cuts.update(cuts)
