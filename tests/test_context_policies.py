@@ -205,6 +205,27 @@ def test_mask_accounting_after_a_compaction(
         }
 
 
+@given(histories(), st.lists(st.integers(0, 300_000), min_size=1, max_size=4))
+@settings(max_examples=100, deadline=None)
+def test_what_a_round_makes_the_server_process_again(
+    history: list[Message], rounds: list[int]
+) -> None:
+    """A round's cost for a prompt cache is what is sent from the first result it masks on,
+    as it is sent after the round: the prompt before that is what the cache keeps."""
+    view = ContextView(history)
+    calibration = Calibration()
+    for excess in rounds:
+        chosen = view.choose_masks(POLICY, calibration, excess)
+        again = view.tally_from_first(chosen)
+        before = view.messages()
+        view.mask(chosen)
+        after = view.messages()
+        kept = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), len(after))
+        assert {k: v for k, v in again.items() if v} == {
+            k: v for k, v in tally(after[kept:]).items() if v
+        }
+
+
 @given(st.text(min_size=0, max_size=3000), st.integers(256, 2000))
 @settings(max_examples=300, deadline=None)
 def test_cap_output_bounds_and_utf8(text: str, limit: int) -> None:

@@ -172,7 +172,7 @@ def test_a_server_that_drops_its_cache_after_a_change_is_named_once(project: Pro
 def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Project) -> None:
     fill_workspace(project, files=6, words=600)
     with ScriptedServer(reader(6), dialect="llama", n_ctx=3000) as server:
-        project.configure(server.url, context={"limit": 16000}, supervisor={"max_total_turns": 8})
+        project.configure(server.url, context={"limit": 16000}, supervisor={"max_total_turns": 60})
         result = project.run("run")
     assert result.returncode == 0, result.stderr
     warnings = [w["message"] for w in project.events("warning")]
@@ -195,7 +195,7 @@ def test_overflow_when_server_hides_its_window(project: Project) -> None:
         project.configure(
             server.url,
             context={"limit": 16000, "protected_observations": 1},
-            supervisor={"max_total_turns": 10},
+            supervisor={"max_total_turns": 60},
         )
         result = project.run("run")
         requests = server.chat_requests()
@@ -240,7 +240,7 @@ def test_template_without_tools_is_no_silent_truncation(project: Project) -> Non
     server counts far fewer tokens than the harness would have estimated with them."""
     with ScriptedServer(reader(), dialect="llama", n_ctx=8192, renders_tools=False) as server:
         fill_workspace(project, files=12, words=80)
-        project.configure(server.url, supervisor={"max_total_turns": 4})
+        project.configure(server.url, supervisor={"max_total_turns": 60})
         result = project.run("run")
     assert result.returncode == 0, result.stderr
     assert any("cannot render tools" in w["message"] for w in project.events("warning"))
@@ -297,3 +297,61 @@ def test_mask_round_logged_when_its_call_fails(project: Project) -> None:
     journal_masks = [r for r in project.records("journal.jsonl") if r["kind"] == "mask"]
     assert journal_masks
     assert_decisions_agree(project)
+
+
+def breaks_per_session(requests: list[dict[str, Any]]) -> list[int]:
+    """Per session, the requests that changed what the one before had sent (a server's prompt
+    cache ends at the change): each masking round is one. A session's first request changes
+    its opening message, and is a restart, not a break."""
+    breaks: list[int] = []
+    for before, now in itertools.pairwise([None, *requests]):
+        if before is None or before["messages"][1] != now["messages"][1]:
+            breaks.append(0)
+            continue
+        old, new = before["messages"], now["messages"]
+        breaks[-1] += new[: len(old)] != old
+    return breaks
+
+
+def processed_share(project: Project) -> float:
+    usage = project.usage()
+    return sum(u["processed_tokens"] for u in usage) / sum(u["prompt_tokens"] for u in usage)
+
+
+def test_masking_rounds_go_down_to_the_low_water_mark(project: Project) -> None:
+    """Masking rewrites the middle of the prompt, and the server processes again everything
+    after the first change: a round goes down to the low-water mark, so the calls after it
+    only append."""
+    fill_workspace(project, files=40, words=480)
+    with ScriptedServer(reader(40), dialect="llama", n_ctx=16384) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 45})
+        project.run("run")
+        breaks = breaks_per_session(server.chat_requests())
+    # Measured: 4 rounds, 12% of the prompt tokens processed. Rounds that mask just enough to
+    # pass under the soft line each call (the policy before, mask_low_water = 0.6): 9 and 21%.
+    assert breaks == [len(project.events("context_mask"))]
+    assert breaks[0] <= 5
+    assert processed_share(project) < 0.15
+
+
+def test_masking_rounds_wait_until_worth_their_break(project: Project) -> None:
+    """With long replies (as real ones are) the prompt cannot go down far: a round that frees
+    little for what the server must process again waits for a larger one."""
+    fill_workspace(project, files=40, words=480)
+    paths = itertools.cycle(f"mod{i}.py" for i in range(40))
+    thought = "Reading on, and thinking it over at length. " * 40  # long replies, as real ones
+
+    def thinker(body: dict[str, Any]) -> Reply:
+        return Reply(text=thought, tool_calls=[tool("file_read", path=next(paths))])
+
+    with ScriptedServer(thinker, dialect="llama", n_ctx=16384) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 60})
+        project.run("run")
+        requests = server.chat_requests()
+    breaks = breaks_per_session(requests)
+    share = processed_share(project)
+    # Measured: 7, 7 and 4 breaks, 20.7% of the prompt tokens processed. Rounds that do not
+    # wait to be worth their break: 11, 11 and 8, and 24.9%.
+    assert len(breaks) == 3
+    assert max(breaks) <= 8
+    assert share < 0.23
