@@ -220,7 +220,9 @@ def test_what_a_round_makes_the_server_process_again(
         before = view.messages()
         view.mask(chosen)
         after = view.messages()
-        kept = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), len(after))
+        kept = next(
+            (i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b), len(after)
+        )
         assert {k: v for k, v in again.items() if v} == {
             k: v for k, v in tally(after[kept:]).items() if v
         }

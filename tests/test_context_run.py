@@ -303,19 +303,20 @@ def breaks_per_session(requests: list[dict[str, Any]]) -> list[int]:
     """Per session, the requests that changed what the one before had sent (a server's prompt
     cache ends at the change): each masking round is one. A session's first request changes
     its opening message, and is a restart, not a break."""
-    breaks: list[int] = []
-    for before, now in itertools.pairwise([None, *requests]):
-        if before is None or before["messages"][1] != now["messages"][1]:
-            breaks.append(0)
-            continue
+    breaks: list[int] = [0] if requests else []
+    for before, now in itertools.pairwise(requests):
         old, new = before["messages"], now["messages"]
-        breaks[-1] += new[: len(old)] != old
+        if old[1] != new[1]:
+            breaks.append(0)
+        else:
+            breaks[-1] += new[: len(old)] != old
     return breaks
 
 
 def processed_share(project: Project) -> float:
     usage = project.usage()
-    return sum(u["processed_tokens"] for u in usage) / sum(u["prompt_tokens"] for u in usage)
+    processed: int = sum(u["processed_tokens"] for u in usage)
+    return processed / sum(u["prompt_tokens"] for u in usage)
 
 
 def test_masking_rounds_go_down_to_the_low_water_mark(project: Project) -> None:
