@@ -315,8 +315,8 @@ def breaks_per_session(requests: list[dict[str, Any]]) -> list[int]:
 
 def processed_share(project: Project) -> float:
     usage = project.usage()
-    processed: int = sum(u["processed_tokens"] for u in usage)
-    return processed / sum(u["prompt_tokens"] for u in usage)
+    processed = sum(int(u["processed_tokens"]) for u in usage)
+    return processed / sum(int(u["prompt_tokens"]) for u in usage)
 
 
 def test_masking_rounds_go_down_to_the_low_water_mark(project: Project) -> None:
