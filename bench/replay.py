@@ -377,7 +377,11 @@ def project(keep: Path | None, name: str) -> Iterator[Path]:
 
 
 def replay(
-    path: Path, window: int, tokens: ByteTokens, keep: Path | None, context: dict[str, Any]
+    path: Path,
+    window: int,
+    tokens: ByteTokens,
+    keep: Path | None,
+    context: dict[str, Any] | None = None,
 ) -> Run:
     steps = load_steps(path)
     task = path.with_name(path.name.removesuffix(".jsonl") + ".task.md")
@@ -393,13 +397,12 @@ def replay(
         config = quick_config(
             server.start(),
             llm={"max_output_tokens": MAX_OUTPUT},
-            context={"limit": window, **context},
+            context={"limit": window, **(context or {})},
             session={"shell_timeout_s": 30},
             supervisor={"max_total_turns": 3 * len(steps) + 30},
         )
         (root / "config.toml").write_text(config)
         env = {k: v for k, v in os.environ.items() if not k.startswith("OUROBOROS_")}
-        env["PYTHONWARNINGS"] = "ignore"
         started = time.monotonic()
         with (root / "run.log").open("w") as log:
             subprocess.run(

@@ -316,6 +316,36 @@ def check_usage_against_server(
             assert line["completion_tokens"] == MAX_OUTPUT
     # The server's log: one finished task per call, n_tokens = prompt + completion - 1.
     assert log.finished == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usage]
+    check_prefill_against_server(usage, chats, root)
+
+
+def prompt_token_ids(root: str, wire: list[dict[str, Any]]) -> list[int]:
+    prompt = post(f"{root}/apply-template", {"messages": wire})["prompt"]
+    return list(post(f"{root}/tokenize", {"content": prompt, "add_special": True})["tokens"])
+
+
+def check_prefill_against_server(
+    usage: list[dict[str, Any]], chats: list[Exchange], root: str
+) -> None:
+    """Each line's cached and processed tokens and prefill time are what the server streamed
+    (`timings`), and what it processed is what a prompt cache must: the prompt less the tokens
+    it shares with the one before (with the tokens of the reply it generated, which it keeps)."""
+    before: list[int] | None = None  # the first call follows whatever the server did last
+    generated = 0
+    for line, chat in zip(usage, chats, strict=True):
+        timings = next(e["timings"] for e in reversed(chat.events) if "timings" in e)
+        assert line["cached_tokens"] == timings["cache_n"]
+        assert line["processed_tokens"] == timings["prompt_n"]
+        assert line["prefill_ms"] == pytest.approx(timings["prompt_ms"])
+        tokens = prompt_token_ids(root, chat.request["messages"])
+        if before is not None:
+            shared = next(
+                (i for i, (a, b) in enumerate(zip(before, tokens, strict=False)) if a != b),
+                min(len(before), len(tokens)),
+            )
+            kept = generated + 1 if shared == len(before) else 0
+            assert shared <= line["cached_tokens"] <= shared + kept, (shared, line)
+        before, generated = tokens, line["completion_tokens"]
 
 
 # --- fixtures ------------------------------------------------------------------------------------
