@@ -20,8 +20,11 @@ overflow (llama-server refuses it; Ollama would silently cut it). Each policy ru
 Per policy and window it prints the sessions (with the lower bound that the unmaskable part alone
 forces, and the least sessions any policy needs that keeps the 3 newest results whole), overflows,
 prompt tokens of the accepted requests, mean and peak fill (prompt / window over every request
-sent, refused ones included), and the share of calls whose prompt held the 3 newest tool results
-exactly as the tools printed them (not capped, masked or left behind at a restart). Then the
+sent, refused ones included), the share of calls whose prompt held the 3 newest tool results
+exactly as the tools printed them (not capped, masked or left behind at a restart), the prompt
+tokens a server with a prompt cache processes (whole messages shared with the request before are
+cached; against the unmanaged agent with an unlimited window, which processes each token once),
+and the breaks per session (requests that change what the one before sent). Then the
 harness's own context work per turn (view, ledger, masking decision) at 1,000 and 5,000 messages
 in one session, and PASS/FAIL against the targets of the issue.
 
@@ -408,6 +411,11 @@ class Outcome:
     eligible_estimated: int = 0
     """The same, judged by the harness's own calibrated estimate at the time of the call."""
     violations_estimated: int = 0
+    processed: int = 0
+    """Prompt tokens a server with a prompt cache processes (bench/prefill.py)."""
+    breaks: int = 0
+    """Requests that changed what the one before sent, within a session."""
+    sent: list[Message] = field(default_factory=list)
 
 
 FINISH = AssistantMessage(
@@ -439,11 +447,25 @@ class ScriptedModel:
             )
         r.out.calls += 1
         r.out.prompt_tokens += prompt
+        self.count_prefill(messages, prompt)
         if r.track_recent and r.recent:
             r.check_recent(messages)
         self.next += 1
         finish = "tool_calls" if reply.tool_calls else "stop"
         return Completion(reply, finish, Usage(prompt, completion, "server"))
+
+    def count_prefill(self, messages: list[Message], prompt: int) -> None:
+        """As a server with a prompt cache: the prompt less the messages it shares at its start
+        with the one before (a restart changes the opening message: not a break)."""
+        out, before = self.r.out, self.r.out.sent
+        same = 0
+        for old, new in zip(before, messages, strict=False):
+            if old is not new and old != new:
+                break
+            same += 1
+        out.processed += prompt - (self.r.server.prompt_tokens(messages[:same]) if same else 0)
+        out.breaks += bool(before) and same < len(before) and same > 1
+        out.sent = list(messages)
 
 
 class ScriptedTools:
@@ -784,7 +806,7 @@ def window_label(limit: int) -> str:
     return "unlimited" if limit == UNLIMITED else f"{limit // 1024}K"
 
 
-def row(outcome: Outcome, bound: int | None) -> str:
+def row(outcome: Outcome, bound: int | None, append_only: int) -> str:
     fills = outcome.fills
     unlimited = outcome.limit == UNLIMITED
     mean = "–" if unlimited else f"{statistics.fmean(fills):.2f}"
@@ -793,7 +815,9 @@ def row(outcome: Outcome, bound: int | None) -> str:
     share = outcome.intact / max(outcome.calls, 1)
     return (
         f"| {LABELS[outcome.policy]} | {window_label(outcome.limit)} | {sessions} | "
-        f"{outcome.overflows} | {outcome.prompt_tokens:,} | {mean} | {peak} | {share:.0%} |"
+        f"{outcome.overflows} | {outcome.prompt_tokens:,} | {mean} | {peak} | {share:.0%} | "
+        f"{outcome.processed:,} ({outcome.processed / append_only:.2f}) | "
+        f"{outcome.breaks / max(outcome.sessions, 1):.1f} |"
     )
 
 
@@ -833,14 +857,14 @@ async def main() -> int:
     results: dict[tuple[Policy, int], Outcome] = {}
     print(
         "| Policy | Window | Sessions (lower bound) | Overflows | Prompt tokens | Mean fill "
-        "| Peak fill | Last 3 results intact |"
+        "| Peak fill | Last 3 results intact | Processed (÷ append-only) | Breaks / session |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    print(row(baseline, None))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(row(baseline, None, baseline.processed))
     for policy in POLICIES:
         for limit in WINDOWS:
             results[policy, limit] = outcome = await Replay(policy, limit, script, server).run()
-            print(row(outcome, bounds[limit][2]))
+            print(row(outcome, bounds[limit][2], baseline.processed))
     print()
 
     per_turn: dict[int, dict[str, float]] = {}

@@ -480,6 +480,12 @@ def append_only(run: Run) -> int:
 def prefill_figures(run: Run) -> Counter[str]:
     p = prefill(run.requests, run.trajectory.tokens.prompt)
     n = Counter(processed=p.processed, bound=append_only(run), breaks=p.breaks)
+    # What the model keeps seeing: whole results (not placeholders) per request, in all.
+    n["whole results sent"] = sum(
+        m["role"] == "tool" and not PLACEHOLDER.match(m["content"])
+        for body in run.requests
+        for m in body["messages"]
+    )
     n.update({"processed at restarts": p.at_restarts, "processed at breaks": sum(p.after_breaks)})
     return n
 
@@ -717,6 +723,7 @@ MAIN: list[Column] = [
     ("Price error p50 / p90", prices),
     ("Processed ÷ append-only", lambda r: f"{r.n['processed'] / max(r.n['bound'], 1):.2f}"),
     ("Breaks / session", lambda r: f"{r.n['breaks'] / max(r.n['sessions'], 1):.1f}"),
+    ("Whole results / request", lambda r: f"{r.n['whole results sent'] / r.n['requests']:.1f}"),
     ("Placeholders naming all", lambda r: share(r.n["all"], r.n["placeholders"])),
     ("Served again", lambda r: str(r.n["again"])),
     ("Shortened (calls cut)", lambda r: f"{r.n['shortened']} ({r.n['cut']})"),

@@ -43,6 +43,7 @@ import pytest
 from ouroboros.cache_check import reuse_warning
 from ouroboros.config import LLMSettings, to_toml
 from ouroboros.journal import Journal
+from ouroboros.jsonl import JsonlReader
 from ouroboros.ledger import Counting, Ledger
 from ouroboros.llm import ContextOverflow, LLMClient, TransientError
 from ouroboros.messages import (
@@ -54,7 +55,7 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
-from ouroboros.records import MessageRecord
+from ouroboros.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, discover
 from ouroboros.tokens import Calibration, raw_estimate, tally
@@ -1065,3 +1066,53 @@ def test_a_replayed_agent_keeps_its_thread_with_the_real_tokenizer(
     assert n["no wind-down"] == 0, n
     errors = sorted(result.price_errors or [1.0])
     assert errors[int(0.9 * len(errors)) - 1] <= 0.10, errors
+
+
+TOOL_TEMPLATE = PROJECT_ROOT / "tests" / "data" / "tool_calls.jinja"
+
+
+def test_a_tool_call_llama_server_made_runs_through_the_harness(tmp_path: Path) -> None:
+    """llama-server's own tool-call streaming, end to end: with `--jinja` and a chat template in
+    the Hermes style (tests/data/tool_calls.jinja: tools in the system turn, one example call,
+    one call per turn) llama.cpp learns the call format from the template and constrains the
+    reply to a call with a grammar built from the tool schemas; it streams the call as
+    `delta.tool_calls` fragments, and the harness assembles it, runs the tool and logs it.
+    (The model copies the example's arguments: the call is real, not sensible.)"""
+    extra = ["--threads", "1", "--jinja", "--chat-template-file", str(TOOL_TEMPLATE)]
+    log = tmp_path / "server.log"
+    with real_server.RealServer(ctx=N_CTX, extra_args=extra, log_path=log) as server:
+        assert get(f"{server.root_url}/props")["chat_template_caps"]["supports_tool_calls"]
+        recorder = RecordingProxy(server.port)
+        try:
+            project = make_project(
+                tmp_path / "project", recorder.base_url, llm={"max_output_tokens": 64}
+            )
+            result = project.run("run", "--max-turns", "1")
+            chats = recorder.chats()
+        finally:
+            recorder.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    (chat,) = chats
+    fragments = [
+        call
+        for event in chat.events
+        for choice in event.get("choices", [])
+        for call in (choice.get("delta") or {}).get("tool_calls") or []
+    ]
+    assert fragments[0]["id"]
+    assert fragments[0]["function"]["name"] in {
+        t["function"]["name"] for t in chat.request["tools"]
+    }
+    assert len(fragments) > 2  # the arguments arrive in pieces
+    finish = [c["finish_reason"] for e in chat.events for c in e["choices"] if c["finish_reason"]]
+    assert finish == ["tool_calls"]
+    streamed = "".join(f["function"].get("arguments") or "" for f in fragments)
+    (call,) = project.events("tool_call")
+    assert call["name"] == fragments[0]["function"]["name"]
+    journal = JsonlReader(project.state / "journal.jsonl").records(JOURNAL_RECORD)
+    messages = [r.message for r in journal if isinstance(r, MessageRecord)]
+    (reply,) = [m for m in messages if isinstance(m, AssistantMessage)]
+    assert reply.tool_calls[0].id == fragments[0]["id"]
+    assert json.loads(reply.tool_calls[0].arguments) == json.loads(streamed)
+    (outcome,) = [m for m in messages if isinstance(m, ToolMessage)]
+    assert outcome.tool_call_id == fragments[0]["id"]
