@@ -1,8 +1,21 @@
-"""The commands. Nothing runs on import; `main` returns the exit code."""
+"""python -m ouroboros: run an LLM agent unattended for days against a local model server
+(Ollama, llama-server, vLLM, LM Studio), and watch it.
+
+examples:
+  python -m ouroboros run                 start, or resume the run in .ouroboros/
+  python -m ouroboros run --max-turns 50  stop after 50 model calls in all
+  python -m ouroboros tail -f             watch it: a line per model call and event
+  python -m ouroboros status              is it alive, where is it, what is left
+  python -m ouroboros report              an HTML page of the whole run
+  python -m ouroboros demo                a whole run in seconds with a scripted model
+
+Settings: config.toml next to where you run it (or --config), and OUROBOROS_<SECTION>__<KEY>.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -11,55 +24,102 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ouroboros.compaction import COMPACT_REQUEST
 from ouroboros.config import ConfigError, Settings, load_settings
-from ouroboros.demo import demo_dir, run_demo
 from ouroboros.jsonl import StorageFull
-from ouroboros.lock import RESUME_REQUEST, RunError, fresh_state
+from ouroboros.lock import COMPACT_REQUEST, RESUME_REQUEST, RunError, fresh_state
 from ouroboros.observe import status, tail
-from ouroboros.observe.report import write_report
-from ouroboros.supervisor import run_to_end
 
+UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR}
+"""Why a state or workspace folder cannot be written: said in one line, not a traceback."""
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
 
 
+def _command(
+    commands: Any, name: str, summary: str, example: str, details: str = ""
+) -> argparse.ArgumentParser:
+    """A command whose --help says what it does and shows it used."""
+    return commands.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=f"{summary}.{' ' + details if details else ''}",
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ouroboros", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m ouroboros",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", type=Path, help="config file (default: ./config.toml)")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_cmd = commands.add_parser(
-        "run", help="start the agent, or resume the run in the state folder"
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+    run_cmd = _command(
+        commands,
+        "run",
+        "start the agent, or resume the run in the state folder",
+        "python -m ouroboros run --max-turns 200",
+        "It runs until a limit, the agent's finish, or Ctrl-C; running it again resumes "
+        "without losing a completed turn.",
     )
     run_cmd.add_argument("--max-turns", type=int, help="stop the run after N model calls in all")
     run_cmd.add_argument(
         "--fresh", action="store_true", help="move the old state aside and start anew"
     )
-    commands.add_parser(
-        "resume", help="let a run waiting before a restart (auto_restart=false) go on"
+    _command(
+        commands,
+        "resume",
+        "let a running supervisor that waits before a restart go on",
+        "python -m ouroboros resume",
+        "With supervisor.auto_restart = false the run stops before each new session until "
+        "Enter is pressed in its terminal, or this command is given from another.",
     )
-    commands.add_parser(
-        "compact", help="ask the running supervisor to compact the context at its next turn"
+    _command(
+        commands,
+        "compact",
+        "ask the running supervisor to compact the context at its next turn",
+        "python -m ouroboros compact",
+        "The model writes a snapshot of the older part of its session, which replaces it.",
     )
     state_help = (
         "state folder (default: paths.state_dir; without --config, a config.toml next to "
         "this folder is used for the budgets and lines)"
     )
-    tail_cmd = commands.add_parser(
-        "tail", help="both logs merged, one readable line per model call and event"
+    tail_cmd = _command(
+        commands,
+        "tail",
+        "both logs merged, one readable line per model call and event",
+        "python -m ouroboros tail -f",
     )
     tail_cmd.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     tail_cmd.add_argument("--state", type=Path, help=state_help)
     tail_cmd.add_argument("--json", action="store_true", help="the records unchanged, merged")
     tail_cmd.add_argument("--tools", action="store_true", help="a line per tool call too")
-    status_cmd = commands.add_parser("status", help="is the run alive, where it is, what is left")
+    status_cmd = _command(
+        commands,
+        "status",
+        "is the run alive, where it is, what is left",
+        "python -m ouroboros status --state runs/a/.ouroboros",
+    )
     status_cmd.add_argument("--state", type=Path, help=state_help)
-    report_cmd = commands.add_parser("report", help="an HTML page with a chart of the run")
+    report_cmd = _command(
+        commands,
+        "report",
+        "an HTML page with a chart of the run",
+        "python -m ouroboros report --out run.html",
+    )
     report_cmd.add_argument("--state", type=Path, help=state_help)
     report_cmd.add_argument(
         "--out", type=Path, help="where to write (default: <state>/report.html)"
     )
-    demo_cmd = commands.add_parser("demo", help="a whole run in seconds with a scripted model")
+    demo_cmd = _command(
+        commands,
+        "demo",
+        "a whole run in seconds with a scripted model",
+        "python -m ouroboros demo --dir /tmp/demo",
+    )
     demo_cmd.add_argument("--dir", type=Path, help="project folder (default: a new temp folder)")
     return parser
 
@@ -78,6 +138,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(settings: Settings, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.supervisor import run_to_end  # the model client, only where one is used
+
+    prompt = settings.paths.system_prompt
+    if not prompt.is_file():
+        raise RunError(
+            f"{prompt}: the agent's instructions are missing: write them there, "
+            "or set paths.system_prompt"
+        )
     if args.fresh:
         aside = fresh_state(settings.paths.state_dir)
         if aside:
@@ -106,15 +174,26 @@ def _status(settings: Settings, args: argparse.Namespace, console: Console) -> i
 
 
 def _report(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    path = write_report(_state_dir(settings, args), settings, args.out)
+    from ouroboros.observe.report import write_report
+
+    state = _state_dir(settings, args)
+    if not (state / "journal.jsonl").exists():
+        raise RunError(f"no run in {state}: give the state folder of one with --state")
+    path = write_report(state, settings, args.out)
     console.print(f"report written to {path}")
     return 0
 
 
 def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
-    """Leave a request file the running supervisor looks for."""
-    flag = settings.paths.state_dir / request
-    flag.parent.mkdir(parents=True, exist_ok=True)
+    """Leave a request file the running supervisor looks for; only for one that runs, so no
+    request is left behind to fire at the start of a later run."""
+    state = settings.paths.state_dir
+    if not status.liveness(state).alive:
+        raise RunError(
+            f"no run is running on {state}: start one with `python -m ouroboros run` "
+            "(or give its config with --config)"
+        )
+    flag = state / request
     flag.touch()
     console.print(f"asked the supervisor on {settings.paths.state_dir} to {what}")
     return 0
@@ -143,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         if args.command == "demo":  # it writes its own config
+            from ouroboros.demo import demo_dir, run_demo
+
             return run_demo(demo_dir(args.dir), console)
         settings = _settings(args)
         return _COMMANDS[args.command](settings, args, console)
@@ -151,4 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except (RunError, StorageFull) as e:
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+        return EXIT_FATAL
+    except OSError as e:
+        if e.errno not in UNWRITABLE or e.filename is None:
+            raise
+        console.print(
+            f"[red]error:[/] cannot write {escape(str(e.filename))} ({e.strerror}): make it "
+            "writable, or set paths.state_dir (or paths.workspace) to a folder you may write",
+            soft_wrap=True,
+        )
         return EXIT_FATAL

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
 from ouroboros.harness import Harness
 from ouroboros.llm import ContextOverflow, TransientError
+from ouroboros.lock import COMPACT_REQUEST
 from ouroboros.records import Compaction, SideCall
 from ouroboros.retry import retrying
 from ouroboros.tokens import tally
@@ -20,7 +21,6 @@ from ouroboros.tokens import tally
 if TYPE_CHECKING:
     from ouroboros.window import Window
 
-COMPACT_REQUEST = "compact"
 """File in the state folder by which `python -m ouroboros compact` asks for a compaction."""
 COMPACTION_REGROWTH = 1.25
 """After a failed compaction, how much the view must grow before the next try."""

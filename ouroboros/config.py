@@ -6,6 +6,7 @@ A bad value stops the program before anything starts, with one line naming the k
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -220,13 +221,18 @@ def _describe(error: ValidationError, source: Path) -> str:
     parts = []
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"]) or "config"
+        # A value from the environment is named by its variable, not blamed on the file.
+        variable = "OUROBOROS_" + "__".join(str(p) for p in item["loc"]).upper()
+        if item["loc"] and variable in os.environ:
+            key = variable
         if item["type"] == "extra_forbidden":
             parts.append(f"{key}: unknown key")
         elif item["type"] == "value_error":
             parts.append(str(item["msg"]).removeprefix("Value error, "))
         else:
             parts.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
-    return f"{source}: " + "; ".join(parts)
+    named = all(p.startswith("OUROBOROS_") for p in parts)
+    return "; ".join(parts) if named else f"{source}: " + "; ".join(parts)
 
 
 def load_settings(

@@ -9,6 +9,8 @@ session restarts, twice, and the run stops at `max_restarts`.
 from __future__ import annotations
 
 import itertools
+import shlex
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,11 +125,14 @@ def run_demo(root: Path, console: Console) -> int:
         )
         outcome = run_to_end(settings, console)
     console.print(f"run stopped: {outcome.reason}")
+    # The interpreter that ran the demo: a bare `python` outside the venv lacks the package.
+    command = f"{shlex.quote(sys.executable)} -m ouroboros"
+    folder = shlex.quote(str(settings.paths.state_dir))
     console.print(
         f"\nThe state folder is {settings.paths.state_dir}. Look at it with:\n"
-        f"  python -m ouroboros tail --state {settings.paths.state_dir}\n"
-        f"  python -m ouroboros status --state {settings.paths.state_dir}\n"
-        f"  python -m ouroboros report --state {settings.paths.state_dir}"
+        f"  {command} tail --state {folder}\n"
+        f"  {command} status --state {folder}\n"
+        f"  {command} report --state {folder}"
     )
     return outcome.exit_code
 

@@ -19,6 +19,7 @@ from ouroboros.events import EventLog
 from ouroboros.jsonl import storage
 
 RESUME_REQUEST = "resume"
+COMPACT_REQUEST = "compact"
 """File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
 
 

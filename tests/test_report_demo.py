@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -59,8 +60,9 @@ def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo
     assert re.search(r"restart 2: session 3 after \d+ turns", demo.output)
     assert "run stopped: max_restarts" in demo.output
     state = project.state
-    assert f"python -m ouroboros tail --state {state}" in demo.output
-    assert f"python -m ouroboros report --state {state}" in demo.output
+    # With the interpreter that ran it: a bare `python` outside the venv lacks the package.
+    assert f"{sys.executable} -m ouroboros tail --state {state}" in demo.output
+    assert f"{sys.executable} -m ouroboros report --state {state}" in demo.output
     # The scripted agent did real work in its workspace: notes saved at each wind-down.
     assert "module reads so far" in (project.workspace / "NOTES.md").read_text()
     assert len(list((project.workspace / "notes").glob("*.md"))) >= 3
@@ -226,7 +228,7 @@ def test_a_compaction_side_call_is_counted_but_not_plotted(
     mine = [u for u in demo.project.usage() if u["session"] == 3]
     assert row[3] == str(len(mine))
     assert row[4] == f"{sum(u['prompt_tokens'] for u in mine) + 1000:,}"
-    assert row[8] == "1"
+    assert row[9] == "1"
     assert main(["tail", "--state", str(state)]) == 0
     out = capsys.readouterr().out
     assert "[compaction] " in out
