@@ -31,6 +31,7 @@ from ouroboros.observe import status, tail
 
 UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR}
 """Why a state or workspace folder cannot be written: said in one line, not a traceback."""
+RUN_FILES = ("journal.jsonl", "events.jsonl", "token_usage.jsonl")
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
 
@@ -177,7 +178,7 @@ def _report(settings: Settings, args: argparse.Namespace, console: Console) -> i
     from ouroboros.observe.report import write_report
 
     state = _state_dir(settings, args)
-    if not (state / "journal.jsonl").exists():
+    if not any((state / name).exists() for name in RUN_FILES):
         raise RunError(f"no run in {state}: give the state folder of one with --state")
     path = write_report(state, settings, args.out)
     console.print(f"report written to {path}")
