@@ -92,9 +92,16 @@ def _parser() -> argparse.ArgumentParser:
         commands,
         "tail",
         "both logs merged, one readable line per model call and event",
-        "python -m ouroboros tail -f",
+        "python -m ouroboros tail -n 50 --session 3",
     )
-    tail_cmd.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    tail_cmd.add_argument(
+        "-f", "--follow", action="store_true", help="start near the end, keep printing new lines"
+    )
+    tail_cmd.add_argument("-n", "--lines", type=int, metavar="N", help="only the last N lines")
+    tail_cmd.add_argument(
+        "--since", metavar="TIME", help="from a time (2026-11-23T14:00) or an age (10m, 2h, 1d)"
+    )
+    tail_cmd.add_argument("--session", type=int, metavar="N", help="only session N")
     tail_cmd.add_argument("--state", type=Path, help=state_help)
     tail_cmd.add_argument("--json", action="store_true", help="the records unchanged, merged")
     tail_cmd.add_argument("--tools", action="store_true", help="a line per tool call too")
@@ -162,7 +169,18 @@ def _state_dir(settings: Settings, args: argparse.Namespace) -> Path:
 
 
 def _tail(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    options = tail.TailOptions(follow=args.follow, as_json=args.json, tools=args.tools)
+    try:
+        since = tail.parse_since(args.since) if args.since else None
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    options = tail.TailOptions(
+        follow=args.follow,
+        as_json=args.json,
+        tools=args.tools,
+        lines=args.lines,
+        since=since,
+        session=args.session,
+    )
     try:
         return tail.tail(_state_dir(settings, args), options, tail.stdout_console(), console)
     except BrokenPipeError:  # `tail --json | head`: the reader left, which is fine

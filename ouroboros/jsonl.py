@@ -71,6 +71,30 @@ def parse_object(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def offset_of_last(path: Path, lines: int, block: int = 1 << 16) -> int:
+    """The byte offset where the last `lines` complete lines of the file begin (0 when it has
+    no more): read from the end, so a long file costs what is shown, not its length. A last
+    line without its newline is not complete and is not counted."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return 0
+    with f:
+        position = f.seek(0, 2)
+        newlines = 0  # the first one found ends the last complete line
+        while position > 0:
+            start = max(0, position - block)
+            f.seek(start)
+            chunk = f.read(position - start)
+            index = len(chunk)
+            while (index := chunk.rfind(b"\n", 0, index)) != -1:
+                newlines += 1
+                if newlines == lines + 1:
+                    return start + index + 1
+            position = start
+        return 0
+
+
 @dataclass
 class JsonlReader:
     """The complete lines of a file from a byte offset on, parsed (by jsonlines) as they are

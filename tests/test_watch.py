@@ -171,6 +171,35 @@ def test_tail_leaves_out_a_torn_last_line(
     assert '"ts":"2099-' not in capsys.readouterr().out
 
 
+def test_tail_last_lines_of_a_session_since_a_time(
+    recorded: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-n`, `--session` and `--since` pick from the same lines `tail` shows, in the same order;
+    `-n` reads from the end of the files, and gives what the whole stream's last lines are."""
+    state = str(recorded.state)
+    assert main(["tail", "--state", state]) == 0
+    whole = capsys.readouterr().out.splitlines()
+    for n in (1, 7, 50):
+        assert main(["tail", "-n", str(n), "--state", state]) == 0
+        assert capsys.readouterr().out.splitlines() == whole[-n:]
+    assert main(["tail", "-n", "5", "--json", "--state", state]) == 0
+    last = [json.loads(line)["seq"] for line in capsys.readouterr().out.splitlines()]
+    assert last == sorted(last)
+    assert len(last) == 5
+    assert main(["tail", "--session", "2", "--state", state]) == 0
+    second = capsys.readouterr().out.splitlines()
+    calls = [line for line in second if re.search(r" s\d t\d+ ", line)]
+    assert calls
+    assert all(" s2 t" in line for line in calls)
+    assert len(calls) == sum(u["session"] == 2 for u in recorded.usage())
+    assert main(["tail", "--since", "1d", "--state", state]) == 0
+    assert capsys.readouterr().out.splitlines() == whole
+    assert main(["tail", "--since", "2099-01-01T00:00", "--state", state]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["tail", "--since", "yesterday", "--state", state]) == 1
+    assert "give a time (2026-11-23T14:00) or an age" in capsys.readouterr().err
+
+
 def test_tail_without_a_run_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tail", "--state", str(tmp_path / "nothing")]) == 1
     assert "no run in" in capsys.readouterr().err
@@ -253,6 +282,27 @@ def test_tail_follow_waits_for_the_run_and_prints_what_is_appended(
         ev.writelines(e for e in events if '"kind":"session_restart"' in e)
         ev.flush()
         reader.until(r"restart 2: session 3")
+
+
+def test_tail_follow_of_a_long_run_starts_at_its_end(recorded: Project) -> None:
+    """Like tail(1): the last lines first, then what is appended; never the whole history."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "tail", "-f", "--state", str(recorded.state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    reader = Reader(process)
+    try:
+        shown = reader.until("run ended: max_restarts") + reader.quiet(0.5)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        process.stdout.close()  # type: ignore[union-attr]
+        process.stderr.close()  # type: ignore[union-attr]
+    assert 1 <= len(shown) <= 10
+    assert not any("run started" in line or " s1 t1 " in line for line in shown)
 
 
 def test_merger_waits_for_a_line_numbered_before_one_it_has(tmp_path: Path) -> None:

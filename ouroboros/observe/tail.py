@@ -11,13 +11,14 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from ouroboros.events import EVENTS_FILE, USAGE_FILE
-from ouroboros.jsonl import JsonlReader
+from ouroboros.jsonl import JsonlReader, offset_of_last
 from ouroboros.observe.describe import describe
 
 POLL_S = 0.25
@@ -39,15 +40,16 @@ class Line:
 
 @dataclass
 class Follower:
-    """The new complete lines of one file at each `read`. A file that was replaced or cut short
-    (`run --fresh` moves the folder aside) is read from the start."""
+    """The new complete lines of one file at each `read`, from byte `start` on. A file that was
+    replaced or cut short (`run --fresh` moves the folder aside) is read from its start."""
 
     path: Path
+    start: int = 0
     reader: JsonlReader = field(init=False)
     inode: int | None = None
 
     def __post_init__(self) -> None:
-        self.reader = JsonlReader(self.path)
+        self.reader = JsonlReader(self.path, offset=self.start)
 
     def read(self) -> list[Line]:
         try:
@@ -79,8 +81,10 @@ class Merger:
     held_since: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def for_state(cls, state_dir: Path) -> Merger:
-        return cls([Follower(state_dir / USAGE_FILE), Follower(state_dir / EVENTS_FILE)])
+    def for_state(cls, state_dir: Path, last: int | None = None) -> Merger:
+        """Both files; with `last`, from where each file's last `last` lines begin."""
+        paths = (state_dir / USAGE_FILE, state_dir / EVENTS_FILE)
+        return cls([Follower(p, offset_of_last(p, last) if last else 0) for p in paths])
 
     def poll(self, final: bool = False) -> list[Line]:
         self.pending.extend(line for f in self.followers for line in f.read())
@@ -113,10 +117,68 @@ class TailOptions:
     follow: bool = False
     as_json: bool = False
     tools: bool = False
+    lines: int | None = None
+    """Only the last so many lines shown (`--follow` starts with the last `FOLLOW_BACKLOG`)."""
+    since: datetime | None = None
+    session: int | None = None
+
+    def wants(self, line: Line) -> bool:
+        record = line.record
+        if self.session is not None and record.get("session") != self.session:
+            return False
+        if self.since is not None:
+            try:
+                if datetime.fromisoformat(str(record.get("ts"))) < self.since:
+                    return False
+            except ValueError:
+                return False
+        return self.as_json or describe(record, self.tools) is not None
+
+
+FOLLOW_BACKLOG = 10
+"""`tail --follow` first shows this many lines, as tail(1) does, then what the run appends."""
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """`2026-11-23T14:00` (local time unless it says), or an age: `90s`, `10m`, `2h`, `1d`."""
+    now = now or datetime.now().astimezone()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return now - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r}: give a time (2026-11-23T14:00) or an age (90s, 10m, 2h, 1d)"
+        ) from None
+    return moment if moment.tzinfo else moment.astimezone()
+
+
+def _selected(state_dir: Path, options: TailOptions, last: int | None) -> tuple[Merger, list[Line]]:
+    """The lines to show first: every wanted one, or the last `last` of them. Each file is read
+    from near its end, and further back only until it holds `last` wanted lines."""
+    paths = (state_dir / USAGE_FILE, state_dir / EVENTS_FILE)
+    reach = None if last is None else max(2 * last, 20)
+    while True:
+        followers = [Follower(p, offset_of_last(p, reach) if reach else 0) for p in paths]
+        per_file = [[line for line in f.read() if options.wants(line)] for f in followers]
+        enough = all(
+            len(w) >= (last or 0) or not f.start for w, f in zip(per_file, followers, strict=True)
+        )
+        if reach is None or enough:
+            break
+        reach *= 4
+    lines = sorted((line for w in per_file for line in w), key=lambda line: line.order)
+    if last is not None:
+        lines = lines[-last:] if last else []
+    merger = Merger(followers, shown=max((line.order[0] for line in lines), default=0))
+    return merger, lines
 
 
 def _show(lines: Iterable[Line], options: TailOptions, out: Console) -> None:
     for line in lines:
+        if not options.wants(line):
+            continue
         if options.as_json:
             out.file.write(line.raw + "\n")
         elif (text := describe(line.record, options.tools)) is not None:
@@ -125,13 +187,14 @@ def _show(lines: Iterable[Line], options: TailOptions, out: Console) -> None:
 
 
 def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> int:
-    """Print both logs merged; with `follow`, keep printing what the run appends."""
-    merger = Merger.for_state(state_dir)
+    """Print both logs merged (all, or the last `lines`, of a session, since a time); with
+    `follow`, start near the end and keep printing what the run appends."""
     if not options.follow:
         if not any((state_dir / name).exists() for name in (USAGE_FILE, EVENTS_FILE)):
             err.print(f"no run in {state_dir} (use --follow to wait for one)")
             return 1
-        _show(merger.poll(final=True), options, out)
+        merger, lines = _selected(state_dir, options, options.lines)
+        _show(lines, options, out)
         for problem in merger.problems():
             err.print(f"[yellow]{problem}[/]")
         for follower in merger.followers:
@@ -140,6 +203,9 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
         return 0
     if not (state_dir / EVENTS_FILE).exists():
         err.print(f"[dim]waiting for a run in {state_dir} (Ctrl-C to stop)[/]")
+    backlog = FOLLOW_BACKLOG if options.lines is None else options.lines
+    merger, lines = _selected(state_dir, options, backlog)
+    _show(lines, options, out)
     try:
         while True:
             _show(merger.poll(), options, out)
