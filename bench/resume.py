@@ -23,9 +23,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from ouroboros.journal import Journal
+from ouroboros.journal import Journal, Sink
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ouroboros.records import (
     CallFigures,
@@ -50,7 +51,7 @@ PROBE = """
 import json, resource, sys, time
 from pathlib import Path
 started = time.perf_counter()
-from ouroboros.journal import Journal
+from ouroboros.journal import Journal, Sink
 imported = time.perf_counter()
 journal = Journal(Path(sys.argv[1]))
 folded = time.perf_counter()
@@ -76,9 +77,12 @@ def text(rng: random.Random, size: int) -> str:
     return "".join(words)
 
 
-def write_journal(path: Path, records: int, seed: int = 7) -> None:
+def write_journal(path: Path, records: int, seed: int = 7, sinks: Sequence[Sink] = ()) -> None:
+    """About `records` journal records of a long run (3 per turn), through the product's own
+    `Journal` and the given sinks (the event log, for a run `status` and `tail` can read)."""
     rng = random.Random(seed)
     journal = Journal(path, durable=False)
+    journal.sinks.extend(sinks)
     journal.append(RunStart(model="bench", base_url="http://127.0.0.1:1/v1"))
     call = 0
     while journal.state.total_turns * 3 < records:
