@@ -34,6 +34,7 @@ from ouroboros.records import (
     Mask,
     MaskReason,
     MessageRecord,
+    RunLimits,
     RunStart,
     SessionEnd,
     SessionStart,
@@ -83,7 +84,8 @@ def write_journal(path: Path, records: int, seed: int = 7, sinks: Sequence[Sink]
     rng = random.Random(seed)
     journal = Journal(path, durable=False)
     journal.sinks.extend(sinks)
-    journal.append(RunStart(model="bench", base_url="http://127.0.0.1:1/v1"))
+    limits = RunLimits(max_total_turns=records, wind_down_turns=2)
+    journal.append(RunStart(model="bench", base_url="http://127.0.0.1:1/v1", limits=limits))
     call = 0
     while journal.state.total_turns * 3 < records:
         session = journal.state.session + 1

@@ -6,7 +6,7 @@ and result, masks past the middle, a wind-down, a session end; `bench/resume.py`
 written through the product's own `Journal` with its event log as the sink, so `journal.jsonl`,
 `events.jsonl` and `token_usage.jsonl` are what a run writes. Each command then runs as people
 run it, `python -m ouroboros ... --state DIR` in a fresh process: the time is the whole process
-(interpreter start and imports included), the memory its peak RSS.
+(interpreter start and imports included), the memory its peak RSS (VmHWM).
 
 Targets (issue 16): `status` under 0.2 s and the report under 1 MB, at both sizes.
 
@@ -34,10 +34,12 @@ STATUS_S = 0.2
 REPORT_MB = 1.0
 
 PROBE = """
-import resource, sys, time
+import sys
 from ouroboros.cli import main
 code = main(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code, file=sys.stderr)
+# VmHWM, not ru_maxrss: Linux keeps the parent's ru_maxrss across fork and exec.
+peak = next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(peak, code, file=sys.stderr)
 """
 
 
@@ -45,7 +47,7 @@ def write_run(state: Path, calls: int) -> None:
     state.mkdir(parents=True)
     log = EventLog(state, Console(file=io.StringIO()))
     try:
-        write_journal(state / "journal.jsonl", 3 * calls, sinks=[log.record])
+        write_journal(state / "journal.jsonl", 3 * calls, sinks=log.sinks())
     finally:
         log.close()
 

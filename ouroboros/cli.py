@@ -18,16 +18,25 @@ import argparse
 import errno
 import os
 import sys
+import tomllib
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from ouroboros.config import ConfigError, Settings, load_settings
-from ouroboros.jsonl import StorageFull
-from ouroboros.lock import COMPACT_REQUEST, RESUME_REQUEST, RunError, fresh_state
-from ouroboros.observe import status, tail
+from ouroboros.errors import ConfigError, RunError, StorageFull
+from ouroboros.observe import status
+from ouroboros.observe.describe import stdout_console
+
+if TYPE_CHECKING:
+    from ouroboros.config import Settings
+
+# Each command imports what it uses: `status` must answer in a fraction of a second, so it does
+# not load the settings' models or the model client unless it has to.
+Loader = Callable[[], "Settings"]
 
 UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR}
 """Why a state or workspace folder cannot be written: said in one line, not a traceback."""
@@ -133,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from ouroboros.config import load_settings
+
     path: Path = args.config or Path("config.toml")
     state: Path | None = getattr(args, "state", None)
     if args.config is None and state is not None and (state.parent / "config.toml").exists():
@@ -145,9 +156,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(path, overrides)
 
 
-def _run(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.supervisor import run_to_end  # the model client, only where one is used
+def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.lock import fresh_state
+    from ouroboros.supervisor import run_to_end
 
+    settings = load()
     prompt = settings.paths.system_prompt
     if not prompt.is_file():
         raise RunError(
@@ -163,12 +176,14 @@ def _run(settings: Settings, args: argparse.Namespace, console: Console) -> int:
     return outcome.exit_code
 
 
-def _state_dir(settings: Settings, args: argparse.Namespace) -> Path:
+def _state_dir(load: Loader, args: argparse.Namespace) -> Path:
     state: Path | None = args.state
-    return state.resolve() if state is not None else settings.paths.state_dir
+    return state.resolve() if state is not None else load().paths.state_dir
 
 
-def _tail(settings: Settings, args: argparse.Namespace, console: Console) -> int:
+def _tail(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.observe import tail
+
     try:
         since = tail.parse_since(args.since) if args.since else None
     except ValueError as e:
@@ -182,23 +197,41 @@ def _tail(settings: Settings, args: argparse.Namespace, console: Console) -> int
         session=args.session,
     )
     try:
-        return tail.tail(_state_dir(settings, args), options, tail.stdout_console(), console)
+        return tail.tail(_state_dir(load, args), options, stdout_console(), console)
     except BrokenPipeError:  # `tail --json | head`: the reader left, which is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
-def _status(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    return status.status(_state_dir(settings, args), settings, tail.stdout_console())
+def _status(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    state = args.state.resolve() if args.state is not None else quick_state_dir(args.config)
+    return status.status(state, load, stdout_console())
 
 
-def _report(settings: Settings, args: argparse.Namespace, console: Console) -> int:
+def quick_state_dir(config: Path | None) -> Path:
+    """`paths.state_dir` as the settings resolve it (the environment over the file, relative to
+    the file's folder), without loading them: `status` answers fast. A config that does not
+    read or parse is left to the settings to explain."""
+    path = config or Path("config.toml")
+    value: Any = os.environ.get("OUROBOROS_PATHS__STATE_DIR")
+    if value is None and path.exists():
+        try:
+            value = tomllib.loads(path.read_text()).get("paths", {}).get("state_dir")
+        except (OSError, ValueError, AttributeError):
+            value = None
+    if value is None and not path.exists() and config is not None:
+        raise ConfigError(f"{path}: config file not found")
+    state = Path(str(value or ".ouroboros")).expanduser()
+    return (path.resolve().parent / state).resolve()
+
+
+def _report(load: Loader, args: argparse.Namespace, console: Console) -> int:
     from ouroboros.observe.report import write_report
 
-    state = _state_dir(settings, args)
+    state = _state_dir(load, args)
     if not any((state / name).exists() for name in RUN_FILES):
         raise RunError(f"no run in {state}: give the state folder of one with --state")
-    path = write_report(state, settings, args.out)
+    path = write_report(state, load(), args.out)
     console.print(f"report written to {path}")
     return 0
 
@@ -218,12 +251,16 @@ def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
     return 0
 
 
-def _resume(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    return _ask(settings, RESUME_REQUEST, "go on", console)
+def _resume(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.lock import RESUME_REQUEST
+
+    return _ask(load(), RESUME_REQUEST, "go on", console)
 
 
-def _compact(settings: Settings, args: argparse.Namespace, console: Console) -> int:
-    return _ask(settings, COMPACT_REQUEST, "compact the context at its next turn", console)
+def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.lock import COMPACT_REQUEST
+
+    return _ask(load(), COMPACT_REQUEST, "compact the context at its next turn", console)
 
 
 _COMMANDS = {
@@ -244,8 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             from ouroboros.demo import demo_dir, run_demo
 
             return run_demo(demo_dir(args.dir), console)
-        settings = _settings(args)
-        return _COMMANDS[args.command](settings, args, console)
+        return _COMMANDS[args.command](cache(lambda: _settings(args)), args, console)
     except ConfigError as e:
         console.print(f"[red]config error:[/] {escape(str(e))}", soft_wrap=True)
         return EXIT_CONFIG

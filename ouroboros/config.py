@@ -19,9 +19,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-
-class ConfigError(Exception):
-    """A user error in the configuration: printed as one line, never as a traceback."""
+from ouroboros.errors import ConfigError
 
 
 class _Section(BaseModel):

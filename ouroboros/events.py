@@ -8,6 +8,7 @@ retry, a warning, a tool's timing) is emitted directly. Every line of both files
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import singledispatchmethod
 from pathlib import Path
 from typing import Any, Literal
@@ -17,11 +18,13 @@ from rich.console import Console
 from ouroboros.jsonl import JsonlWriter, last_line
 from ouroboros.messages import ToolMessage
 from ouroboros.observe.describe import describe
+from ouroboros.observe.summary import Summary
 from ouroboros.records import (
     SCHEMA_VERSION,
     Compaction,
     Cut,
     EndReason,
+    JournalRecord,
     Mask,
     MessageRecord,
     Record,
@@ -73,6 +76,11 @@ class EventLog:
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
         lasts = [last_line(state_dir / name) or {} for name in (EVENTS_FILE, USAGE_FILE)]
         self.seq = max(int(line.get("seq", 0)) for line in lasts)
+        self.summary = Summary(state_dir)
+
+    def sinks(self) -> list[Callable[[JournalRecord, RunState], None]]:
+        """What the journal hands each record to: this log, then `status.json`."""
+        return [self.record, self.summary.record]
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         self._write(self.events, kind, fields)
@@ -85,6 +93,7 @@ class EventLog:
         self.seq += 1
         line = {"v": SCHEMA_VERSION, "seq": self.seq, "ts": now_iso(), "kind": kind, **fields}
         writer.append(line)
+        self.summary.line(line)
         if (text := describe(line)) is not None:
             self.console.print(text)
 

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from ouroboros.config import Settings
 from ouroboros.context.mask import MaskPolicy
+from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.journal import Journal
 from ouroboros.ledger import Counting, Ledger
 from ouroboros.llm import Completion, LLMClient, Model
-from ouroboros.lock import RunError, started_mark
+from ouroboros.lock import started_mark
 from ouroboros.records import EndReason, WindowFigures
 from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, choose_window, discover

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,22 +22,10 @@ from typing import IO, Any, TypeVar
 import jsonlines
 from pydantic import TypeAdapter, ValidationError
 
+from ouroboros.errors import StorageFull
+
 T = TypeVar("T")
-NEEDED_FREE_BYTES = 10 * 1024 * 1024
-"""What a run asks to be freed: room for a few thousand more records."""
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-class StorageFull(Exception):
-    """The disk of a state file is full: the run stops, whole, until there is room again."""
-
-    def __init__(self, path: Path):
-        free = shutil.disk_usage(path.parent).free if path.parent.exists() else 0
-        super().__init__(
-            f"no space left to write {path} ({free:,} bytes free on its disk): free at least "
-            f"{NEEDED_FREE_BYTES:,} bytes there, then run the same command again; nothing was "
-            "lost"
-        )
 
 
 @contextmanager

@@ -15,16 +15,13 @@ from typing import IO
 
 import anyio
 
+from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.jsonl import storage
 
 RESUME_REQUEST = "resume"
 COMPACT_REQUEST = "compact"
 """File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
-
-
-class RunError(Exception):
-    """A run-time problem a person must fix; printed as one line, exit code 1."""
 
 
 LOCK_PATIENCE_S = 1.0

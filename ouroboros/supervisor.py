@@ -13,13 +13,12 @@ from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
+from ouroboros.errors import RunError, StorageFull
 from ouroboros.events import EventLog
 from ouroboros.harness import Harness, SessionEnded, build_harness, discover_server
 from ouroboros.journal import Journal
-from ouroboros.jsonl import StorageFull
 from ouroboros.llm import FatalError, LLMClient, LLMError
 from ouroboros.lock import (
-    RunError,
     journal_missing,
     mark_started,
     state_lock,
@@ -206,7 +205,7 @@ class Supervisor:
 def open_journal(settings: Settings, log: EventLog) -> Journal:
     journal_missing(settings.paths.state_dir)
     journal = Journal(settings.paths.state_dir / "journal.jsonl")
-    journal.sinks.append(log.record)
+    journal.sinks.extend(log.sinks())
     if journal.torn_aside:
         log.emit(
             "warning",

@@ -70,7 +70,7 @@ def test_report_of_no_run_creates_nothing(project: Project) -> None:
 def test_a_bad_environment_variable_is_named_not_the_file(project: Project) -> None:
     project.configure(CLOSED)
     env = {"OUROBOROS_CONTEXT__SOFT_THRESHOLD": "lots"}
-    result = project.run("status", env=env)
+    result = project.run("run", env=env)
     assert result.returncode == 2
     line = one_line(result.stderr)
     assert "OUROBOROS_CONTEXT__SOFT_THRESHOLD" in line

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.config import ConfigError, load_settings
+from ouroboros.cli import quick_state_dir
+from ouroboros.config import load_settings
+from ouroboros.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"
 
@@ -76,3 +78,26 @@ def test_unreadable_file(tmp_path: Path) -> None:
     path.mkdir()
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_settings(path)
+
+
+@pytest.mark.parametrize(
+    ("toml", "env"),
+    [
+        ("", None),
+        ('[paths]\nstate_dir = "runs/a"\n', None),
+        ('[paths]\nstate_dir = "/tmp/elsewhere/.ouroboros"\n', None),
+        ('[paths]\nstate_dir = "runs/a"\n', "from-env"),
+        ('[llm]\nmodel = "m"\n', "~/state"),
+    ],
+)
+def test_status_finds_the_state_folder_the_settings_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, env: str | None
+) -> None:
+    """`status` resolves paths.state_dir without loading the settings (to answer fast): it must
+    land where the settings do."""
+    config = tmp_path / "config.toml"
+    config.write_text(toml)
+    monkeypatch.delenv("OUROBOROS_PATHS__STATE_DIR", raising=False)
+    if env is not None:
+        monkeypatch.setenv("OUROBOROS_PATHS__STATE_DIR", env)
+    assert quick_state_dir(config) == load_settings(config).paths.state_dir

@@ -23,13 +23,14 @@ from rich.console import Console
 
 from ouroboros.cli import main
 from ouroboros.config import load_settings
+from ouroboros.errors import RunError
 from ouroboros.events import EventLog
-from ouroboros.lock import RunError, state_lock
-from ouroboros.observe.status import liveness
+from ouroboros.lock import state_lock
+from ouroboros.observe.status import _elapsed, liveness, snapshot
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.supervisor import run
-from tests.conftest import PROJECT_ROOT, Project
+from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace
 
 SUPERVISOR = {"max_restarts": 2, "max_total_turns": 100}
@@ -366,6 +367,48 @@ def test_status_of_a_run_that_stopped_on_an_error(
     assert "restarts budget 0 left (2 used)" in out
     assert "tokens budget unlimited" in out
     assert re.search(r"last model call \d+ s ago", out)
+
+
+def test_status_reads_the_runs_summary_and_folds_the_journal_without_one(
+    recorded: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status.json`, kept by the run, says what a fold of the journal says; a run without one
+    (older, or lost) is folded as before."""
+    copy = tmp_path / ".ouroboros"
+    shutil.copytree(recorded.state, copy)
+    assert (copy / "status.json").exists()
+    assert main(["status", "--state", str(copy)]) == 0
+    kept = capsys.readouterr().out
+    (copy / "status.json").unlink()
+    assert main(["status", "--state", str(copy)]) == 0
+    folded = capsys.readouterr().out
+
+    def timeless(text: str) -> str:
+        return re.sub(r"\d+ (s|min \d+ s) ago", "… ago", text.replace(str(copy), ""))
+
+    assert timeless(kept) == timeless(folded)
+    assert "last event" in kept
+
+
+def test_status_of_an_ended_run_stops_its_clock(recorded: Project) -> None:
+    now = time.time()
+    early, late = snapshot(recorded.state, now), snapshot(recorded.state, now + 86_400)
+    assert _elapsed(early) == _elapsed(late) > 0
+
+
+def test_status_says_the_run_waits_for_its_server(project: Project) -> None:
+    """A run whose server is down: `status` says since when it waits, the next try, and why."""
+    project.configure("http://127.0.0.1:9/v1", llm={"retry_initial_s": 0.2, "retry_max_s": 2.0})
+    run = project.start("run")
+    try:
+        wait_for(lambda: len(project.events("retry")) >= 3)
+        out = " ".join(project.run("status").stdout.split())
+    finally:
+        run.terminate()
+        run.communicate(timeout=20)
+    assert "running (pid" in out
+    assert "waiting for the model server since" in out
+    assert re.search(r"\(try \d+, (next in \d+ s|trying now)\): cannot reach a model server", out)
 
 
 def test_status_of_a_live_run(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import Console
 from rich.text import Text
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
@@ -179,3 +181,12 @@ def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
         return None
     style, text = _DESCRIBE.get(kind, ("cyan", _generic))
     return stamp + Text(text(record).rstrip(), style=style)
+
+
+class _StdoutConsole(Console):
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError  # rich would exit 1; `tail | head` ending early is no failure
+
+
+def stdout_console() -> Console:
+    return _StdoutConsole(file=sys.stdout, highlight=False, soft_wrap=True)

@@ -7,7 +7,6 @@ waits for the rest. A line that is not a record is skipped and said so.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -214,12 +213,3 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
             time.sleep(POLL_S)
     except KeyboardInterrupt:
         return 0
-
-
-class _StdoutConsole(Console):
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError  # rich would exit 1; `tail | head` ending early is no failure
-
-
-def stdout_console() -> Console:
-    return _StdoutConsole(file=sys.stdout, highlight=False, soft_wrap=True)
