@@ -40,10 +40,12 @@ from ouroboros.records import (
     SessionStart,
     ToolStarted,
     WindDown,
+    WindowFigures,
 )
 from ouroboros.snapshot import snapshot_path
 
 TURNS = 25
+WINDOW = 8_192
 TARGET_S = 1.0
 TARGET_MB = 150
 WORDS = "the of parser token window session result file test value error line config".split()
@@ -85,7 +87,18 @@ def write_journal(path: Path, records: int, seed: int = 7, sinks: Sequence[Sink]
     journal = Journal(path, durable=False)
     journal.sinks.extend(sinks)
     limits = RunLimits(max_total_turns=records, wind_down_turns=2)
-    journal.append(RunStart(model="bench", base_url="http://127.0.0.1:1/v1", limits=limits))
+    window = WindowFigures(
+        server="llama-server",
+        detail="bench",
+        context_limit=WINDOW,
+        prompt_budget=6_758,
+        soft_line=4_730,
+        hard_line=6_082,
+        frame_tokens=4,
+    )
+    journal.append(
+        RunStart(model="bench", base_url="http://127.0.0.1:1/v1", limits=limits, window=window)
+    )
     call = 0
     while journal.state.total_turns * 3 < records:
         session = journal.state.session + 1
@@ -99,15 +112,19 @@ def write_journal(path: Path, records: int, seed: int = 7, sinks: Sequence[Sink]
             call += 1
             tool = ToolCall(id=f"call_{call}", name="shell_exec", arguments='{"command": "make"}')
             reply = AssistantMessage(content=text(rng, 300), tool_calls=(tool,))
+            prompt, completion = 1200 + 200 * turn, rng.randint(40, 300)
+            used = prompt + completion
             usage = CallFigures(
-                prompt_tokens=1500 + 250 * turn,
-                completion_tokens=rng.randint(40, 300),
+                prompt_tokens=prompt,
+                completion_tokens=completion,
                 source="server",
                 raw_prompt=1400 + 240 * turn,
                 raw_reply=120,
                 silent_truncation=False,
                 raw_kinds={"system": 900, "assistant": 30 * turn, "output:text": 210 * turn},
                 turn=turn,
+                context_limit=WINDOW,
+                zone="normal" if used < 4_730 else "soft" if used < 6_082 else "hard",
             )
             journal.append(MessageRecord(session=session, message=reply, usage=usage))
             journal.append(ToolStarted(session=session, call_id=tool.id, name=tool.name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,6 +19,18 @@ import pytest
 from ouroboros.scripted import ScriptedServer, quick_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_module(path: Path) -> ModuleType:
+    """A script of this project (scripts/, bench/) as a module, its folder importable too."""
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -59,23 +58,11 @@ from ouroboros.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, discover
 from ouroboros.tokens import Calibration, raw_estimate, tally
-from tests.conftest import Project
+from tests.conftest import Project, load_module
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 4096
 MAX_OUTPUT = 32
-
-
-def load_module(path: Path) -> ModuleType:
-    """A script of this project (scripts/, bench/) as a module, its folder importable too."""
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 real_server = load_module(PROJECT_ROOT / "scripts" / "real_server.py")

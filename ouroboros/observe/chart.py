@@ -113,7 +113,8 @@ def _bands(f: Frame, sessions: list[SessionSummary]) -> Iterable[str]:
         )
 
 
-def _grid(f: Frame) -> Iterable[str]:
+def grid(f: Frame, first: int = 0) -> Iterable[str]:
+    """Gridlines, and call numbers from `first` + 1 (a zoom on the last calls of a run)."""
     step = _nice_step(f.ymax, 6)
     value = 0.0
     while value <= f.ymax:
@@ -128,7 +129,8 @@ def _grid(f: Frame) -> Iterable[str]:
         x = f.x(index - 1)
         bottom = H - BOTTOM
         yield f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{bottom}" y2="{bottom + 5}" class="axis"/>'
-        yield f'<text x="{x:.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{index}</text>'
+        label = f"{first + index:,}"
+        yield f'<text x="{x:.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{label}</text>'
 
 
 def _thresholds(f: Frame, sessions: list[SessionSummary], lines: Lines) -> Iterable[str]:
@@ -238,7 +240,7 @@ def _legend() -> str:
     return "".join(parts)
 
 
-def chart_svg(data: RunData, lines: Lines) -> str:
+def chart_svg(data: RunData, lines: Lines, first: int = 0) -> str:
     """Context used by every model call of the run, with the lines and events that matter."""
     if not data.calls:
         return '<p class="empty">No model call recorded yet.</p>'
@@ -248,7 +250,7 @@ def chart_svg(data: RunData, lines: Lines) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" '
         f'height="{H}" role="img" aria-label="context used per model call">',
         *_bands(f, data.sessions),
-        *_grid(f),
+        *grid(f, first),
         *_thresholds(f, data.sessions, lines),
         *_verticals(f, data.marks),
         *_series(f, data.sessions),
@@ -256,7 +258,7 @@ def chart_svg(data: RunData, lines: Lines) -> str:
         f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" class="axis"/>',
         f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" class="axis"/>',
         f'<text x="{LEFT + f.width / 2:.0f}" y="{H - BOTTOM + 40}" text-anchor="middle" '
-        f'class="title">model call (across the whole run)</text>',
+        f'class="title">model call{"" if first else " (across the whole run)"}</text>',
         f'<text transform="translate(18,{TOP + f.height / 2:.0f}) rotate(-90)" '
         f'text-anchor="middle" class="title">tokens in the context (prompt + reply)</text>',
         _legend(),

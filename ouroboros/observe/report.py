@@ -12,19 +12,16 @@ from typing import Any
 
 from ouroboros.config import Settings
 from ouroboros.observe.chart import Lines, chart_svg, escape
+from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, last_calls, overview_svg
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
 from ouroboros.observe.status import duration
 from ouroboros.tokens import Budget
 
-NOTABLE = (
-    "warning",
-    "context_overflow",
-    "silent_truncation",
-    "blocked_command",
-    "retry",
-    "truncation",
-)
-MAX_NOTABLE_ROWS = 200
+NOTABLE = ("error", "warning", "context_overflow", "silent_truncation", "blocked_command", "retry")
+ROUTINE = ("truncation",)
+"""Outputs cut to the cap or to the room left: counted, not listed among the errors."""
+MAX_NOTABLE_ROWS = 100
+MAX_SESSION_ROWS = 50
 
 
 CSS = """
@@ -80,13 +77,20 @@ def session_table(sessions: list[SessionSummary]) -> str:
 
 
 def notable_table(events: list[dict[str, Any]]) -> str:
-    chosen = [
-        e
-        for e in events
-        if e.get("kind") in NOTABLE or (e.get("kind") == "run_end" and e.get("reason") == "error")
-    ]
+    """Errors, warnings, retries, overflows and blocked commands, newest first, counted by kind;
+    routine output cuts only counted."""
+    chosen = [e for e in events if e.get("kind") in NOTABLE]
+    routine = sum(e.get("kind") in ROUTINE for e in events)
+    cuts = f"{routine:,} tool outputs were cut to the cap or to the room left (routine)."
     if not chosen:
-        return '<p class="note">No errors, warnings, retries, overflows or blocked commands.</p>'
+        return (
+            '<p class="note">No errors, warnings, retries, overflows or blocked commands. '
+            f"{cuts}</p>"
+        )
+    counts: dict[str, int] = {}
+    for e in chosen:
+        counts[str(e.get("kind"))] = counts.get(str(e.get("kind")), 0) + 1
+    tally = " · ".join(f"{kind} <b>{n:,}</b>" for kind, n in sorted(counts.items()))
     rows = [
         _row(
             [
@@ -96,15 +100,16 @@ def notable_table(events: list[dict[str, Any]]) -> str:
                 ("text", _event_text(e)),
             ]
         )
-        for e in chosen[-MAX_NOTABLE_ROWS:]
+        for e in reversed(chosen[-MAX_NOTABLE_ROWS:])
     ]
     more = len(chosen) - MAX_NOTABLE_ROWS
-    note = f'<p class="note">{more} earlier ones left out.</p>' if more > 0 else ""
+    note = f" The {MAX_NOTABLE_ROWS} newest are listed." if more > 0 else ""
     head = (
         "<tr><th class=text>time (UTC)</th><th class=text>kind</th><th>session</th>"
         "<th class=text>what</th></tr>"
     )
-    return f'{note}<table id="notable">{head}{"".join(rows)}</table>'
+    summary = f'<p class="note" id="notable-counts">{tally}.{note} {cuts}</p>'
+    return f'{summary}<table id="notable">{head}{"".join(rows)}</table>'
 
 
 def _event_text(e: dict[str, Any]) -> str:
@@ -164,19 +169,48 @@ def page(data: RunData, lines: Lines) -> str:
 <h1>ouroboros run report</h1>
 <p class=note>{escape(data.state_dir)}</p>
 {_summary(data)}
-<h2>Context used per model call</h2>
-<figure id="context-chart">{chart_svg(data, lines)}</figure>
+{_charts(data, lines)}
 <p class=note>The lines are the harness's own: the prompt budget is the window less
 {lines.max_output:,} tokens kept for the reply and a {lines.margin:.0%} safety margin; masking
 starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard line
 ({lines.hard:.0%}), as the run recorded them. Hover a point for its figures.</p>
 <h2>Sessions</h2>
-{session_table(data.sessions)}
+{_sessions(data.sessions)}
 <h2>Errors, warnings and retries</h2>
 {notable_table(data.events)}
 {"".join(f"<p class=note>{escape(line)}</p>" for line in data.skipped)}
 </body></html>
 """
+
+
+def _charts(data: RunData, lines: Lines) -> str:
+    if len(data.calls) <= LONG_RUN:
+        return (
+            "<h2>Context used per model call</h2>\n"
+            f'<figure id="context-chart">{chart_svg(data, lines)}</figure>'
+        )
+    first = max(0, len(data.calls) - ZOOM_CALLS)
+    zoom = last_calls(data, ZOOM_CALLS)
+    return (
+        "<h2>Context used across the run</h2>\n"
+        f'<figure id="overview-chart">{overview_svg(data, lines)}</figure>\n'
+        f"<h2>The last {ZOOM_CALLS} model calls</h2>\n"
+        f'<figure id="context-chart">{chart_svg(zoom, lines, first)}</figure>'
+    )
+
+
+def _sessions(sessions: list[SessionSummary]) -> str:
+    more = len(sessions) - MAX_SESSION_ROWS
+    if more <= 0:
+        return session_table(sessions)
+    shown = sessions[-MAX_SESSION_ROWS:]
+    turns = sum(len(s.calls) for s in sessions[:more])
+    tokens = sum(s.prompt_tokens + s.completion_tokens for s in sessions[:more])
+    note = (
+        f'<p class="note">The {MAX_SESSION_ROWS} newest of {len(sessions):,} sessions; the '
+        f"{more:,} before them made {turns:,} model calls with {tokens:,} tokens.</p>"
+    )
+    return note + session_table(shown)
 
 
 def lines_from(settings: Settings, events: list[dict[str, Any]]) -> Lines:

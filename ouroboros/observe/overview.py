@@ -1,0 +1,155 @@
+"""The report's overview of a long run: its calls gathered into buckets, each drawn as the least,
+mean and most context any of its calls used, with restarts, wind-downs and errors as ticks. The
+page stays the same size however long the run (a few hundred KB at 100,000 calls), and reads.
+
+A run short enough to draw call by call (`LONG_RUN` calls or fewer) is drawn that way
+(`chart.chart_svg`); a long one gets this overview and, below it, the last `ZOOM_CALLS` calls
+drawn call by call.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ouroboros.observe.chart import (
+    BOTTOM,
+    LEFT,
+    RIGHT,
+    TOP,
+    Frame,
+    H,
+    Lines,
+    W,
+    escape,
+    grid,
+)
+from ouroboros.observe.run_data import Call, Mark, RunData
+
+LONG_RUN = 1_000
+"""More calls than this, and the chart is an overview (the page would grow with every call)."""
+BUCKETS = 500
+ZOOM_CALLS = 200
+TICKS = {
+    "session_restart": ("#6a3d9a", 10, "restart"),
+    "wind_down": ("#e8710a", 6, "wind-down"),
+    "error": ("#c00000", 14, "error"),
+    "context_overflow": ("#c00000", 14, "error"),
+    "silent_truncation": ("#c00000", 14, "error"),
+}
+
+
+def buckets(calls: list[Call], count: int) -> list[list[Call]]:
+    """The calls in `count` runs of (nearly) equal length, in order."""
+    size = max(1, -(-len(calls) // count))
+    return [calls[i : i + size] for i in range(0, len(calls), size)]
+
+
+def _band(f: Frame, groups: list[list[Call]]) -> Iterable[str]:
+    """The least and the most of each bucket as one filled shape, its mean as a line."""
+    first = 0
+    tops, bottoms, means = [], [], []
+    for group in groups:
+        x = f.x(first + (len(group) - 1) / 2)
+        totals = [c.total for c in group]
+        tops.append(f"{x:.1f},{f.y(max(totals)):.1f}")
+        bottoms.append(f"{x:.1f},{f.y(min(totals)):.1f}")
+        means.append(f"{x:.1f},{f.y(statistics.fmean(totals)):.1f}")
+        first += len(group)
+    outline = " ".join(tops + bottoms[::-1])
+    yield f'<polygon points="{outline}" fill="#9db7e0" fill-opacity="0.55" stroke="none"/>'
+    yield f'<polyline points="{" ".join(means)}" class="series"/>'
+
+
+def _ticks(f: Frame, marks: list[Mark]) -> Iterable[str]:
+    """One path per kind of event: a tick at each pixel where one happened, with how many."""
+    for kind in dict.fromkeys(colour for colour, _, _ in TICKS.values()):
+        at: dict[int, int] = {}
+        for m in marks:
+            if m.kind in TICKS and TICKS[m.kind][0] == kind:
+                at[round(f.x(m.x))] = at.get(round(f.x(m.x)), 0) + 1
+        if not at:
+            continue
+        length = next(n for c, n, _ in TICKS.values() if c == kind)
+        name = next(label for c, _, label in TICKS.values() if c == kind)
+        top = H - BOTTOM - length if name != "error" else TOP
+        path = "".join(f"M{x},{top}v{length}" for x in sorted(at))
+        total = sum(at.values())
+        yield (
+            f'<path d="{path}" stroke="{kind}" stroke-width="1.2" fill="none">'
+            f"<title>{total:,} × {escape(name)}</title></path>"
+        )
+
+
+def _lines(f: Frame, data: RunData, lines: Lines) -> Iterable[str]:
+    """The lines of the run's last window, across the chart, labelled at its right."""
+    limit = data.calls[-1].limit
+    for name, tokens, colour, dash in lines.levels(limit):
+        y = f.y(tokens)
+        yield (
+            f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{colour}" '
+            f'stroke-width="1.5" stroke-dasharray="{dash}"/>'
+            f'<text x="{W - RIGHT + 8}" y="{y + 4:.1f}" fill="{colour}" class="threshold">'
+            f"{escape(name)}</text>"
+        )
+
+
+def _legend(per: int) -> str:
+    items = [
+        ('<rect x="0" y="-9" width="12" height="9" fill="#9db7e0"/>', f"least–most of {per:,}"),
+        ('<line x1="0" x2="12" y1="-4" y2="-4" class="series"/>', "mean"),
+        ('<line x1="6" x2="6" y1="-10" y2="0" stroke="#6a3d9a"/>', "restart"),
+        ('<line x1="6" x2="6" y1="-10" y2="0" stroke="#e8710a"/>', "wind-down"),
+        ('<line x1="6" x2="6" y1="-10" y2="0" stroke="#c00000"/>', "error / overflow"),
+    ]
+    parts, x = [], LEFT
+    for symbol, name in items:
+        label = f'<text x="18" y="0">{escape(name)}</text>'
+        parts.append(f'<g transform="translate({x},{H - 18})">{symbol}{label}</g>')
+        x += 34 + 7 * len(name)
+    return "".join(parts)
+
+
+def overview_svg(data: RunData, lines: Lines) -> str:
+    """Context used across the whole run, bucket by bucket."""
+    calls = data.calls
+    groups = buckets(calls, BUCKETS)
+    limits = [c.limit for c in calls]
+    f = Frame(len(calls), max(max(c.total for c in calls), *limits) * 1.06)
+    return "\n".join(
+        [
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" '
+            f'height="{H}" role="img" aria-label="context used across the run">',
+            *grid(f),
+            *_lines(f, data, lines),
+            *_band(f, groups),
+            *_ticks(f, data.marks),
+            f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" class="axis"/>',
+            f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" '
+            'class="axis"/>',
+            f'<text x="{LEFT + f.width / 2:.0f}" y="{H - BOTTOM + 40}" text-anchor="middle" '
+            f'class="title">model call ({len(calls):,} in all, {len(groups[0]):,} per bucket)'
+            "</text>",
+            f'<text transform="translate(18,{TOP + f.height / 2:.0f}) rotate(-90)" '
+            'text-anchor="middle" class="title">tokens in the context (prompt + reply)</text>',
+            _legend(len(groups[0])),
+            "</svg>",
+        ]
+    )
+
+
+def last_calls(data: RunData, count: int) -> RunData:
+    """The run's last `count` calls as a run of their own, numbered from 0, for the zoom."""
+    start = max(0, len(data.calls) - count)
+    calls = [replace(c, index=c.index - start) for c in data.calls[start:]]
+    by_session: dict[int, list[Call]] = {}
+    for c in calls:
+        by_session.setdefault(c.session, []).append(c)
+    sessions = [
+        replace(s, calls=by_session[s.number], side_calls=[])
+        for s in data.sessions
+        if s.number in by_session
+    ]
+    marks = [replace(m, x=m.x - start) for m in data.marks if m.x >= start - 0.5]
+    return replace(data, calls=calls, sessions=sessions, marks=marks)

@@ -1,0 +1,109 @@
+"""`report` of a run of 10,000 model calls: an overview that reads at any length, the last calls
+drawn one by one, the newest sessions and the errors; under 1 MB; and a look in a real browser,
+whose screenshot is docs/report-10k.png."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from ouroboros.events import EventLog
+from ouroboros.observe.chart import LEFT, RIGHT, W
+from ouroboros.observe.overview import BUCKETS, ZOOM_CALLS
+from tests.conftest import PROJECT_ROOT, load_module
+from tests.test_report_demo import report
+
+CALLS = 10_000
+SCREENSHOT = PROJECT_ROOT / "docs" / "report-10k.png"
+"""Written again when OUROBOROS_UPDATE_DOCS=1, else the test's own copy goes to a temp folder."""
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of 10,000 calls written as a run writes it: the journal through the product's
+    `Journal`, the logs through its `EventLog` (bench/resume.py's run: 400 sessions)."""
+    state = tmp_path_factory.mktemp("long") / ".ouroboros"
+    state.mkdir()
+    log = EventLog(state, Console(file=io.StringIO()))
+    try:
+        resume = load_module(PROJECT_ROOT / "bench" / "resume.py")
+        resume.write_journal(state / "journal.jsonl", 3 * CALLS, sinks=log.sinks())
+    finally:
+        log.close()
+    return state
+
+
+def svg(page: str, figure: str) -> ET.Element:
+    start = page.index(f'<figure id="{figure}">')
+    body = page[page.index("<svg", start) : page.index("</svg>", start) + len("</svg>")]
+    return ET.fromstring(body)
+
+
+def test_the_report_of_a_long_run_reads_and_stays_small(long_run: Path) -> None:
+    page = report(long_run)
+    assert len(page.encode()) < 1_000_000
+    # The overview spans the whole run: buckets from the first call to the last.
+    overview = svg(page, "overview-chart")
+    ns = "{http://www.w3.org/2000/svg}"
+    mean = overview.find(f"{ns}polyline")
+    assert mean is not None
+    xs = [float(p.split(",")[0]) for p in mean.attrib["points"].split()]
+    assert len(xs) == BUCKETS
+    assert xs[0] < LEFT + 5
+    assert xs[-1] > W - RIGHT - 5
+    assert xs == sorted(xs)
+    titles = [t.text or "" for t in overview.iter(f"{ns}title")]
+    assert "399 × restart" in titles
+    assert "wind-down" in " ".join(titles)
+    # The zoom draws the last calls one by one, numbered from the first shown.
+    zoom = svg(page, "context-chart")
+    assert len([c for c in zoom.iter(f"{ns}circle") if c.find(f"{ns}title") is not None]) == (
+        ZOOM_CALLS
+    )
+    assert f"The last {ZOOM_CALLS} model calls" in page
+    # The newest sessions only, the others summed up.
+    rows = re.findall(r'<tr class="session">', page)
+    assert len(rows) == 50
+    assert "The 50 newest of 400 sessions; the 350 before them made 8,750 model calls" in page
+
+
+def test_the_report_of_a_long_run_in_a_browser(long_run: Path, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    report(long_run)
+    png = SCREENSHOT if os.environ.get("OUROBOROS_UPDATE_DOCS") == "1" else tmp_path / "r.png"
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tempfile.mkdtemp()}",
+            f"--screenshot={png}",
+            "--window-size=1200,1250",
+            (long_run / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=90,
+        check=True,
+    )
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1200, 1250)
+    assert len(data) > 100_000  # two drawn charts and a table, not a blank page
