@@ -107,3 +107,16 @@ def test_the_top_help_is_for_users(project: Project) -> None:
     for command in ("run", "resume", "compact", "tail", "status", "report", "demo"):
         assert f"\n    {command} " in text or f"\n  {command} " in text or f"{{{command}" in text
     assert "Nothing runs on import" not in text
+
+
+def test_no_server_at_the_url_says_what_to_start(project: Project) -> None:
+    """Every retry says it, and the run that gives up ends with it: the URL, and what to start
+    (or which setting to change)."""
+    project.configure(CLOSED, llm={"retry_for_s": 1, "retry_initial_s": 0.1, "retry_max_s": 0.2})
+    result = project.run("run", timeout=60)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "gave up on the model server" in last
+    assert f"cannot reach a model server at {CLOSED}" in last
+    assert "start it (for Ollama: `ollama serve`) or set llm.base_url" in last
+    assert "Traceback" not in result.stderr
