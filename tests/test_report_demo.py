@@ -19,7 +19,7 @@ import pytest
 
 from ouroboros.cli import main
 from ouroboros.tokens import Budget
-from tests.conftest import Project
+from tests.conftest import PROJECT_ROOT, Project
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -67,6 +67,35 @@ def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo
     assert "module reads so far" in (project.workspace / "NOTES.md").read_text()
     assert len(list((project.workspace / "notes").glob("*.md"))) >= 3
     assert (project.workspace / "src" / "parser.py").exists()
+
+
+def test_the_readme_shows_what_the_demo_prints() -> None:
+    """The README's sample is a real demo run's output: its lines, in order, with the times and
+    the interpreter as this run has them (`...` leaves lines out). The demo runs in the folder
+    the README names: its path is in the agent's prompt, and so in every token count."""
+    root = Path("/tmp/ouroboros-demo")
+    shutil.rmtree(root, ignore_errors=True)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            assert main(["demo", "--dir", str(root)]) == 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    start = readme.index("```\nouroboros demo: a scripted agent")
+    sample = readme[start + 4 : readme.index("```", start + 4)].splitlines()
+
+    def plain(line: str) -> str:
+        return re.sub(r"^\d\d:\d\d:\d\d ", "", line).rstrip()
+
+    printed = [
+        plain(line).replace(sys.executable, ".venv/bin/python")
+        for line in err.getvalue().splitlines()
+    ]
+    at = 0
+    for line in (plain(line) for line in sample if line != "..."):
+        assert line in printed[at:], f"README line not printed by the demo (in order): {line}"
+        at = printed.index(line, at) + 1
 
 
 def test_demo_again_in_the_same_folder_keeps_the_first_run(demo: Demo, tmp_path: Path) -> None:
