@@ -183,6 +183,10 @@ def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Pro
     assert not project.events("context_overflow")
     assert {u["context_limit"] for u in project.usage()} == {3000}
     assert max(u["prompt_tokens"] for u in project.usage()) < 3000
+    # `status` repeats it long after the start scrolled away.
+    status = " ".join(project.run("status").stdout.replace("│", " ").split())
+    assert "warning" in status
+    assert "context.limit is 16000 but the server runs a 3000-token window" in status
 
 
 def test_overflow_when_server_hides_its_window(project: Project) -> None:

@@ -100,6 +100,7 @@ class Snapshot:
     last_event: dict[str, Any] | None
     waiting: dict[str, Any] | None
     """The retries under way, when a call has not got through since they began."""
+    warnings: list[dict[str, Any]]
     problems: list[str]
     now: float
 
@@ -119,6 +120,7 @@ def snapshot(state_dir: Path, now: float | None = None) -> Snapshot:
         data.get("last_usage"),
         data.get("last_event"),
         data.get("waiting"),
+        data.get("warnings", []),
         [],
         moment,
     )
@@ -138,6 +140,7 @@ def _folded(state_dir: Path, now: float) -> Snapshot:
         last_line(state_dir / USAGE_FILE),
         last_line(state_dir / EVENTS_FILE),
         None,
+        [],
         [str(p) for p in reader.problems],
         now,
     )
@@ -265,6 +268,9 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
         grid.add_row(
             "error", Text(f"{_age(end.get('ts'), snap.now)}: {end['detail']}", style="red")
         )
+    for warning in snap.warnings:
+        said = f"{_age(warning.get('ts'), snap.now)}: {warning.get('message')}"
+        grid.add_row("warning", Text(said, style="yellow"))
     for problem in snap.problems:
         grid.add_row("journal", Text(problem, style="yellow"))
     grid.add_row("", "")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 SUMMARY_FILE = "status.json"
 SUMMARY_FORMAT = 1
+MAX_WARNINGS = 3
 
 
 def of_state(state: RunState) -> dict[str, Any]:
@@ -79,6 +80,13 @@ class Summary:
                 message=line.get("message"),
             )
             self.data["waiting"] = waiting
+        elif kind == "warning":
+            # What the run warned of (a smaller window than configured, a cache the server
+            # drops): the newest few, for `status` to repeat.
+            warnings = [
+                w for w in self.data.get("warnings", []) if w.get("message") != line.get("message")
+            ]
+            self.data["warnings"] = [*warnings, line][-MAX_WARNINGS:]
         if kind not in ("token_usage", "tool_call"):
             self.data["last_event"] = line
         if kind in ("run_start", "run_end"):
