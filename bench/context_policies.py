@@ -87,6 +87,7 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
+from ouroboros.observe.live import LiveView
 from ouroboros.records import CallFigures, EndReason, MaskReason, MessageRecord, WindowFigures
 from ouroboros.scripted_wire import count_tokens
 from ouroboros.session import Session
@@ -607,7 +608,7 @@ class Replay:
             self.model,
             ScriptedTools(self, self.cap),
             self.journal,
-            EventLog(STATE_DIR, Console(file=io.StringIO())),
+            EventLog(STATE_DIR, LiveView(Console(file=io.StringIO()))),
             budget,
             Counting(limit),
             self.mask_policy,

@@ -29,6 +29,7 @@ from resume import write_journal
 from rich.console import Console
 
 from ouroboros.events import EventLog
+from ouroboros.observe.live import LiveView
 
 STATUS_S = 0.2
 REPORT_MB = 1.0
@@ -45,7 +46,7 @@ print(peak, code, file=sys.stderr)
 
 def write_run(state: Path, calls: int) -> None:
     state.mkdir(parents=True)
-    log = EventLog(state, Console(file=io.StringIO()))
+    log = EventLog(state, LiveView(Console(file=io.StringIO())))
     try:
         write_journal(state / "journal.jsonl", 3 * calls, sinks=log.sinks())
     finally:

@@ -18,7 +18,6 @@ import argparse
 import errno
 import os
 import sys
-import tomllib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -30,6 +29,7 @@ from rich.markup import escape
 from ouroboros.errors import ConfigError, RunError, StorageFull
 from ouroboros.observe import status
 from ouroboros.observe.describe import stdout_console
+from ouroboros.observe.liveness import liveness
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--max-turns", type=int, help="stop the run after N model calls in all")
     run_cmd.add_argument(
         "--fresh", action="store_true", help="move the old state aside and start anew"
+    )
+    run_cmd.add_argument(
+        "-q", "--quiet", action="store_true", help="only errors, warnings and the end (unattended)"
     )
     _command(
         commands,
@@ -158,6 +161,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     from ouroboros.lock import fresh_state
+    from ouroboros.observe.live import LiveView
     from ouroboros.supervisor import run_to_end
 
     settings = load()
@@ -167,12 +171,13 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
             f"{prompt}: the agent's instructions are missing: write them there, "
             "or set paths.system_prompt"
         )
+    out = stdout_console()
     if args.fresh:
         aside = fresh_state(settings.paths.state_dir)
         if aside:
-            console.print(f"previous run moved to {aside}")
-    outcome = run_to_end(settings, console)
-    console.print(f"run stopped: {outcome.reason}")
+            out.print(f"previous run moved to {aside}")
+    outcome = run_to_end(settings, LiveView(out, quiet=args.quiet))
+    out.print(f"run stopped: {outcome.reason}")
     return outcome.exit_code
 
 
@@ -204,25 +209,8 @@ def _tail(load: Loader, args: argparse.Namespace, console: Console) -> int:
 
 
 def _status(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    state = args.state.resolve() if args.state is not None else quick_state_dir(args.config)
+    state = args.state.resolve() if args.state is not None else status.state_dir_of(args.config)
     return status.status(state, load, stdout_console())
-
-
-def quick_state_dir(config: Path | None) -> Path:
-    """`paths.state_dir` as the settings resolve it (the environment over the file, relative to
-    the file's folder), without loading them: `status` answers fast. A config that does not
-    read or parse is left to the settings to explain."""
-    path = config or Path("config.toml")
-    value: Any = os.environ.get("OUROBOROS_PATHS__STATE_DIR")
-    if value is None and path.exists():
-        try:
-            value = tomllib.loads(path.read_text()).get("paths", {}).get("state_dir")
-        except (OSError, ValueError, AttributeError):
-            value = None
-    if value is None and not path.exists() and config is not None:
-        raise ConfigError(f"{path}: config file not found")
-    state = Path(str(value or ".ouroboros")).expanduser()
-    return (path.resolve().parent / state).resolve()
 
 
 def _report(load: Loader, args: argparse.Namespace, console: Console) -> int:
@@ -240,7 +228,7 @@ def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
     """Leave a request file the running supervisor looks for; only for one that runs, so no
     request is left behind to fire at the start of a later run."""
     state = settings.paths.state_dir
-    if not status.liveness(state).alive:
+    if not liveness(state).alive:
         raise RunError(
             f"no run is running on {state}: start one with `python -m ouroboros run` "
             "(or give its config with --config)"
@@ -280,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":  # it writes its own config
             from ouroboros.demo import demo_dir, run_demo
 
-            return run_demo(demo_dir(args.dir), console)
+            return run_demo(demo_dir(args.dir), stdout_console())
         return _COMMANDS[args.command](cache(lambda: _settings(args)), args, console)
     except ConfigError as e:
         console.print(f"[red]config error:[/] {escape(str(e))}", soft_wrap=True)

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from ouroboros.config import load_settings, to_toml
 from ouroboros.lock import fresh_state
+from ouroboros.observe.live import LiveView
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.supervisor import run_to_end
 
@@ -123,7 +124,7 @@ def run_demo(root: Path, console: Console) -> int:
         console.print(
             f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window in {root}"
         )
-        outcome = run_to_end(settings, console)
+        outcome = run_to_end(settings, LiveView(console))
     console.print(f"run stopped: {outcome.reason}")
     # The interpreter that ran the demo: a bare `python` outside the venv lacks the package.
     command = f"{shlex.quote(sys.executable)} -m ouroboros"

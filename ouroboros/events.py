@@ -13,11 +13,10 @@ from functools import singledispatchmethod
 from pathlib import Path
 from typing import Any, Literal
 
-from rich.console import Console
-
 from ouroboros.jsonl import JsonlWriter, last_line
 from ouroboros.messages import ToolMessage
-from ouroboros.observe.describe import describe
+from ouroboros.observe.describe import stdout_console
+from ouroboros.observe.live import LiveView
 from ouroboros.observe.summary import Summary
 from ouroboros.records import (
     SCHEMA_VERSION,
@@ -70,10 +69,10 @@ EVENTS_FILE = "events.jsonl"
 class EventLog:
     """Writes both files and echoes each line, as `tail` shows it, to the terminal."""
 
-    def __init__(self, state_dir: Path, console: Console | None = None):
+    def __init__(self, state_dir: Path, view: LiveView | None = None):
         self.events = JsonlWriter(state_dir / EVENTS_FILE)
         self.usage = JsonlWriter(state_dir / USAGE_FILE)
-        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        self.view = view or LiveView(stdout_console())
         lasts = [last_line(state_dir / name) or {} for name in (EVENTS_FILE, USAGE_FILE)]
         self.seq = max(int(line.get("seq", 0)) for line in lasts)
         self.summary = Summary(state_dir)
@@ -94,8 +93,7 @@ class EventLog:
         line = {"v": SCHEMA_VERSION, "seq": self.seq, "ts": now_iso(), "kind": kind, **fields}
         writer.append(line)
         self.summary.line(line)
-        if (text := describe(line)) is not None:
-            self.console.print(text)
+        self.view.line(line)
 
     @singledispatchmethod
     def record(self, record: Record, state: RunState) -> None:
@@ -105,7 +103,8 @@ class EventLog:
     @record.register
     def _(self, record: MessageRecord, state: RunState) -> None:
         if record.usage is not None:
-            self.token_usage(record.session, record.usage.model_dump(), state)
+            calls = len(getattr(record.message, "tool_calls", ()))
+            self.token_usage(record.session, record.usage.model_dump(), state, calls)
         if record.tool is not None and isinstance(record.message, ToolMessage):
             self.tool_call(record.session, record.message, record.tool, state)
 
@@ -186,7 +185,9 @@ class EventLog:
             turns=state.total_turns,
         )
 
-    def token_usage(self, session: int, figures: dict[str, Any], state: RunState) -> None:
+    def token_usage(
+        self, session: int, figures: dict[str, Any], state: RunState, calls: int = 0
+    ) -> None:
         used = figures["prompt_tokens"] + figures["completion_tokens"]
         budget = state.window.prompt_budget if state.window else figures["context_limit"]
         line = {
@@ -196,7 +197,11 @@ class EventLog:
             "prompt_budget": budget,
             # Of the prompt budget, as the thresholds are: 0.9 is the configured hard line.
             "fraction": round(used / budget, 4) if budget else 0.0,
+            "tool_calls": calls,
         }
+        if state.window is not None and budget:
+            line["soft_line"] = state.window.soft_line
+            line["hard_line"] = state.window.hard_line
         self._write(self.usage, "token_usage", line)
 
     def tool_call(self, session: int, message: ToolMessage, run: ToolRun, state: RunState) -> None:
@@ -232,5 +237,6 @@ class EventLog:
             )
 
     def close(self) -> None:
+        self.view.flush()
         self.events.close()
         self.usage.close()

@@ -7,7 +7,6 @@ import signal
 from dataclasses import dataclass
 
 import anyio
-from rich.console import Console
 
 from ouroboros import prompts
 from ouroboros.config import Settings
@@ -25,6 +24,7 @@ from ouroboros.lock import (
     wait_for_resume,
 )
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.observe.live import LiveView
 from ouroboros.records import EndReason, RunEnd, RunLimits, RunStart, SessionEnd, SessionStart
 from ouroboros.session import Session
 from ouroboros.tokens import tools_estimate
@@ -278,9 +278,10 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
         return outcome
 
 
-def run_to_end(settings: Settings, console: Console) -> RunOutcome:
-    """`run` from synchronous code, with the logs opened and closed around it."""
-    log = EventLog(settings.paths.state_dir, console)
+def run_to_end(settings: Settings, view: LiveView) -> RunOutcome:
+    """`run` from synchronous code, with the logs opened and closed around it; `view` shows
+    their lines as they are written."""
+    log = EventLog(settings.paths.state_dir, view)
     try:
         return anyio.run(run, settings, log)
     finally:

@@ -63,10 +63,12 @@ class Project:
         )
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        """`python -m ouroboros ARGS` in the background, its stderr captured."""
+        """`python -m ouroboros ARGS` in the background, its stderr (errors) captured; its
+        terminal lines (stdout) are in the logs the tests read."""
         return subprocess.Popen(
             [sys.executable, "-m", "ouroboros", *args],
             cwd=self.root,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.cli import quick_state_dir
 from ouroboros.config import load_settings
 from ouroboros.errors import ConfigError
+from ouroboros.observe.status import state_dir_of
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"
 
@@ -100,4 +100,4 @@ def test_status_finds_the_state_folder_the_settings_would(
     monkeypatch.delenv("OUROBOROS_PATHS__STATE_DIR", raising=False)
     if env is not None:
         monkeypatch.setenv("OUROBOROS_PATHS__STATE_DIR", env)
-    assert quick_state_dir(config) == load_settings(config).paths.state_dir
+    assert state_dir_of(config) == load_settings(config).paths.state_dir

@@ -139,7 +139,7 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
     assert restarts[0]["session"] == 2
     first_of_two = next(b for b in requests if "Session 2." in json.dumps(b["messages"][:2]))
     assert "ended because the context was full" in first_of_two["messages"][1]["content"]
-    assert "max_restarts" in result.stderr
+    assert "max_restarts" in result.stdout
 
     # Never a prompt the server had to refuse, and every request keeps call/result pairs whole.
     assert not project.events("context_overflow")
@@ -179,7 +179,7 @@ def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Pro
     assert any(
         "context.limit is 16000 but the server runs a 3000-token window" in w for w in warnings
     )
-    assert "3000-token window" in result.stderr
+    assert "3000-token window" in result.stdout
     assert not project.events("context_overflow")
     assert {u["context_limit"] for u in project.usage()} == {3000}
     assert max(u["prompt_tokens"] for u in project.usage()) < 3000

@@ -570,7 +570,7 @@ def test_discovery_finds_n_ctx(live: Any) -> None:
 def test_run_completes_n_turns(finished_run: FinishedRun) -> None:
     run = finished_run
     assert run.result.returncode == 0, run.result.stderr[-3000:]
-    assert "run stopped: max_total_turns" in run.result.stderr
+    assert "run stopped: max_total_turns" in run.result.stdout
     assert len(run.project.usage()) == TURNS
     assert len(run.chats) == TURNS
     assert all(chat.status == 200 for chat in run.chats)

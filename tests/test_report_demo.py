@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import re
@@ -39,11 +40,11 @@ class Demo:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     root = tmp_path_factory.mktemp("demo")
-    err = io.StringIO()
+    out = io.StringIO()
     started = time.monotonic()
-    with contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out):
         code = main(["demo", "--dir", str(root)])
-    return Demo(root, err.getvalue(), code, time.monotonic() - started)
+    return Demo(root, out.getvalue(), code, time.monotonic() - started)
 
 
 def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo) -> None:
@@ -55,7 +56,7 @@ def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo
     assert len(project.events("wind_down")) >= 2
     assert project.events("run_end")[-1]["reason"] == "max_restarts"
     # The terminal shows what `tail` shows, then where to look.
-    call = r"s1 t1 +█+░+ +\d+% normal +prompt [\d,]+ \+ out \d+ of 3,636 \(server\)"
+    call = r"s1 t1 +█+[░┊]+ +\d+% normal +prompt [\d,]+ \+ out \d+ of 3,636 \(server\)"
     assert re.search(call, demo.output)
     assert re.search(r"restart 2: session 3 after \d+ turns", demo.output)
     assert "run stopped: max_restarts" in demo.output
@@ -74,13 +75,16 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
     the interpreter as this run has them (`...` leaves lines out). The demo runs in the folder
     the README names: its path is in the agent's prompt, and so in every token count."""
     root = Path("/tmp/ouroboros-demo")
-    shutil.rmtree(root, ignore_errors=True)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            assert main(["demo", "--dir", str(root)]) == 0
-    finally:
+    out = io.StringIO()
+    # One demo at a time in that folder, whatever else runs the suite on this machine.
+    with Path("/tmp/ouroboros-demo.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(root, ignore_errors=True)
+        try:
+            with contextlib.redirect_stdout(out):
+                assert main(["demo", "--dir", str(root)]) == 0
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     readme = (PROJECT_ROOT / "README.md").read_text()
     start = readme.index("```\nouroboros demo: a scripted agent")
     sample = readme[start + 4 : readme.index("```", start + 4)].splitlines()
@@ -90,7 +94,7 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
 
     printed = [
         plain(line).replace(sys.executable, ".venv/bin/python")
-        for line in err.getvalue().splitlines()
+        for line in out.getvalue().splitlines()
     ]
     at = 0
     for line in (plain(line) for line in sample if line != "..."):
@@ -101,10 +105,10 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
 def test_demo_again_in_the_same_folder_keeps_the_first_run(demo: Demo, tmp_path: Path) -> None:
     root = tmp_path / "again"
     shutil.copytree(demo.root, root)
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
         assert main(["demo", "--dir", str(root)]) == 0
-    assert "an earlier demo run was moved to" in err.getvalue()
+    assert "an earlier demo run was moved to" in out.getvalue()
     assert len([p for p in tmp_path.glob("again/.ouroboros.*") if p.is_dir()]) == 1
 
 

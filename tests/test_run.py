@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
     tool_events = project.events("tool_call")
     assert [e["name"] for e in tool_events] == ["list_dir", "file_write", "shell_exec", "file_read"]
     assert tool_events[2]["exit_code"] == 3
-    assert "max_total_turns" in result.stderr
+    assert "max_total_turns" in result.stdout
 
 
 def test_usage_without_server_figures_is_estimated(project: Project) -> None:
@@ -213,10 +214,10 @@ def test_stop_signal_is_clean(project: Project) -> None:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
-    assert "stop requested (SIGTERM)" in stderr
     ends = project.events("run_end")
     assert ends
     assert ends[-1]["reason"] == "stopped"
+    assert ends[-1]["detail"] == "stop requested (SIGTERM)"
     journal = (project.state / "journal.jsonl").read_text()
     assert journal.endswith("\n")
     assert all(json.loads(line) for line in journal.splitlines())
@@ -232,7 +233,7 @@ def test_markup_in_logged_text_is_not_interpreted(project: Project) -> None:
         result = project.run("run", "--max-turns", "2")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    assert "[/]x.txt" in result.stderr
+    assert "[/]x.txt" in result.stdout
 
 
 def test_untagged_ollama_model_name_finds_the_window(project: Project) -> None:
@@ -253,3 +254,34 @@ def test_reply_cut_at_the_output_limit_is_explained(project: Project) -> None:
         last = server.chat_requests()[-1]["messages"]
     assert project.usage()[0]["finish_reason"] == "length"
     assert "cut off at the output limit (32 tokens)" in last[-1]["content"]
+
+
+def test_the_terminal_shows_a_line_per_call_with_its_tools(project: Project) -> None:
+    """On stdout, plain in a pipe: a line per model call ending with each tool it called and how
+    it went, the soft and hard lines marked on its bar; events on lines of their own. `--quiet`
+    keeps only what needs a person."""
+    script = [
+        Reply(tool_calls=[tool("list_dir", path="."), tool("shell_exec", command="exit 3")]),
+        Reply(text="Thinking."),
+        Reply(tool_calls=[tool("file_read", path="missing.txt")]),
+    ]
+    with ScriptedServer(script, dialect="llama", n_ctx=8192) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "3")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b[" not in result.stdout  # no colour codes in a pipe
+    calls = [line for line in result.stdout.splitlines() if re.search(r" s1 t\d ", line)]
+    assert len(calls) == 3
+    assert calls[0].endswith("· list_dir ok  · shell_exec exit 3")
+    assert "·" not in calls[1]
+    assert "· file_read failed: " in calls[2]
+    assert calls[0].count("┊") == 2  # the soft and hard lines, ahead of the fill
+    assert "run ended: max_total_turns" in result.stdout
+    with ScriptedServer(script, dialect="llama", n_ctx=8192) as server:
+        project.configure(server.url)
+        quiet = project.run("run", "--fresh", "--max-turns", "3", "--quiet")
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stdout.strip().splitlines()
+    assert not [line for line in lines if re.search(r" s1 t\d ", line)]
+    assert lines[-1] == "run stopped: max_total_turns"
+    assert "run ended: max_total_turns" in lines[-2]

@@ -42,7 +42,7 @@ def test_restarts_reload_an_edited_system_prompt(project: Project) -> None:
         result = project.run("run")
         requests = server.chat_requests()
     assert result.returncode == 0, result.stderr
-    assert "max_restarts" in result.stderr
+    assert "max_restarts" in result.stdout
     starts = [r for r in journal(project) if r["kind"] == "session_start"]
     assert [s["session"] for s in starts] == [1, 2, 3]
     # Each new session's system message holds the text as it was on disk when it started.
@@ -68,9 +68,9 @@ def test_finish_ends_the_run_for_good(project: Project) -> None:
         again = project.run("run")
         assert len(server.chat_requests()) == 1
     assert first.returncode == 0
-    assert "run stopped: finish" in first.stderr
+    assert "run stopped: finish" in first.stdout
     assert again.returncode == 0
-    assert "already finished" in again.stderr
+    assert "already finished" in again.stdout
     assert journal(project)[-1] == {**journal(project)[-1], "kind": "run_end", "reason": "finish"}
 
 
@@ -120,7 +120,7 @@ def test_auto_restart_off_waits_for_resume(project: Project) -> None:
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
     assert len(server.chat_requests()) == 2
-    assert "python -m ouroboros resume" in stderr
+    assert "python -m ouroboros resume" in project.events("waiting")[0]["message"]
 
 
 def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project) -> None:
@@ -137,7 +137,7 @@ def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project
         project.configure(server.url, supervisor={"max_total_turns": 1})
         third = project.run("run")
     assert third.returncode == 0, third.stderr
-    assert f"took over a stale lock left by pid {first.pid}" in third.stderr
+    assert f"took over a stale lock left by pid {first.pid}" in third.stdout
 
 
 def test_torn_last_line_is_dropped_and_kept_aside(project: Project) -> None:
@@ -151,7 +151,7 @@ def test_torn_last_line_is_dropped_and_kept_aside(project: Project) -> None:
                 f.write(b'{"v":1,"kind":"tok')
         result = project.run("run", "--max-turns", "3")
     assert result.returncode == 0, result.stderr
-    assert "dropped a torn last journal line" in result.stderr
+    assert "dropped a torn last journal line" in result.stdout
     aside = list(project.state.glob("journal.jsonl.torn-*"))
     assert [p.read_bytes() for p in aside] == [b'{"v":1,"kind":"message","sess']
     assert all(json.loads(line) for line in path.read_text().splitlines())
@@ -176,8 +176,8 @@ def test_a_bad_line_in_the_middle_is_skipped_named_and_kept(project: Project) ->
         path.write_text(before)
         result = project.run("run", "--max-turns", "3")
     assert result.returncode == 0, result.stderr
-    assert "journal.jsonl, line 3: not a valid record" in result.stderr
-    assert "skipped (the file keeps it)" in result.stderr
+    assert "journal.jsonl, line 3: not a valid record" in result.stdout
+    assert "skipped (the file keeps it)" in result.stdout
     assert "Traceback" not in result.stderr
     assert path.read_text().startswith(before)
 
@@ -338,7 +338,7 @@ def test_crash_after_finish_still_ends_the_run(project: Project) -> None:
         result = project.run("run")
         assert len(server.chat_requests()) == 1
     assert result.returncode == 0
-    assert "run stopped: finish" in result.stderr
+    assert "run stopped: finish" in result.stdout
 
 
 def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:

@@ -26,7 +26,9 @@ from ouroboros.config import load_settings
 from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.lock import state_lock
-from ouroboros.observe.status import _elapsed, liveness, snapshot
+from ouroboros.observe.live import LiveView
+from ouroboros.observe.liveness import liveness
+from ouroboros.observe.status import _elapsed, snapshot
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.supervisor import run
@@ -58,7 +60,7 @@ def agent(files: int = 12) -> Responder:
 def run_here(project: Project) -> None:
     """The real supervisor in this process (the CLI would add 2 s of imports per run)."""
     settings = load_settings(project.root / "config.toml")
-    log = EventLog(settings.paths.state_dir, Console(file=io.StringIO(), width=200))
+    log = EventLog(settings.paths.state_dir, LiveView(Console(file=io.StringIO(), width=200)))
     try:
         anyio.run(run, settings, log)
     except RunError:
@@ -107,7 +109,7 @@ def test_tail_shows_calls_and_events_in_time_order(
 ) -> None:
     assert main(["tail", "--state", str(recorded.state)]) == 0
     out = capsys.readouterr().out
-    calls = re.findall(r"^\S+ s(\d) t(\d+) +[█░]+ +\d+% (\w+)", out, flags=re.M)
+    calls = re.findall(r"^\S+ s(\d) t(\d+) +[█░┊]+ +\d+% (\w+)", out, flags=re.M)
     assert len(calls) == len(recorded.usage())
     assert {zone for _, _, zone in calls} >= {"normal", "soft", "hard"}
     assert stamps(out) == sorted(stamps(out))

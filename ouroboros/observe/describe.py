@@ -12,9 +12,16 @@ from rich.text import Text
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
 
 
-def bar(fraction: float, width: int = 24) -> str:
+def bar(fraction: float, width: int = 24, lines: tuple[float, ...] = ()) -> str:
+    """The fill, with the soft and hard lines (fractions of the same budget) marked where the
+    fill has not reached them."""
     filled = max(0, min(width, round(fraction * width)))
-    return "█" * filled + "░" * (width - filled)
+    cells = ["█"] * filled + ["░"] * (width - filled)
+    for line in lines:
+        at = min(width - 1, max(0, round(line * width) - 1))
+        if at >= filled:
+            cells[at] = "┊"
+    return "".join(cells)
 
 
 def figure(value: Any) -> str:
@@ -28,7 +35,10 @@ def usage_text(r: dict[str, Any]) -> Text:
     text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
     if r.get("purpose"):  # a call outside the conversation (a compaction snapshot): no turn
         text.append(f"[{r['purpose']}] ", style="cyan")
-    text.append(f"{bar(fraction)} {fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
+    budget = r.get("prompt_budget") or 0
+    lines = tuple(r[k] / budget for k in ("soft_line", "hard_line") if budget and r.get(k))
+    filled = bar(fraction, lines=lines)
+    text.append(f"{filled} {fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
     text.append(
         f" prompt {figure(r.get('prompt_tokens'))} + out {figure(r.get('completion_tokens'))} "
         f"of {figure(r.get('prompt_budget', r.get('context_limit')))}"

@@ -8,9 +8,9 @@ second.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,56 +22,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ouroboros.errors import ConfigError
 from ouroboros.observe import summary
 from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure
+from ouroboros.observe.liveness import Liveness, liveness
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
-
-
-@dataclass(frozen=True)
-class Liveness:
-    alive: bool
-    pid: int | None
-    detail: str
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process, but it exists
-    return True
-
-
-def _lock_held(path: Path) -> bool:
-    """Try the supervisor's flock without waiting, and give it back at once."""
-    with path.open("rb") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
-
-
-def liveness(state_dir: Path) -> Liveness:
-    """Alive means both: the pid in `lock` exists and the flock on `lock` is held."""
-    path = state_dir / "lock"
-    if not path.exists():
-        return Liveness(False, None, "never started here")
-    text = path.read_text().strip()
-    pid = int(text) if text.isdigit() else None
-    held = _lock_held(path)
-    if held and pid is not None and _pid_alive(pid):
-        return Liveness(True, pid, f"pid {pid}")
-    if held:
-        return Liveness(False, pid, f"the lock is held but pid {text or '?'} is not alive")
-    if pid is None:
-        return Liveness(False, None, "the supervisor released its lock")
-    return Liveness(False, pid, f"pid {pid} left its lock behind: killed or crashed")
 
 
 def _age(ts: str | None, now: float) -> str:
@@ -292,3 +249,20 @@ def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> i
         return 1
     out.print(render_status(snapshot(state_dir), settings))
     return 0
+
+
+def state_dir_of(config: Path | None) -> Path:
+    """`paths.state_dir` as the settings resolve it (the environment over the file, relative to
+    the file's folder), without loading them: `status` answers fast. A config that does not
+    read or parse is left to the settings to explain."""
+    path = config or Path("config.toml")
+    value: Any = os.environ.get("OUROBOROS_PATHS__STATE_DIR")
+    if value is None and path.exists():
+        try:
+            value = tomllib.loads(path.read_text()).get("paths", {}).get("state_dir")
+        except (OSError, ValueError, AttributeError):
+            value = None
+    if value is None and not path.exists() and config is not None:
+        raise ConfigError(f"{path}: config file not found")
+    state = Path(str(value or ".ouroboros")).expanduser()
+    return (path.resolve().parent / state).resolve()
