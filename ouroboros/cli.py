@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         "python -m ouroboros report --out run.html",
     )
     report_cmd.add_argument("--state", type=Path, help=state_help)
+    report_cmd.add_argument("--session", type=int, metavar="N", help="a page on session N alone")
     report_cmd.add_argument(
         "--out", type=Path, help="where to write (default: <state>/report.html)"
     )
@@ -219,7 +220,7 @@ def _report(load: Loader, args: argparse.Namespace, console: Console) -> int:
     state = _state_dir(load, args)
     if not any((state / name).exists() for name in RUN_FILES):
         raise RunError(f"no run in {state}: give the state folder of one with --state")
-    path = write_report(state, load(), args.out)
+    path = write_report(state, load(), args.out, args.session)
     console.print(f"report written to {path}")
     return 0
 

@@ -108,3 +108,24 @@ def test_the_report_of_a_long_run_in_a_browser(long_run: Path, tmp_path: Path) -
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1200, 1250)
     assert len(data) > 100_000  # two drawn charts and a table, not a blank page
+
+
+def test_a_page_on_one_session_of_a_long_run(long_run: Path) -> None:
+    """`report --session N`: that session's calls drawn one by one, numbered as in the run."""
+    page = report(long_run, "--session", "123")
+    assert (long_run / "report-session-123.html").exists()
+    zoom = svg(page, "context-chart")
+    ns = "{http://www.w3.org/2000/svg}"
+    dots = [c for c in zoom.iter(f"{ns}circle") if c.find(f"{ns}title") is not None]
+    assert len(dots) == 25  # the sessions of this run have 25 turns
+    titles = [(c.find(f"{ns}title").text or "") for c in dots]  # type: ignore[union-attr]
+    assert all(" session 123 " in t for t in titles)
+    assert titles[0].startswith(f"call {122 * 25 + 1:,}:")
+    assert "<h2>Session 123</h2>" in page
+    assert "masking freed" in page
+
+
+def test_a_page_on_a_session_that_is_not_there(long_run: Path) -> None:
+    from ouroboros.cli import main
+
+    assert main(["report", "--state", str(long_run), "--session", "9999"]) == 1

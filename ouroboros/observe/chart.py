@@ -177,7 +177,7 @@ def _verticals(f: Frame, marks: list[Mark]) -> Iterable[str]:
         )
 
 
-def _series(f: Frame, sessions: list[SessionSummary]) -> Iterable[str]:
+def _series(f: Frame, sessions: list[SessionSummary], first: int = 0) -> Iterable[str]:
     dots = f.n <= DOTS_UP_TO
     for s in sessions:
         if not s.calls:
@@ -188,7 +188,7 @@ def _series(f: Frame, sessions: list[SessionSummary]) -> Iterable[str]:
             continue
         for c in s.calls:
             tip = (
-                f"call {c.index + 1}: session {c.session} turn {c.turn}, {c.total:,} of "
+                f"call {first + c.index + 1:,}: session {c.session} turn {c.turn}, {c.total:,} of "
                 f"{c.limit:,} tokens ({c.total / max(1, c.limit):.0%}, {c.zone}, {c.source})"
             )
             yield (
@@ -253,7 +253,7 @@ def chart_svg(data: RunData, lines: Lines, first: int = 0) -> str:
         *grid(f, first),
         *_thresholds(f, data.sessions, lines),
         *_verticals(f, data.marks),
-        *_series(f, data.sessions),
+        *_series(f, data.sessions, first),
         *_point_marks(f, data),
         f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" class="axis"/>',
         f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" class="axis"/>',

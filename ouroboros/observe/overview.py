@@ -139,10 +139,9 @@ def overview_svg(data: RunData, lines: Lines) -> str:
     )
 
 
-def last_calls(data: RunData, count: int) -> RunData:
-    """The run's last `count` calls as a run of their own, numbered from 0, for the zoom."""
-    start = max(0, len(data.calls) - count)
-    calls = [replace(c, index=c.index - start) for c in data.calls[start:]]
+def calls_between(data: RunData, start: int, stop: int) -> RunData:
+    """The run's calls `start` to `stop` (a zoom) as a run of their own, numbered from 0."""
+    calls = [replace(c, index=c.index - start) for c in data.calls[start:stop]]
     by_session: dict[int, list[Call]] = {}
     for c in calls:
         by_session.setdefault(c.session, []).append(c)
@@ -151,5 +150,5 @@ def last_calls(data: RunData, count: int) -> RunData:
         for s in data.sessions
         if s.number in by_session
     ]
-    marks = [replace(m, x=m.x - start) for m in data.marks if m.x >= start - 0.5]
+    marks = [replace(m, x=m.x - start) for m in data.marks if start - 0.5 <= m.x < stop + 0.5]
     return replace(data, calls=calls, sessions=sessions, marks=marks)

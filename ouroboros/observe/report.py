@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.config import Settings
+from ouroboros.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg, escape
-from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, last_calls, overview_svg
+from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
 from ouroboros.observe.status import duration
 from ouroboros.tokens import Budget
@@ -126,6 +127,13 @@ def _cache_cell(figures: tuple[float, float | None] | None) -> str:
     return f"{share:.0%}" + (f", {ms / 1000:.1f} s prefill per call" if ms is not None else "")
 
 
+def _masking(events: list[dict[str, Any]]) -> str:
+    rounds = [e for e in events if e.get("kind") == "context_mask"]
+    freed = sum(int(e.get("estimated_reclaimed") or 0) for e in rounds)
+    results = sum(int(e.get("masked") or 0) for e in rounds)
+    return f"~{freed:,} tokens ({results:,} results in {len(rounds):,} rounds)"
+
+
 def _thousands(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
@@ -153,6 +161,7 @@ def _summary(data: RunData) -> str:
         ("sessions", f"{len(data.sessions)} ({max(0, len(data.sessions) - 1)} restarts)"),
         ("tokens", f"{prompt:,} prompt + {completion:,} completion"),
         ("prompt cache", _cache_cell(cache_figures(data.calls))),
+        ("masking freed", _masking(data.events)),
         ("ended", f"{end.get('reason')}" if end else "not yet"),
     ]
     return (
@@ -160,7 +169,7 @@ def _summary(data: RunData) -> str:
     )
 
 
-def page(data: RunData, lines: Lines) -> str:
+def page(data: RunData, lines: Lines, session: int | None = None) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>ouroboros run report: {escape(data.state_dir)}</title>
@@ -169,7 +178,7 @@ def page(data: RunData, lines: Lines) -> str:
 <h1>ouroboros run report</h1>
 <p class=note>{escape(data.state_dir)}</p>
 {_summary(data)}
-{_charts(data, lines)}
+{_charts(data, lines, session)}
 <p class=note>The lines are the harness's own: the prompt budget is the window less
 {lines.max_output:,} tokens kept for the reply and a {lines.margin:.0%} safety margin; masking
 starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard line
@@ -183,19 +192,26 @@ starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard 
 """
 
 
-def _charts(data: RunData, lines: Lines) -> str:
+def _charts(data: RunData, lines: Lines, session: int | None = None) -> str:
+    if session is not None:
+        mine = [c.index for c in data.calls if c.session == session]
+        if not mine:
+            raise RunError(f"no model call of session {session} in this run")
+        first, last = mine[0], mine[-1] + 1
+        zoom = chart_svg(calls_between(data, first, last), lines, first)
+        return f'<h2>Session {session}</h2>\n<figure id="context-chart">{zoom}</figure>'
     if len(data.calls) <= LONG_RUN:
         return (
             "<h2>Context used per model call</h2>\n"
             f'<figure id="context-chart">{chart_svg(data, lines)}</figure>'
         )
     first = max(0, len(data.calls) - ZOOM_CALLS)
-    zoom = last_calls(data, ZOOM_CALLS)
+    zoom = chart_svg(calls_between(data, first, len(data.calls)), lines, first)
     return (
         "<h2>Context used across the run</h2>\n"
         f'<figure id="overview-chart">{overview_svg(data, lines)}</figure>\n'
         f"<h2>The last {ZOOM_CALLS} model calls</h2>\n"
-        f'<figure id="context-chart">{chart_svg(zoom, lines, first)}</figure>'
+        f'<figure id="context-chart">{zoom}</figure>'
     )
 
 
@@ -234,10 +250,15 @@ def lines_from(settings: Settings, events: list[dict[str, Any]]) -> Lines:
     )
 
 
-def write_report(state_dir: Path, settings: Settings, out: Path | None = None) -> Path:
-    """Write the page (default `<state>/report.html`) and return where it went."""
-    target = out or state_dir / "report.html"
-    target.parent.mkdir(parents=True, exist_ok=True)
+def write_report(
+    state_dir: Path, settings: Settings, out: Path | None = None, session: int | None = None
+) -> Path:
+    """Write the page (default `<state>/report.html`, or `report-session-N.html` for a zoom on
+    one session) and return where it went."""
+    name = "report.html" if session is None else f"report-session-{session}.html"
+    target = out or state_dir / name
     data = load(state_dir)
-    target.write_text(page(data, lines_from(settings, data.events)), encoding="utf-8")
+    text = page(data, lines_from(settings, data.events), session)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
     return target
