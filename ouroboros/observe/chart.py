@@ -232,11 +232,16 @@ def _legend() -> str:
         ('<line x1="6" x2="6" y1="-11" y2="3" stroke="#6a3d9a" stroke-width="2"/>', "restart"),
         ('<text x="6" y="0" text-anchor="middle" class="bad">✕</text>', "error / overflow"),
     ]
+    return legend_row(items)
+
+
+def legend_row(items: list[tuple[str, str]], indent: int = 16) -> str:
+    """(symbol, name) pairs along the bottom of a chart."""
     parts, x = [], LEFT
     for symbol, name in items:
-        label = f'<text x="16" y="0">{escape(name)}</text>'
+        label = f'<text x="{indent}" y="0">{escape(name)}</text>'
         parts.append(f'<g transform="translate({x},{H - 18})">{symbol}{label}</g>')
-        x += 30 + 7 * len(name)
+        x += indent + 14 + 7 * len(name)
     return "".join(parts)
 
 

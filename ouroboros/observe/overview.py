@@ -24,6 +24,7 @@ from ouroboros.observe.chart import (
     W,
     escape,
     grid,
+    legend_row,
 )
 from ouroboros.observe.run_data import Call, Mark, RunData
 
@@ -103,12 +104,7 @@ def _legend(per: int) -> str:
         ('<line x1="6" x2="6" y1="-10" y2="0" stroke="#e8710a"/>', "wind-down"),
         ('<line x1="6" x2="6" y1="-10" y2="0" stroke="#c00000"/>', "error / overflow"),
     ]
-    parts, x = [], LEFT
-    for symbol, name in items:
-        label = f'<text x="18" y="0">{escape(name)}</text>'
-        parts.append(f'<g transform="translate({x},{H - 18})">{symbol}{label}</g>')
-        x += 34 + 7 * len(name)
-    return "".join(parts)
+    return legend_row(items, indent=18)
 
 
 def overview_svg(data: RunData, lines: Lines) -> str:
