@@ -138,9 +138,14 @@ def write_journal(path: Path, records: int, seed: int = 7, sinks: Sequence[Sink]
             journal.append(MessageRecord(session=session, message=result))
             ids.append(tool.id)
             if turn > TURNS // 2 and turn % 3 == 0:
-                journal.append(
-                    Mask(session=session, call_ids=ids[:2], reason=MaskReason.SOFT_THRESHOLD)
+                mask = Mask(
+                    session=session,
+                    call_ids=ids[:2],
+                    reason=MaskReason.SOFT_THRESHOLD,
+                    projected_before=prompt + 200,
+                    projected_after=prompt - 1_000,
                 )
+                journal.append(mask)
                 ids = ids[2:]
             if turn == TURNS - 2:
                 notice = UserMessage(content="Save your state.", origin="wind_down")
