@@ -57,6 +57,7 @@ from floor import StepTokens, sessions_keeping_recent
 from rich.console import Console
 
 from ouroboros import prompts
+from ouroboros.cache_check import common_prefix
 from ouroboros.config import (
     ContextSettings,
     LLMSettings,
@@ -459,11 +460,7 @@ class ScriptedModel:
         """As a server with a prompt cache: the prompt less the messages it shares at its start
         with the one before (a restart changes the opening message: not a break)."""
         out, before = self.r.out, self.r.out.sent
-        same = 0
-        for old, new in zip(before, messages, strict=False):
-            if old is not new and old != new:
-                break
-            same += 1
+        same = common_prefix(before, messages)
         out.processed += prompt - (self.r.server.prompt_tokens(messages[:same]) if same else 0)
         out.breaks += bool(before) and same < len(before) and same > 1
         out.sent = list(messages)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ouroboros.cache_check import common_prefix
+
 Count = Callable[[dict[str, Any]], int]
 """Prompt tokens of a request body (its tools and messages)."""
 
@@ -40,12 +42,7 @@ class Prefill:
 def shared_messages(before: dict[str, Any], now: dict[str, Any]) -> int:
     if before.get("tools") != now.get("tools"):
         return 0
-    same = 0
-    for old, new in zip(before["messages"], now["messages"], strict=False):
-        if old != new:
-            break
-        same += 1
-    return same
+    return common_prefix(before["messages"], now["messages"])
 
 
 def prefill(requests: Sequence[dict[str, Any]], count: Count) -> Prefill:

@@ -15,10 +15,11 @@ away (measured in ../shared/reference/servers.md, "Seen on our own machines"):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ouroboros.messages import Message
 
+T = TypeVar("T")
 REUSED_SHARE = 0.5
 """Below this share of the shared prefix kept, the cache is not doing its job."""
 MIN_SHARED_TOKENS = 512
@@ -36,6 +37,16 @@ def slots_warning(props: dict[str, Any]) -> str | None:
     )
 
 
+def common_prefix(before: Sequence[T], now: Sequence[T]) -> int:
+    """How many leading items the two share: the messages a prompt cache still holds."""
+    same = 0
+    for old, new in zip(before, now, strict=False):
+        if old is not new and old != new:
+            break
+        same += 1
+    return same
+
+
 def shared_tokens(
     before: Sequence[Message],
     before_prompt_tokens: int,
@@ -44,11 +55,7 @@ def shared_tokens(
 ) -> int:
     """Tokens of the previous prompt that the new one repeats at its start: all of it when
     the new one only appends, else its share up to the first message that differs."""
-    same = 0
-    for old, new in zip(before, now, strict=False):
-        if old != new:
-            break
-        same += 1
+    same = common_prefix(before, now)
     if same == len(before):
         return before_prompt_tokens
     whole = sum(price(m) for m in before)

@@ -76,10 +76,20 @@ class EventLog:
         lasts = [last_line(state_dir / name) or {} for name in (EVENTS_FILE, USAGE_FILE)]
         self.seq = max(int(line.get("seq", 0)) for line in lasts)
         self.summary = Summary(state_dir)
+        self._in_record = False
 
     def sinks(self) -> list[Callable[[JournalRecord, RunState], None]]:
         """What the journal hands each record to: this log, then `status.json`."""
-        return [self.record, self.summary.record]
+        return [self._sink]
+
+    def _sink(self, record: JournalRecord, state: RunState) -> None:
+        # The lines a record makes and the record itself go into `status.json` in one write.
+        self._in_record = True
+        try:
+            self.record(record, state)
+        finally:
+            self._in_record = False
+        self.summary.record(record, state)
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         self._write(self.events, kind, fields)
@@ -92,7 +102,7 @@ class EventLog:
         self.seq += 1
         line = {"v": SCHEMA_VERSION, "seq": self.seq, "ts": now_iso(), "kind": kind, **fields}
         writer.append(line)
-        self.summary.line(line)
+        self.summary.line(line, save=not self._in_record)
         self.view.line(line)
 
     @singledispatchmethod

@@ -205,7 +205,7 @@ class Mask(Record):
     projected_after: int | None = None
     processed_again: int | None = None
     """Tokens from the first result masked to the end of the prompt: what a server's prompt
-    cache loses and processes again (estimated; None where the round was not weighed)."""
+    cache loses and processes again (estimated; None in journals from before it was kept)."""
 
 
 class Cut(Record):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
+from ouroboros.cache_check import common_prefix
 from ouroboros.config import to_toml
 from ouroboros.scripted_wire import Handler, count_tokens
 
@@ -223,11 +224,7 @@ class ScriptedServer:
             previous, self._previous_prompt = self._previous_prompt, body
         if previous is None or previous.get("tools") != body.get("tools"):
             return 0
-        shared = 0
-        for old, new in zip(previous["messages"], body["messages"], strict=False):
-            if old != new:
-                break
-            shared += 1
+        shared = common_prefix(previous["messages"], body["messages"])
         if not self.swa_full and shared < len(previous["messages"]):
             return 0
         return self.count({**body, "messages": body["messages"][:shared]})

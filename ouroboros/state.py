@@ -56,16 +56,6 @@ class PrefillTally:
             self.timed_calls += 1
             self.prefill_ms += figures.prefill_ms
 
-    @property
-    def hit_rate(self) -> float | None:
-        """Share of prompt tokens served from the cache; None when no server said."""
-        whole = self.cached_tokens + self.processed_tokens
-        return self.cached_tokens / whole if whole else None
-
-    @property
-    def mean_prefill_ms(self) -> float | None:
-        return self.prefill_ms / self.timed_calls if self.timed_calls else None
-
 
 @dataclass
 class RunState:

@@ -99,8 +99,19 @@ class Window:
 
     # --- masking --------------------------------------------------------------------------------
 
+    def round_figures(self, call_ids: list[str]) -> tuple[int, int, int]:
+        """What masking these would do: the next prompt before and after, and what a server's
+        prompt cache would process again (everything from the first of them on)."""
+        calibration = self.h.ledger.calibration
+        after = self.h.ledger.project(self.raw_prompt(self.view.masked_tally(call_ids)))
+        again = calibration.tally_tokens(self.view.tally_from_first(call_ids))
+        return self.projected(), after, round(again)
+
     async def mask(
-        self, call_ids: list[str], reason: MaskReason, processed_again: int | None = None
+        self,
+        call_ids: list[str],
+        reason: MaskReason,
+        figures: tuple[int, int, int] | None = None,
     ) -> bool:
         if not call_ids:
             return False
@@ -108,8 +119,7 @@ class Window:
         # file read is read again from the file).
         results = [self.view.result(call_id) for call_id in call_ids]
         await self.h.tools.save_whole([m for m in results if m.name != "file_read"])
-        before = self.projected()
-        after = self.h.ledger.project(self.raw_prompt(self.view.masked_tally(call_ids)))
+        before, after, processed_again = figures or self.round_figures(call_ids)
         self.h.journal.append(
             Mask(
                 session=self.state.session,
@@ -126,12 +136,13 @@ class Window:
         """Mask the oldest results down to `target`; below `waits_below`, only a round worth
         what it makes the server process again (`worth_a_round`)."""
         calibration = self.h.ledger.calibration
-        before = self.projected()
-        chosen = self.view.choose_masks(self.h.mask_policy, calibration, before - max(target, 0))
-        after = self.h.ledger.project(self.raw_prompt(self.view.masked_tally(chosen)))
-        again = calibration.tally_tokens(self.view.tally_from_first(chosen))
-        if before >= waits_below or worth_a_round(before - after, round(again)):
-            await self.mask(chosen, reason=reason, processed_again=round(again))
+        excess = self.projected() - max(target, 0)
+        chosen = self.view.choose_masks(self.h.mask_policy, calibration, excess)
+        if not chosen:
+            return
+        before, after, again = figures = self.round_figures(chosen)
+        if before >= waits_below or worth_a_round(before - after, again):
+            await self.mask(chosen, reason, figures)
 
     async def room_after_overflow(self) -> bool:
         """Mask everything outside the protected window; if the prompt is still too big, cut

@@ -158,8 +158,11 @@ def choose_masks(
     if excess <= 0:
         return []
     protected = protected_ids(messages, policy, tokens)
-    candidates: list[tuple[str, int]] = []
+    chosen: list[str] = []
+    reclaimed = 0
     for message in messages[start:]:
+        if reclaimed >= excess:
+            break
         if (
             not isinstance(message, ToolMessage)
             or message.masked
@@ -170,13 +173,7 @@ def choose_masks(
         saving = tokens(message) - tokens(masked(message))
         if tokens(message) <= policy.min_tokens or saving <= 0:
             continue
-        candidates.append((message.tool_call_id, saving))
-    chosen: list[str] = []
-    reclaimed = 0
-    for call_id, saving in candidates:
-        if reclaimed >= excess:
-            break
-        chosen.append(call_id)
+        chosen.append(message.tool_call_id)
         reclaimed += saving
     return chosen
 

@@ -64,8 +64,8 @@ class Summary:
         self.data["pid"] = os.getpid()
         self.save()
 
-    def line(self, line: dict[str, Any]) -> None:
-        """A line of either log, as written."""
+    def line(self, line: dict[str, Any], save: bool = True) -> None:
+        """A line of either log, as written (saved now unless its record will be)."""
         kind = line.get("kind")
         if kind == "token_usage":
             self.data["last_usage"] = line
@@ -91,7 +91,8 @@ class Summary:
             self.data["last_event"] = line
         if kind in ("run_start", "run_end"):
             self.data["waiting"] = None
-        self.save()
+        if save:
+            self.save()
 
     def save(self) -> None:
         temporary = self.path.with_name(self.path.name + ".tmp")

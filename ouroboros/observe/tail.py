@@ -80,10 +80,8 @@ class Merger:
     held_since: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def for_state(cls, state_dir: Path, last: int | None = None) -> Merger:
-        """Both files; with `last`, from where each file's last `last` lines begin."""
-        paths = (state_dir / USAGE_FILE, state_dir / EVENTS_FILE)
-        return cls([Follower(p, offset_of_last(p, last) if last else 0) for p in paths])
+    def for_state(cls, state_dir: Path) -> Merger:
+        return cls([Follower(state_dir / USAGE_FILE), Follower(state_dir / EVENTS_FILE)])
 
     def poll(self, final: bool = False) -> list[Line]:
         self.pending.extend(line for f in self.followers for line in f.read())
