@@ -71,6 +71,90 @@ def test_destructive_commands_are_blocked(command: str, rule: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("command", "rule"),
+    [
+        ("(f() { f & f; }; f) >/dev/null 2>&1 &", "fork bomb"),
+        (":(){ :&:& };:", "fork bomb"),
+        ("function f { f | f & }; f", "fork bomb"),
+        ("function g() { g & g & }; g", "fork bomb"),
+        ("rm -rf //", "rm -rf of / or home"),
+        ("rm -rf ///etc", "rm -rf of / or home"),
+        ('rm -rf "${HOME:?}/"', "rm -rf of / or home"),
+        ("cd / && rm -rf *", "rm -rf of / or home"),
+        ("cd ~; rm -rf .", "rm -rf of / or home"),
+        ("cd ..; cd ..; rm -r -f x", "rm -rf of / or home"),
+        ("busybox rm -rf /", "rm -rf of / or home"),
+        ("find / -execdir rm {} +", "find that deletes from / or home"),
+        ("find /etc -ok /bin/rm {} ;", "find that deletes from / or home"),
+        ("cd / && find -delete", "find that deletes from / or home"),
+        ("sudoedit /etc/hosts", "sudo"),
+        ("run0 id", "sudo"),
+        ("mke2fs /dev/sdb1", "mkfs or a raw device"),
+        ("blkdiscard /dev/nvme0n1", "mkfs or a raw device"),
+        ("cryptsetup luksFormat /dev/sdb", "mkfs or a raw device"),
+        ("kill -9 1", "kill every process"),
+        ("kill -s KILL -1", "kill every process"),
+        ("systemctl stop sshd", "stop a service"),
+        ("service ssh stop", "stop a service"),
+        ("loginctl reboot", "shutdown or reboot"),
+        ("modprobe -r e1000", "change the kernel or the mounts"),
+        ("umount -l /", "change the kernel or the mounts"),
+        ("mount -o remount,ro /", "change the kernel or the mounts"),
+        ("swapoff -a", "change the kernel or the mounts"),
+        ("sysctl -w kernel.panic=1", "change the kernel or the mounts"),
+        ("iptables -F", "change the network setup"),
+        ("nft flush ruleset", "change the network setup"),
+        ("ip link set eth0 down", "change the network setup"),
+        ("mv /etc/passwd passwd.bak", "change a system folder"),
+        ("sed -i 's/x/y/' /etc/ssh/sshd_config", "change a system folder"),
+        ("perl -pi -e 's/a/b/' /etc/hosts", "change a system folder"),
+        ("chattr +i /etc/resolv.conf", "change a system folder"),
+        ("setfacl -m u:nobody:rwx /etc/shadow", "change a system folder"),
+        ("setcap cap_setuid+ep /usr/bin/python3", "change a system folder"),
+        ("tar -C / -xzf rootkit.tgz", "change a system folder"),
+        ("unzip -o x.zip -d /usr/local/bin", "change a system folder"),
+        ("crontab -r", "change a system folder"),
+        ("echo x > //etc/hosts", "write to a system folder"),
+        ("echo 'evil' >> ~/.bashrc", "write to a system folder"),
+        ("echo b > /proc/sysrq-trigger", "write to a system folder"),
+        ("echo x > /run/user/0/bus", "write to a system folder"),
+    ],
+)
+def test_variants_of_destructive_commands_are_blocked(command: str, rule: str) -> None:
+    """Variants a hostile pass found passing the first rules (issue 20, row 22)."""
+    assert RULES.reason(command) == rule
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "f() { echo hi; }; f; f",
+        "fact() { [ $1 -le 1 ] && echo 1 || fact $(($1 - 1)); }; fact 5",
+        "server & sleep 1; curl localhost:8000",
+        "cd src && rm -rf build",
+        "cd /home/me/project/sub && rm -rf build",
+        "cd /tmp && ls",
+        "mount | grep ext4",
+        "ip addr show",
+        "ip route",
+        "iptables -L -n",
+        "systemctl status nginx",
+        "sysctl kernel.pid_max",
+        "tar -C /etc -czf etc.tgz .",
+        "tar xzf data.tgz -C ./data",
+        "sed -i 's/a/b/' src/main.py",
+        "mv build/x.txt out/",
+        "crontab -l",
+        "kill -1 1234",
+        "find . -type f -exec grep -l TODO {} +",
+        "chmod -R u+w ./build",
+    ],
+)
+def test_ordinary_variants_pass(command: str) -> None:
+    assert RULES.reason(command) is None
+
+
+@pytest.mark.parametrize(
     "command",
     [
         "rm -rf build/",

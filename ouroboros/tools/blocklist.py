@@ -11,129 +11,62 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+
+from ouroboros.tools.shellwords import Argv, program, simple_commands, split_words
 
 SYSTEM_DIRS = (
     "/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/boot", "/sys", "/proc",
-    "/var", "/opt", "/root", "/dev", "/srv", "/home", "/mnt", "/media",
+    "/var", "/opt", "/root", "/dev", "/srv", "/home", "/mnt", "/media", "/run",
 )  # fmt: skip
 HARMLESS_DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"}
-SEPARATORS = {";", ";;", "&", "&&", "|", "||", "(", ")", "{", "}", "!", "`"}
-WRAPPERS = {
-    "env", "nohup", "exec", "command", "builtin", "time", "nice", "ionice", "stdbuf", "setsid",
-    "xargs", "then", "do", "else", "chroot", "unbuffer", "watch", "strace", "timeout", "if",
-    "while", "until",
+HOME = re.compile(r"^(~|\$HOME\b|\$\{HOME\b)")
+SUDO = {"sudo", "su", "doas", "pkexec", "runuser", "sudoedit", "run0"}
+DISK_TOOLS = {
+    "fdisk", "sfdisk", "cfdisk", "gdisk", "sgdisk", "parted", "wipefs", "mkswap", "mke2fs",
+    "mkdosfs", "mkntfs", "blkdiscard", "cryptsetup",
 }  # fmt: skip
-SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish", "eval"}
-Argv = list[str]
-
-
-OPERATORS = (";;", "&&", "||", ">>", ">|", "<(", "$(", ";", "&", "|", "(", ")", "<", ">", "`")
-OPERATOR_STARTS = frozenset(op[0] for op in OPERATORS)
-
-
-def _split(command: str) -> list[str]:
-    """Words and operators, as the shell splits them: quotes kept together, backslashes
-    escaping, newlines ending a command. One pass (the standard `shlex` is quadratic in the
-    length of a word)."""
-    tokens: list[str] = []
-    word: list[str] = []
-    i, n = 0, len(command)
-    while i < n:
-        char = command[i]
-        if char in "'\"":
-            i = _quoted(command, i, word)
-            continue
-        if char == "\\" and i + 1 < n:
-            word.append(command[i + 1])
-            i += 2
-            continue
-        operator = ""
-        if char in OPERATOR_STARTS:
-            operator = next((op for op in OPERATORS if command.startswith(op, i)), "")
-        if char.isspace() or (operator and operator not in ("$(", "<(")):
-            if word:
-                tokens.append("".join(word))
-                word.clear()
-            if char.isspace():
-                tokens.extend([";"] if char == "\n" else [])
-                operator = char
-            else:
-                tokens.append(operator)
-        else:
-            word.append(operator or char)
-        i += len(operator) or 1
-    if word:
-        tokens.append("".join(word))
-    return tokens
-
-
-def _quoted(command: str, start: int, word: list[str]) -> int:
-    """Add the quoted text starting at `start` to `word`; where the text after it begins."""
-    quote, i = command[start], start + 1
-    word.append("")  # an empty quoted word is still a word
-    while i < len(command) and command[i] != quote:
-        if command[i] == "\\" and quote == '"' and i + 1 < len(command):
-            i += 1
-        word.append(command[i])
-        i += 1
-    return i + 1
-
-
-def fork_bomb(tokens: Sequence[str]) -> bool:
-    """A function whose body pipes it into itself (`:(){ :|:& };:`, `f() { f | f & }`)."""
-    for i in range(len(tokens) - 2):
-        if tokens[i + 1 : i + 3] != ["(", ")"]:
-            continue
-        name, body = tokens[i], tokens[i + 3 : i + 3 + 64]
-        end = body.index("}") if "}" in body else len(body)
-        body = [t.strip("{}") for t in body[:end]]
-        if any(body[j : j + 3] == [name, "|", name] for j in range(len(body) - 2)):
-            return True
-    return False
-
-
-def program(word: str) -> str:
-    return posixpath.basename(word).lower()
-
-
-def simple_commands(command: str, depth: int = 0) -> Iterator[Argv]:
-    """The simple commands of a command line, their programs first, wrappers taken off."""
-    argv: Argv = []
-    for token in [*_split(command), ";"]:
-        for start in ("$(", "<("):
-            if token.startswith(start):  # a command substitution starts a command
-                yield from _unwrapped(argv, depth)
-                argv, token = [], token[len(start) :]
-        if token in SEPARATORS:
-            yield from _unwrapped(argv, depth)
-            argv = []
-        elif token:
-            argv.append(token)
-
-
-def _unwrapped(argv: Argv, depth: int) -> Iterator[Argv]:
-    while argv and "=" in argv[0] and not argv[0].startswith(("=", "-")):
-        argv = argv[1:]  # NAME=value before the program
-    while argv and program(argv[0]) in WRAPPERS:
-        argv = argv[1:]
-        while argv and (argv[0].startswith("-") or "=" in argv[0] or argv[0].isdigit()):
-            argv = argv[1:]  # the wrapper's own options (`env -i X=1`, `timeout 5`, `nice -n 5`)
-    if not argv:
-        return
-    if program(argv[0]) in SHELLS and depth < 3:
-        script = next((a for a in argv[1:] if not a.startswith("-")), "")
-        yield from simple_commands(script, depth + 1)  # `bash -c "..."`, `eval "..."`
-    yield argv
+KERNEL_TOOLS = {"insmod", "rmmod", "modprobe", "kexec", "swapoff", "swapon", "umount"}
+SERVICE_CHANGES = {"stop", "disable", "mask", "kill", "isolate", "halt", "poweroff", "reboot"}
+SERVICE_CHANGES |= {"kexec", "suspend", "hibernate", "rescue", "emergency", "default"}
+FIREWALLS = {"iptables", "ip6tables", "nft", "ufw", "iptables-restore", "ebtables"}
+LISTING = {"-L", "-S", "--list", "list", "-n", "-v", "--numeric", "status", "show"}
+IP_CHANGES = {"set", "add", "del", "delete", "flush", "change", "replace"}
+METADATA_TOOLS = {"chmod", "chown", "chgrp", "chattr", "setfacl", "setfattr", "setcap"}
+FIND_RUNS = ("-exec", "-execdir", "-ok", "-okdir")
 
 
 def _operands(argv: Argv) -> list[str]:
     return [a for a in argv[1:] if not a.startswith("-")]
 
 
+def _short(argv: Argv, letter: str) -> bool:
+    """`letter` among the short options (`-rf`, `-pi`, `-xzf`), in any case."""
+    return any(letter in a.lower() for a in argv[1:] if a.startswith("-") and a[1:2] != "-")
+
+
 def _recursive(argv: Argv) -> bool:
-    short = "".join(a for a in argv[1:] if a.startswith("-") and not a.startswith("--"))
-    return "r" in short.lower() or "--recursive" in argv or "--no-preserve-root" in argv
+    return _short(argv, "r") or "--recursive" in argv or "--no-preserve-root" in argv
+
+
+def fork_bomb(tokens: Sequence[str]) -> bool:
+    """A function that starts itself in the background twice, or pipes itself into itself:
+    `:(){ :|:& };:`, `f() { f & f; }`, `function f { f | f & }`."""
+    for i in range(len(tokens) - 2):
+        if tokens[i + 1 : i + 3] == ["(", ")"]:
+            name, start = tokens[i], i + 3
+        elif tokens[i] == "function":
+            name = tokens[i + 1]
+            start = i + 4 if tokens[i + 2 : i + 4] == ["(", ")"] else i + 2
+        else:
+            continue
+        body = tokens[start : start + 64]
+        end = body.index("}") if "}" in body else len(body)
+        body = [t.strip("{}") for t in body[:end]]
+        piped = any(body[j : j + 3] == [name, "|", name] for j in range(len(body) - 2))
+        if piped or (body.count(name) >= 2 and "&" in body):
+            return True
+    return False
 
 
 class Blocklist:
@@ -158,7 +91,7 @@ class Blocklist:
         """The name of the rule the command breaks, or None if it may run."""
         if not self.enabled:
             return None
-        tokens = _split(command)
+        tokens = split_words(command)
         if fork_bomb(tokens):
             return "fork bomb"
         if any(
@@ -168,17 +101,36 @@ class Blocklist:
             return "write to a system folder"
         if any(map(self.harness_owns, tokens)):
             return "the harness's own files"
+        away = False
+        """A `cd` took the command out of the workspace: relative paths are no longer ours."""
         for argv in simple_commands(command):
-            rule = self.rule_broken(argv)
+            if program(argv[0]) in ("cd", "pushd"):
+                target = (_operands(argv) or ["~"])[0]
+                away = self.reaches_out(target) or (away and not target.startswith("/"))
+            rule = self.rule_broken(argv, away)
             if rule:
                 return rule
         return next((f"matches {p!r}" for p, c in self.patterns if c.search(command)), None)
 
-    def rule_broken(self, argv: Argv) -> str | None:
+    def rule_broken(self, argv: Argv, away: bool = False) -> str | None:
         name, operands = program(argv[0]), _operands(argv)
-        if name in ("sudo", "su", "doas", "pkexec", "runuser"):
+        rule = self.machine_rule(name, argv, operands)
+        if rule:
+            return rule
+        outside = self.reaches_out if not away else lambda path: True
+        if name == "rm" and _recursive(argv) and any(map(outside, operands)):
+            return "rm -rf of / or home"
+        if name == "find" and self.find_deletes(argv, outside):
+            return "find that deletes from / or home"
+        if self.changes_system(name, argv, operands, outside):
+            return "change a system folder"
+        return None
+
+    def machine_rule(self, name: str, argv: Argv, operands: list[str]) -> str | None:
+        """Rules on what a command does to the machine, whatever paths it names."""
+        if name in SUDO:
             return "sudo"
-        if name.startswith("mkfs") or name in ("fdisk", "sfdisk", "parted", "wipefs", "mkswap"):
+        if name.startswith("mkfs") or name in DISK_TOOLS:
             return "mkfs or a raw device"
         if name == "dd" and any(a.lower().startswith("of=/dev/") for a in operands):
             return "mkfs or a raw device"
@@ -186,16 +138,25 @@ class Blocklist:
             name in ("init", "telinit") and any(a in ("0", "6") for a in operands)
         ):
             return "shutdown or reboot"
-        if name == "systemctl" and any(a in ("poweroff", "reboot", "halt") for a in operands):
+        if name in ("systemctl", "loginctl") and {"poweroff", "reboot", "halt"} & set(operands):
             return "shutdown or reboot"
+        if name in ("systemctl", "loginctl", "service") and SERVICE_CHANGES & set(operands):
+            return "stop a service"
         if name == "killall5" or (name in ("kill", "pkill") and "-1" in argv[2:]):
             return "kill every process"
-        if name == "rm" and _recursive(argv) and any(map(self.reaches_out, operands)):
-            return "rm -rf of / or home"
-        if name == "find" and self.find_deletes(argv):
-            return "find that deletes from / or home"
-        if self.changes_system(name, argv, operands):
-            return "change a system folder"
+        if name == "kill" and "1" in operands:
+            return "kill every process"
+        return self.kernel_or_network_rule(name, argv, operands)
+
+    def kernel_or_network_rule(self, name: str, argv: Argv, operands: list[str]) -> str | None:
+        if name in KERNEL_TOOLS or (name == "mount" and operands):
+            return "change the kernel or the mounts"
+        if name == "sysctl" and ("-w" in argv or any("=" in a for a in operands)):
+            return "change the kernel or the mounts"
+        if name in FIREWALLS and not set(argv[1:]) <= LISTING:
+            return "change the network setup"
+        if name == "ip" and IP_CHANGES & set(argv[2:]):
+            return "change the network setup"
         return None
 
     def harness_owns(self, word: str) -> bool:
@@ -207,9 +168,13 @@ class Blocklist:
 
     def system(self, path: str) -> bool:
         """A path in a system folder, or home, and not in the workspace."""
-        if path.startswith(("~", "$HOME", "${HOME}")):
+        if HOME.match(path):
             return True
-        norm = posixpath.normpath(path) if path.startswith("/") else path
+        if path.startswith("/"):
+            # POSIX keeps a leading `//` apart; Linux does not: `//etc` is `/etc`.
+            norm = posixpath.normpath("/" + path.lstrip("/"))
+        else:
+            norm = path
         if norm in HARMLESS_DEVICES or norm.startswith("/dev/fd/"):
             return False
         if self.workspace and (norm == self.workspace or norm.startswith(self.workspace + "/")):
@@ -228,21 +193,37 @@ class Blocklist:
             or posixpath.normpath(path).startswith("..")
         )
 
-    def find_deletes(self, argv: Argv) -> bool:
+    def find_deletes(self, argv: Argv, outside: Callable[[str], bool]) -> bool:
         roots = _operands(argv)[:1]
-        after_exec = argv[argv.index("-exec") + 1 :][:1] if "-exec" in argv else []
-        deletes = "-delete" in argv or any(program(a) in ("rm", "shred") for a in after_exec)
-        return deletes and any(map(self.reaches_out, roots))
+        runs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in FIND_RUNS]
+        deletes = "-delete" in argv or any(program(a) in ("rm", "shred") for a in runs)
+        return deletes and any(map(outside, roots or ["."]))
 
-    def changes_system(self, name: str, argv: Argv, operands: list[str]) -> bool:
-        if name in ("rm", "rmdir", "shred", "unlink", "truncate"):
+    def changes_system(
+        self, name: str, argv: Argv, operands: list[str], outside: Callable[[str], bool]
+    ) -> bool:
+        if name in ("rm", "rmdir", "shred", "unlink", "truncate", "mv"):  # mv: sources too
             return any(map(self.system, operands))
-        if name in ("chmod", "chown", "chgrp", "chattr"):  # the first operand: mode or owner
+        if name in METADATA_TOOLS:  # the first operand: mode, owner or attribute
             return any(map(self.system, operands[1:])) or (
-                _recursive(argv) and any(map(self.reaches_out, operands[1:]))
+                _recursive(argv) and any(map(outside, operands[1:]))
             )
+        if name in ("sed", "perl") and (_short(argv, "i") or "--in-place" in argv):
+            return any(map(self.system, operands))
         if name == "tee":
             return any(map(self.system, operands))
-        if name in ("cp", "mv", "ln", "install", "rsync"):  # the destination only
+        if name in ("cp", "ln", "install", "rsync"):  # the destination only
             return any(map(self.system, operands[-1:]))
+        if name in ("tar", "unzip") and self.unpacks_into_system(name, argv):
+            return True
+        if name == "crontab":
+            return "-r" in argv or bool(operands)
         return name == "dd" and any(self.system(a[3:]) for a in operands if a.startswith("of="))
+
+    def unpacks_into_system(self, name: str, argv: Argv) -> bool:
+        if name == "tar" and not (_short(argv, "x") or "--extract" in argv or "x" in argv[1]):
+            return False  # tar -C /etc -cf backup.tar . only reads there
+        option = "-d" if name == "unzip" else "-C"
+        targets = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in (option, "--directory")]
+        targets += [a.split("=", 1)[1] for a in argv if a.startswith("--directory=")]
+        return any(map(self.system, targets))
