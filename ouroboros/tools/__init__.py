@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from pydantic import BaseModel, ValidationError
 
 from ouroboros.context.truncate import RECUT_MIN, cap_output, saved_name
@@ -24,6 +27,7 @@ from ouroboros.tools.search import SearchContextArgs, search_context
 from ouroboros.tools.shell import shell_exec
 from ouroboros.tools.workspace import PathRefused, Workspace
 
+T = TypeVar("T")
 Fit = Callable[[str], int]
 """Bytes of this text that fit the room left for it."""
 
@@ -82,7 +86,7 @@ class ToolRunner:
 
         def threaded(fn: Callable[[Workspace, Any], Output]) -> Callable[[Any], Awaitable[Output]]:
             async def run(args: Any) -> Output:
-                return await anyio.to_thread.run_sync(fn, ws, args)
+                return await abandonable(fn, ws, args)
 
             return run
 
@@ -213,13 +217,31 @@ class ToolRunner:
         return message
 
     async def _save(self, relative: str, text: str) -> None:
-        def save() -> None:
-            # The journal keeps the result at the cap whatever happens here: a full disk costs
-            # the agent the whole text, not the run.
-            with contextlib.suppress(OSError):
-                builtin.spill(self.workspace, relative, text)
+        # The journal keeps the result at the cap whatever happens here: a full disk or a planted
+        # link costs the agent the whole text, not the run.
+        await abandonable(builtin.spill, self.workspace, relative, text)
 
-        await anyio.to_thread.run_sync(save)
+
+async def abandonable(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a daemon thread, given up on when the caller is cancelled: a thread stuck in
+    a system call (a FIFO, a hung disk) never keeps the run from stopping. (anyio's own worker
+    threads, even with `abandon_on_cancel`, are joined when the process exits.)"""
+    done, results, errors = anyio.Event(), list[T](), list[BaseException]()
+    token = anyio.lowlevel.current_token()
+
+    def work() -> None:
+        try:
+            results.append(fn(*args))
+        except BaseException as e:  # handed to the caller, raised there
+            errors.append(e)
+        with contextlib.suppress(anyio.RunFinishedError, RuntimeError):  # nobody waits now
+            anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=work, name=f"tool {fn.__name__}", daemon=True).start()
+    await done.wait()
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) -> ToolMessage:

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ouroboros.tools.workspace import Workspace
+from ouroboros.tools import safefs
+from ouroboros.tools.workspace import Location, PathRefused, Workspace
 
 READ_DEFAULT_LINES = 400
 READ_MAX_BYTES = 1024 * 1024
 """A read stops after this much of the file, whatever `limit` says (the cap cuts it anyway)."""
 COUNT_MAX_BYTES = 64 * 1024 * 1024
 """Files up to this size have their lines counted, to say how many there are in all."""
+SKIP_MAX_BYTES = 64 * READ_MAX_BYTES
+"""An offset further into a file than this is refused (shell_exec reads that deep): lines are
+found by reading, and an offset into a huge or sparse file would read for minutes."""
 
 
 class ToolFailed(Exception):
@@ -67,45 +72,45 @@ class FinishArgs(ToolArgs):
     summary: str = Field(description="What was achieved and where the results are")
 
 
-def _open_regular(path: Path, shown: str) -> int:
-    """A descriptor on `path` if it is a regular file; never blocks on a FIFO or a device."""
+@contextlib.contextmanager
+def _told(loc: Location, missing: str) -> Iterator[None]:
+    """A system error on `loc` as one line naming it (`missing` when it does not exist)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        yield
     except FileNotFoundError:
-        raise ToolFailed(f"no such file: {shown}") from None
-    kind = os.fstat(fd).st_mode
-    if stat.S_ISREG(kind):
-        os.set_blocking(fd, True)
-        return fd
-    os.close(fd)
-    if stat.S_ISDIR(kind):
-        raise ToolFailed(f"{shown} is a folder; use list_dir")
-    raise ToolFailed(f"{shown} is not a regular file ({_KINDS.get(stat.S_IFMT(kind), 'special')})")
-
-
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
-_KINDS[stat.S_IFSOCK] = "a socket"
+        raise ToolFailed(f"{missing}: {loc.shown}") from None
+    except OSError as e:
+        raise ToolFailed(f"{loc.shown}: {e.strerror or e}") from None
 
 
 def file_read(ws: Workspace, args: FileReadArgs) -> Output:
     """The asked lines, read as a stream: at most `READ_MAX_BYTES` of them, whatever the size
     of the file; the whole file is counted only where it is small enough to count quickly."""
-    fd = _open_regular(ws.resolve(args.path), args.path)
-    first, kept, more, number = args.offset, 0, False, 0
+    loc = ws.locate(args.path)
+    with _told(loc, "no such file"):
+        fd = safefs.open_regular(loc)
+    first, kept, skipped, more, number = args.offset, 0, 0, False, 0
     chunk: list[bytes] = []
     with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if first > max(size, 1):  # every line takes a byte at least: this one cannot exist
+            raise ToolFailed(f"{loc.shown} has no line {first:,}: it is {size:,} bytes long")
         # Lines longer than READ_MAX_BYTES come in pieces: memory stays bounded on any file.
         while line := f.readline(READ_MAX_BYTES):
             number += 1
             if number < first:
+                skipped += len(line)
+                if skipped > SKIP_MAX_BYTES:
+                    raise ToolFailed(_too_deep(loc, first, args.limit))
                 continue
             if len(chunk) == args.limit or kept > READ_MAX_BYTES:
                 more = True
                 break
             chunk.append(line)
             kept += len(line)
-        size = os.fstat(fd).st_size
         total = None if more and size > COUNT_MAX_BYTES else _count(f, number, more)
+    if not chunk and first > 1:
+        raise ToolFailed(f"{loc.shown} has {number:,} lines; offset {first:,} is past its end")
     text = b"".join(chunk).decode(errors="replace").removesuffix("\n")
     last = first - 1 + len(chunk)
     if first > 1 or more:
@@ -113,6 +118,13 @@ def file_read(ws: Workspace, args: FileReadArgs) -> Output:
         text += f"\n[lines {first}-{last} {of}"
         text += f"; read more with offset={last + 1}]" if more else "]"
     return Output(text)
+
+
+def _too_deep(loc: Location, first: int, limit: int) -> str:
+    return (
+        f"line {first:,} of {loc.shown} lies more than {SKIP_MAX_BYTES >> 20} MB into it; "
+        f"read that deep with shell_exec: sed -n '{first},{first + limit - 1}p' {loc.shown}"
+    )
 
 
 def _count(f: io.BufferedReader, seen: int, more: bool) -> int:
@@ -126,38 +138,34 @@ def _count(f: io.BufferedReader, seen: int, more: bool) -> int:
 
 
 def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
-    path = ws.resolve(args.path)
-    if path.is_dir():
-        raise ToolFailed(f"{args.path} is a folder")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write aside, then rename: a crash mid-write never leaves the agent's notes half written,
-    # and a failed write (a full disk) leaves neither a half file nor the one aside.
-    temporary = path.with_name(f".{path.name}.ouroboros-tmp")
-    try:
-        temporary.write_text(args.content)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return Output(f"wrote {len(args.content.encode()):,} bytes to {ws.display(path)}")
+    loc = ws.locate(args.path)
+    if not loc.parts:
+        raise ToolFailed(f"{loc.shown} is a folder")
+    data = args.content.encode()
+    # Written aside, then renamed: a crash mid-write never leaves the agent's notes half
+    # written, and a failed write (a full disk) leaves neither a half file nor the one aside.
+    with _told(loc, "no such folder"):
+        safefs.replace_file(loc, data)
+    return Output(f"wrote {len(data):,} bytes to {loc.shown}")
 
 
 def list_dir(ws: Workspace, args: ListDirArgs) -> Output:
-    path = ws.resolve(args.path)
-    if not path.is_dir():
-        raise ToolFailed(f"not a folder: {args.path}")
-    entries = []
-    for entry in sorted(path.iterdir(), key=lambda p: p.name):
-        if entry.is_dir():
-            entries.append(f"{entry.name}/")
+    loc = ws.locate(args.path)
+    with _told(loc, "not a folder"):
+        found = safefs.entries(loc)
+    lines = []
+    for entry in found:
+        if stat.S_ISDIR(entry.mode):
+            lines.append(f"{entry.name}/")
+        elif entry.target is not None:
+            lines.append(f"{entry.name} -> {entry.target}  (a symbolic link: never followed)")
         else:
-            entries.append(f"{entry.name}  {entry.lstat().st_size:,} bytes")
-    return Output("\n".join(entries) or "(empty folder)")
+            lines.append(f"{entry.name}  {entry.size:,} bytes")
+    return Output("\n".join(lines) or "(empty folder)")
 
 
-def spill(ws: Workspace, relative: str, text: str) -> Path:
-    """Write a whole output into the workspace where the agent can page through it."""
-    path = ws.root / relative
-    path.parent.mkdir(exist_ok=True)
-    if not path.exists():
-        path.write_text(text)
-    return path
+def spill(ws: Workspace, relative: str, text: str) -> None:
+    """Write a whole output into the workspace where the agent can page through it. Where a
+    planted link or folder is in the way nothing is written: the journal keeps the result."""
+    with contextlib.suppress(OSError, PathRefused):
+        safefs.create_file(ws.locate(relative), text.encode())

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import subprocess
 import threading
 from collections.abc import Mapping
 
 import anyio
 
+from ouroboros.tools import safefs
 from ouroboros.tools.builtin import Output, ShellExecArgs
 from ouroboros.tools.processes import Processes
-from ouroboros.tools.workspace import Workspace
+from ouroboros.tools.workspace import PathRefused, Workspace
 
 SHELL_CAPTURE_LIMIT = 32 * 1024 * 1024
 """Bytes of command output held in memory; the rest is counted, not stored."""
@@ -84,26 +86,44 @@ async def run_command(
 def _keep_draining(ws: Workspace, process: subprocess.Popen[bytes], fd: int) -> str:
     """Bash exited, something it started still holds the output: keep reading it into a log
     (a job whose writes went nowhere would die of SIGPIPE, or block on a full pipe)."""
-    log = ws.root / ".outputs" / f"background-{process.pid}.log"
+    log, shown = _open_log(ws, process.pid)
     assert process.stdout is not None
     stream = process.stdout
 
     def drain() -> None:
         os.set_blocking(fd, True)
         kept = 0
-        with contextlib.suppress(OSError), stream, log.open("ab") as out:
+        with contextlib.suppress(OSError), stream, contextlib.ExitStack() as closing:
+            out = closing.enter_context(open(log, "ab")) if log is not None else None
             while data := os.read(fd, 65536):
-                if kept < BACKGROUND_LOG_LIMIT:
+                if out is not None and kept < BACKGROUND_LOG_LIMIT:
                     out.write(data[: BACKGROUND_LOG_LIMIT - kept])
                     out.flush()
                     kept += len(data)
 
-    log.parent.mkdir(exist_ok=True)
     threading.Thread(target=drain, name=f"background-{process.pid}", daemon=True).start()
+    where = f"goes to {shown}" if log is not None else f"is dropped ({shown})"
     return (
         f"\n[bash exited; processes it started in the background still run until this session "
-        f"ends; their further output goes to {ws.display(log)}]"
+        f"ends; their further output {where}]"
     )
+
+
+def _open_log(ws: Workspace, pid: int) -> tuple[int | None, str]:
+    """A new log file for a background job (its name, or why there is none). A name already
+    taken, by a link or an older file, is never opened: another is chosen."""
+    why = ""
+    for name in (f"background-{pid}.log", f"background-{pid}-{secrets.token_hex(4)}.log"):
+        where = f".outputs/{name}"
+        try:
+            return safefs.create_new(ws.locate(where)), where
+        except FileExistsError:
+            why = f"{where} exists"
+        except OSError as e:
+            return None, f"no log: {where}: {e.strerror}"
+        except PathRefused as e:
+            return None, f"no log: {e}"
+    return None, f"no log: {why}"
 
 
 async def shell_exec(

@@ -1,33 +1,69 @@
-"""Confine every path the agent names to the workspace (after `..` and symlinks are resolved)."""
+"""Confine every path the agent names to the workspace, by its words alone: `..` is resolved
+lexically and links are left for `safefs` to refuse when it opens the path (never followed)."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
+
+PATH_MAX = 4096
+SHOWN_MAX_CHARS = 200
+"""A path longer than this is cut in messages (the model may send kilobytes of one)."""
 
 
 class PathRefused(Exception):
-    """The path leaves the workspace; the message is shown to the model."""
+    """The path leaves the workspace or goes through a link; the message is shown to the model."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path the agent named: a folder the harness trusts, and the names beneath it (none of
+    them empty, `.` or `..`)."""
+
+    base: Path
+    parts: tuple[str, ...]
+    shown: str
+    """How messages name it: relative to the workspace, or in full outside it."""
+
+    @property
+    def parent(self) -> Location:
+        return Location(self.base, self.parts[:-1], self.shown)
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1]
+
+    def beside(self, name: str) -> Location:
+        """Another name in the same folder."""
+        return Location(self.base, (*self.parts[:-1], name), self.shown)
 
 
 class Workspace:
     def __init__(self, root: Path, system_prompt: Path):
         self.root = root.resolve()
-        self.system_prompt = system_prompt.resolve()
+        # Its folder is the user's; its name is opened without following a link (`safefs`).
+        self.system_prompt = system_prompt.parent.resolve() / system_prompt.name
 
-    def resolve(self, raw: str) -> Path:
-        """The real path `raw` names, if the agent may touch it."""
+    def locate(self, raw: str) -> Location:
+        """Where `raw` is, if the agent may touch it."""
         if "\x00" in raw:
             raise PathRefused("path contains a NUL byte")
-        try:
-            path = (self.root / Path(raw).expanduser()).resolve()
-        except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError before 3.13)
-            raise PathRefused(f"{raw!r} cannot be resolved: {e}") from None
-        if path == self.system_prompt or path.is_relative_to(self.root):
-            return path
+        path = os.path.normpath(self.root / Path(raw).expanduser())
+        if len(os.fsencode(path)) >= PATH_MAX:  # the walk alone would go deeper than the kernel
+            raise PathRefused(
+                f"{_cut(raw)!r} is too long: a path has at most {PATH_MAX - 1:,} bytes"
+            )
+        if path == str(self.root) or path.startswith(f"{self.root}/"):
+            parts = Path(path).relative_to(self.root).parts
+            return Location(self.root, parts, _cut("/".join(parts) or "."))
+        if path == str(self.system_prompt):
+            return Location(self.system_prompt.parent, (self.system_prompt.name,), path)
         raise PathRefused(
-            f"{raw!r} resolves to {path}, outside the workspace {self.root}; "
-            f"only the workspace and {self.system_prompt} are reachable"
+            f"{_cut(raw)!r} resolves to {_cut(path)}, outside the workspace "
+            f"{self.root}; only the workspace and {self.system_prompt} are reachable"
         )
 
-    def display(self, path: Path) -> str:
-        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN_MAX_CHARS else text[:SHOWN_MAX_CHARS] + "…"
