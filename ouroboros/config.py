@@ -36,7 +36,8 @@ class LLMSettings(_Section):
     api_key: str = "ollama"
     """Sent as a bearer token; local servers ignore it."""
     timeout_s: float = Field(600.0, gt=0)
-    """Per request; local prefill of a long prompt can take minutes."""
+    """Per request, the whole of it (a server that trickles empty chunks is stopped too); local
+    prefill of a long prompt can take minutes."""
     max_output_tokens: int = Field(1024, ge=16)
     """`max_tokens` of every request, and the room reserved for it in the context budget."""
     temperature: float = Field(0.7, ge=0, le=2)
@@ -47,6 +48,17 @@ class LLMSettings(_Section):
     """First backoff delay; doubles with jitter up to `retry_max_s`."""
     retry_max_s: float = Field(300.0, gt=0)
     """Longest single wait between retries."""
+    max_reply_bytes: int = Field(0, ge=0)
+    """Bytes read of one streamed reply before it is treated as cut by length; 0 = 512 per
+    `max_output_tokens` (a token's chunk is about 200 bytes on the wire), at least 4 MiB."""
+    max_tool_calls_per_reply: int = Field(32, ge=1)
+    """Tool calls of one reply that are run; the rest are dropped, and the agent told so."""
+    max_tool_argument_bytes: int = Field(1 << 20, ge=1024)
+    """A call whose arguments are longer is not run (an error result says so), nor stored whole."""
+
+    @property
+    def reply_byte_cap(self) -> int:
+        return self.max_reply_bytes or max(4 << 20, 512 * self.max_output_tokens)
 
 
 class ContextSettings(_Section):

@@ -18,6 +18,7 @@ from ouroboros.tokens import (
     Calibration,
     difference,
 )
+from ouroboros.usage_check import above_window
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,16 @@ class Ledger:
         reported: tuple[int, int, Literal["server", "timings"]] | None,
         counting: Counting,
     ) -> Measurement:
-        """One call's figures: the server's where they can be trusted, else the calibrated
-        estimate; a count far below the estimate is flagged as an Ollama-style truncation."""
+        """One call's figures: the server's where they can be trusted (and could be true: not
+        beyond the window), else the calibrated estimate; a count far below the estimate is
+        flagged as an Ollama-style truncation."""
         expected = self.calibration.tally_tokens(raw_prompt)
         total, kinds = sum(raw_prompt.values()), dict(raw_prompt)
-        if reported is None or not counting.trust_reported:
+        if (
+            reported is None
+            or not counting.trust_reported
+            or above_window(reported[0], reported[1], counting.limit)
+        ):
             reply = self.calibration.tokens(raw_reply, "assistant")
             return Measurement(
                 prompt_tokens=expected,

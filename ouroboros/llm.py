@@ -10,16 +10,30 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+import anyio
 import openai
 
+from ouroboros.chunks import Completion, Prefill, ReportedBy, StreamState, Usage
 from ouroboros.config import LLMSettings
-from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
+from ouroboros.messages import Message, to_wire
+from ouroboros.stream_cap import ReplyTooLarge, capped_client
 
-ReportedBy = Literal["server", "timings"]
+__all__ = [
+    "Completion",
+    "ContextOverflow",
+    "FatalError",
+    "LLMClient",
+    "LLMError",
+    "Model",
+    "Prefill",
+    "ReportedBy",
+    "TransientError",
+    "Usage",
+    "classify",
+    "overflow_from",
+]
 
 
 class LLMError(Exception):
@@ -46,33 +60,6 @@ class ContextOverflow(LLMError):
         super().__init__(message)
         self.n_prompt_tokens = n_prompt_tokens
         self.n_ctx = n_ctx
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    source: ReportedBy
-
-
-@dataclass(frozen=True)
-class Prefill:
-    """How much of the prompt the server took from its prompt cache, and what the rest cost.
-    None where the server does not say (Ollama before cached-token details, LM Studio, vLLM
-    without `--enable-prompt-tokens-details`)."""
-
-    cached_tokens: int | None = None
-    processed_tokens: int | None = None
-    prefill_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class Completion:
-    message: AssistantMessage
-    finish_reason: str
-    usage: Usage | None
-    """None when the server reported nothing; the ledger then estimates."""
-    prefill: Prefill = Prefill()
 
 
 class Model(Protocol):
@@ -170,67 +157,6 @@ def _retry_after(error: openai.APIStatusError) -> float | None:
         return None
 
 
-@dataclass
-class _ToolCallBuilder:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _StreamState:
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, _ToolCallBuilder] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    timings: Usage | None = None
-    prefill: Prefill = Prefill()
-
-    def add_chunk(self, chunk: Any) -> None:
-        if chunk.usage is not None and chunk.usage.prompt_tokens:
-            # Never trust a 0 prompt count: old Ollama reported 0 on a cache hit.
-            prompt = chunk.usage.prompt_tokens
-            self.usage = Usage(prompt, chunk.usage.completion_tokens or 0, "server")
-            details = chunk.usage.prompt_tokens_details
-            cached = getattr(details, "cached_tokens", None)
-            if isinstance(cached, int) and self.prefill.cached_tokens is None:
-                self.prefill = Prefill(cached, max(prompt - cached, 0))
-        timings = (chunk.model_extra or {}).get("timings")
-        if isinstance(timings, dict) and "prompt_n" in timings:
-            # llama-server's own account of this request's prefill: exact, and timed.
-            cached, processed = int(timings.get("cache_n", 0)), int(timings.get("prompt_n", 0))
-            self.timings = Usage(processed + cached, int(timings.get("predicted_n", 0)), "timings")
-            ms = timings.get("prompt_ms")
-            self.prefill = Prefill(cached, processed, float(ms) if ms is not None else None)
-        for choice in chunk.choices or ():
-            delta = choice.delta
-            if delta is not None:
-                if delta.content:
-                    self.text.append(delta.content)
-                for call in delta.tool_calls or ():
-                    builder = self.calls.setdefault(call.index, _ToolCallBuilder())
-                    builder.id = builder.id or (call.id or "")
-                    if call.function is not None:
-                        builder.name = builder.name or (call.function.name or "")
-                        builder.arguments.append(call.function.arguments or "")
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-
-    def completion(self) -> Completion:
-        if self.finish_reason is None:
-            raise TransientError("the stream ended without a finish reason (cut or server error)")
-        calls = tuple(
-            ToolCall(
-                id=b.id or f"call_{i}_{secrets.token_hex(4)}",
-                name=b.name,
-                arguments="".join(b.arguments),
-            )
-            for i, b in sorted(self.calls.items())
-        )
-        message = AssistantMessage(content="".join(self.text), tool_calls=calls)
-        return Completion(message, self.finish_reason, self.usage or self.timings, self.prefill)
-
-
 class LLMClient:
     """One streamed chat completion per call; no retries here (see `retrying`)."""
 
@@ -241,34 +167,67 @@ class LLMClient:
             api_key=settings.api_key,
             max_retries=0,
             timeout=settings.timeout_s,
+            http_client=capped_client(settings.reply_byte_cap),
         )
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
-        state = _StreamState()
-        received = False
+        request: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": [to_wire(m) for m in messages],
+            "max_tokens": self.settings.max_output_tokens,
+            "temperature": self.settings.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            request["tools"] = tools
+        state = StreamState()
+        deadline = self.settings.timeout_s
         try:
-            request: dict[str, Any] = {
-                "model": self.settings.model,
-                "messages": [to_wire(m) for m in messages],
-                "max_tokens": self.settings.max_output_tokens,
-                "temperature": self.settings.temperature,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
-            if tools:
-                request["tools"] = tools
-            stream = await self.client.chat.completions.create(**request)
+            # The client's timeout is per read: a server trickling empty chunks never trips it.
+            with anyio.fail_after(deadline):
+                await self._stream(request, state)
+        except TimeoutError:
+            raise TransientError(
+                f"no whole reply within llm.timeout_s ({deadline:g} s): the server is stuck or "
+                "too slow for it"
+            ) from None
+        except ReplyTooLarge:
+            # As a reply stopped at max_tokens: asking again would bring the same flood, while
+            # a cut reply lets the run go on (its cut calls get error results, the agent is told).
+            state.finish_reason = "length"
+        if state.finish_reason is None:
+            raise TransientError("the stream ended without a finish reason (cut or server error)")
+        return state.completion(state.finish_reason)
+
+    async def _stream(self, request: dict[str, Any], state: StreamState) -> None:
+        received = False
+        stream: openai.AsyncStream[object] | None = None
+        try:
+            # Raw JSON, not the client's chunk models: they hold whatever the server sent.
+            stream = await self.client.post(
+                "/chat/completions",
+                body=request,
+                cast_to=object,
+                stream=True,
+                stream_cls=openai.AsyncStream[object],
+            )
             # Read to the very end: usage arrives after the finish chunk.
             async for chunk in stream:
                 state.add_chunk(chunk)
                 received = True
+        except ValueError as e:  # not JSON, not UTF-8
+            raise TransientError(f"the server sent a malformed stream: {e}") from None
         except openai.APIConnectionError as e:
             if received:  # not "cannot reach": it answered, then the connection dropped
                 raise TransientError(f"the connection dropped in the middle of a reply: {e}") from e
             raise classify(e) from e
         except openai.OpenAIError as e:
             raise classify(e) from e
-        return state.completion()
+        finally:
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await stream.close()
 
     async def get_json(self, url: str) -> Any:
         """GET an absolute URL on the same server (discovery endpoints outside /v1)."""

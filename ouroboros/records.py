@@ -184,6 +184,11 @@ class MessageRecord(Record):
     usage: CallFigures | None = None
     """A model reply carries its call's figures in the same line: a turn is never half-kept."""
     tool: ToolRun | None = None
+    renamed_calls: dict[str, str] | None = None
+    """Ids the harness gave this reply's calls in place of the server's (repeated or missing):
+    the new id -> the id the server sent (`reply_limits`)."""
+    dropped_calls: int | None = None
+    """Calls of this reply past `llm.max_tool_calls_per_reply`: not recorded, not run."""
 
 
 class ToolStarted(Record):

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from ouroboros.cache_check import common_prefix
 from ouroboros.config import to_toml
-from ouroboros.scripted_wire import Handler, count_tokens
+from ouroboros.scripted_wire import Handler, Wire, count_tokens
 
 Dialect = Literal["ollama", "llama", "vllm", "lmstudio"]
 """Whose discovery endpoints, overflow errors and stream shapes the server plays
@@ -58,6 +58,8 @@ class Reply:
     """With a non-200 status: the `Retry-After` header to send."""
     call_ids: tuple[str, ...] = ()
     """Ids for the tool calls, in order (else fresh ones are made up)."""
+    wire: Wire | None = None
+    """Send this stream instead (a broken or hostile server: `scripted_hostile`)."""
 
 
 def quick_config(base_url: str, **sections: dict[str, Any]) -> str:

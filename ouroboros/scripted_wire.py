@@ -7,6 +7,7 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 _CALL_IDS = itertools.count(1)
+Wire = Callable[["Stream"], None]
+"""Writes a whole chat stream, headers sent (`Reply.wire`)."""
 
 
 def count_tokens(body: dict[str, Any], renders_tools: bool = True) -> int:
@@ -81,6 +84,14 @@ class Handler(BaseHTTPRequestHandler):
         reply = owner.next_reply(body)
         if reply.delay_s:
             time.sleep(reply.delay_s)
+        if reply.wire is not None:
+            stream = Stream(self, owner, body, reply, 0)
+            stream.begin()
+            try:
+                reply.wire(stream)
+            except OSError:
+                self.close_connection = True  # the client hung up, as it should on a flood
+            return
         if reply.status != 200:
             error = reply.error_body if reply.error_body is not None else {"message": "error"}
             self._json(reply.status, {"error": error}, reply.retry_after)
@@ -141,12 +152,15 @@ class Stream:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         self.event({**self.base, "choices": [choice], **extra})
 
+    def begin(self) -> None:
+        self.h.send_response(200)
+        self.h.send_header("Content-Type", "text/event-stream")
+        self.h.send_header("Transfer-Encoding", "chunked")
+        self.h.end_headers()
+
     def send(self) -> None:
-        h, reply = self.h, self.reply
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Transfer-Encoding", "chunked")
-        h.end_headers()
+        reply = self.reply
+        self.begin()
         llama = self.owner.dialect == "llama"
         self.chunk({"role": "assistant", "content": None if llama else ""})
         for start in range(0, len(reply.text), 7):

@@ -8,9 +8,10 @@ What is sent and what is done as the window fills is the `Window`'s job.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from functools import partial
 
-from ouroboros import prompts
+from ouroboros import prompts, reply_limits
 from ouroboros.harness import Harness, SessionEnded
 from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, ContextOverflow
@@ -23,8 +24,11 @@ from ouroboros.records import (
     ToolRun,
     ToolStarted,
 )
+from ouroboros.reply_limits import Admitted
 from ouroboros.retry import retrying
 from ouroboros.tools import Fit
+from ouroboros.usage_check import above_window
+from ouroboros.usage_check import warning as usage_warning
 from ouroboros.window import Window
 
 
@@ -41,11 +45,11 @@ class Session:
         await self.finish_interrupted_step()
         while True:
             self.check_limits()
-            completion = await self.call_model()
-            await self.act_on(completion.message, cut=completion.finish_reason == "length")
+            reply, dropped = await self.call_model()
+            await self.act_on(reply.message, cut=reply.finish_reason == "length", dropped=dropped)
 
     async def act_on(
-        self, reply: AssistantMessage, resuming: bool = False, cut: bool = False
+        self, reply: AssistantMessage, resuming: bool = False, cut: bool = False, dropped: int = 0
     ) -> None:
         """Run the reply's tool calls (or ask it to go on), then manage the context.
 
@@ -74,6 +78,11 @@ class Session:
                 self.append(interrupted)
             else:
                 await self.run_tool(call, room)
+        if dropped:
+            cap = self.h.settings.llm.max_tool_calls_per_reply
+            self.append(
+                UserMessage(content=reply_limits.dropped_calls(dropped, cap), origin="nudge")
+            )
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
@@ -86,14 +95,56 @@ class Session:
         await self.h.policy.after_step(self.window)
 
     def append(
-        self, message: Message, usage: CallFigures | None = None, tool: ToolRun | None = None
+        self,
+        message: Message,
+        usage: CallFigures | None = None,
+        tool: ToolRun | None = None,
+        admitted: Admitted | None = None,
     ) -> None:
         """A reply carries its usage in the same record, so a crash never leaves one without the
-        other (a counted turn whose reply is lost)."""
-        record = MessageRecord(session=self.state.session, message=message, usage=usage, tool=tool)
+        other (a counted turn whose reply is lost); and what the harness changed of it."""
+        record = MessageRecord(
+            session=self.state.session,
+            message=message,
+            usage=usage,
+            tool=tool,
+            renamed_calls=admitted.renamed or None if admitted else None,
+            dropped_calls=admitted.dropped or None if admitted else None,
+        )
         self.h.journal.append(record)
 
-    async def call_model(self) -> Completion:
+    def warn_once(self, kind: str, message: str) -> None:
+        if kind not in self.h.warned:
+            self.h.warned.add(kind)
+            self.h.log.emit("warning", message=message, session=self.state.session)
+
+    def admit(self, completion: Completion) -> Admitted:
+        """The reply as it is recorded and run (`reply_limits`); a server that reuses ids is
+        named once a run."""
+        s = self.h.settings.llm
+        admitted = reply_limits.admit(
+            completion.message,
+            self.state.call_ids,
+            s.max_tool_calls_per_reply,
+            s.max_tool_argument_bytes,
+        )
+        if admitted.renamed:
+            reused = ", ".join(sorted({repr(old) for old in admitted.renamed.values()})[:3])
+            self.warn_once(
+                "call_ids",
+                f"the server reused tool-call ids ({reused}): the harness gives such calls ids "
+                "of its own, and journals which (warned once per run)",
+            )
+        usage = completion.usage
+        limit = self.h.counting.limit
+        rejected = completion.rejected or (
+            usage and above_window(usage.prompt_tokens, usage.completion_tokens, limit)
+        )
+        if rejected:
+            self.warn_once(f"usage_{rejected.kind}", usage_warning(rejected))
+        return admitted
+
+    async def call_model(self) -> tuple[Completion, int]:
         """One completion; an overflow masks everything unprotected and retries exactly once."""
         for attempt in (1, 2):
             raw_prompt = self.window.raw_prompt()
@@ -120,8 +171,10 @@ class Session:
                 if attempt == 2 or not await self.h.policy.after_overflow(self.window):
                     raise SessionEnded(EndReason.CONTEXT_OVERFLOW, str(e)[:200]) from e
                 continue
+            # Figures of the reply as generated: its tokens came back in the server's count.
             figures = self.window.figures(completion, raw_prompt, self.state.session_turns + 1)
-            self.append(completion.message, figures)
+            admitted = self.admit(completion)
+            self.append(admitted.message, figures, admitted=admitted)
             self.window.check_cache(messages, figures)
             if figures.silent_truncation:
                 self.h.log.emit(
@@ -134,10 +187,22 @@ class Session:
                     estimated_prompt_tokens=figures.estimated_prompt_tokens,
                     context_limit=self.h.budget.limit,
                 )
-            return completion
+            return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")
 
     async def run_tool(self, call: ToolCall, room: Fit | None = None) -> None:
+        if (size := reply_limits.omitted_bytes(call)) is not None:
+            cap = self.h.settings.llm.max_tool_argument_bytes
+            error = reply_limits.too_long(size, cap)
+            refused = ToolMessage(
+                tool_call_id=call.id,
+                name=call.name,
+                content=error,
+                arguments=call.arguments,
+                error=True,
+            )
+            self.append(refused, tool=ToolRun(duration_s=0, output_bytes=0, error=error))
+            return
         started = ToolStarted(session=self.state.session, call_id=call.id, name=call.name)
         self.h.journal.append(started)
         outcome = await self.h.tools.run(call, room)

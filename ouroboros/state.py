@@ -72,6 +72,8 @@ class RunState:
     view: ContextView = field(default_factory=ContextView)
     """The current (or just ended) session: its messages, and what the model is sent of them."""
     started_calls: set[str] = field(default_factory=set)
+    call_ids: set[str] = field(default_factory=set)
+    """Every tool-call id the run recorded: a new reply's may repeat none (`reply_limits`)."""
     recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
     """Completion tokens of the newest replies (they place the wind-down)."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
@@ -160,6 +162,8 @@ class RunState:
             self.wind_down_replies = 0
         elif isinstance(message, AssistantMessage) and self.wind_down_replies is not None:
             self.wind_down_replies += 1
+        if isinstance(message, AssistantMessage):
+            self.call_ids.update(c.id for c in message.tool_calls)
 
     def _turn(self, prompt_tokens: int, completion_tokens: int) -> None:
         """A turn is a model reply with its usage: carried-over replies are none."""

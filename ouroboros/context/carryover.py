@@ -4,8 +4,10 @@ The unit is the step: one reply of the agent with the results of all its tool ca
 harness's messages that answered it (a "continue" after a text-only reply, a nudge). A harness
 message never starts a step, so it is never carried alone. The last step is always carried,
 results included, also those the model never saw (the session may end right after the tools
-ran): they are the newest facts the agent has. Earlier steps follow as room allows, their results
-as placeholders before a step is dropped. Every tool call keeps exactly its results.
+ran): they are the newest facts the agent has; only a step that does not fit even with its
+results cut (thousands of calls) is left out, with all before it, so the next session can start.
+Earlier steps follow as room allows, their results as placeholders before a step is dropped.
+Every tool call keeps exactly its results.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ def select_carryover(
     tokens: Tokens,
     min_mask_tokens: int = 100,
 ) -> list[Message]:
-    """The last step, whole if it fits `capacity` (else its results cut to fit); then as many
+    """The last step, whole if it fits `capacity` (else its results cut to fit, else nothing
+    at all); then as many
     of the `max_steps - 1` steps before it as fit the room left of `share` (or of the last
     step's own size, if that is more), their results masked oldest first before a step is
     dropped.
@@ -147,6 +150,11 @@ def select_carryover(
     `tokens` prices a message as the model is shown it (`context.truncate.shown`)."""
     done = steps(history)
     if max_steps <= 0 or not done:
+        return []
+    least = [masked(m) if isinstance(m, ToolMessage) else m for m in done[-1]]
+    if _size(least, tokens) > capacity:
+        # Not even with every result a placeholder (thousands of calls): a session opened over
+        # its budget could never make a turn. The restart marker still names the last actions.
         return []
     last = fit_step(done[-1], capacity, tokens)
     used = _size(last, tokens)

@@ -1,0 +1,97 @@
+"""What of a model's reply the harness records and runs, whatever the server sent.
+
+- **Call ids are unique in the run.** Results, started calls, masks and cuts are all found by id:
+  a server that sends `call_0` for every call would have each later call taken for one already
+  run (and answered "interrupted"). A repeated, or missing, id is replaced by a fresh one before
+  the reply is journalled; the message record keeps which id the server sent (`renamed_calls`).
+- **A reply runs at most `llm.max_tool_calls_per_reply` calls.** The rest are dropped from the
+  recorded reply and the agent is told how many in one message: an error result each would
+  itself fill the window (5,000 calls, 5,000 results), and a step that big cannot be carried
+  into the next session.
+- **Arguments longer than `llm.max_tool_argument_bytes` are not run, nor kept.** The recorded
+  call holds a stand-in naming the size; its error result says why. Otherwise the arguments
+  would be stored twice (in the call, and beside its result) and sent back every turn.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from ouroboros.messages import AssistantMessage, ToolCall
+
+OMITTED = "ouroboros_omitted_bytes"
+"""The one key of the arguments that stand in for ones too long to keep."""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    message: AssistantMessage
+    """The reply as it is journalled and run."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Fresh id -> the id the server sent."""
+    dropped: int = 0
+    """Calls past the cap, not recorded."""
+
+
+def _fresh(index: int, taken: Collection[str], also: Collection[str]) -> str:
+    while True:
+        candidate = f"call_{index}_{secrets.token_hex(4)}"
+        if candidate not in taken and candidate not in also:
+            return candidate
+
+
+def admit(
+    reply: AssistantMessage, seen: Collection[str], max_calls: int, max_argument_bytes: int
+) -> Admitted:
+    """The reply with unique ids, at most `max_calls` calls, no argument over the size cap.
+    `seen`: every call id the run has recorded."""
+    calls: list[ToolCall] = []
+    used: set[str] = set()
+    renamed: dict[str, str] = {}
+    for index, call in enumerate(reply.tool_calls[:max_calls]):
+        call_id = call.id
+        if not call_id or call_id in seen or call_id in used:
+            call_id = _fresh(index, seen, used)
+            renamed[call_id] = call.id
+        used.add(call_id)
+        arguments = call.arguments
+        size = len(arguments.encode())
+        if size > max_argument_bytes:
+            arguments = json.dumps({OMITTED: size})
+        calls.append(ToolCall(id=call_id, name=call.name, arguments=arguments))
+    dropped = max(0, len(reply.tool_calls) - max_calls)
+    if not renamed and not dropped and tuple(calls) == reply.tool_calls:
+        return Admitted(reply)
+    message = reply.model_copy(update={"tool_calls": tuple(calls)})
+    return Admitted(message, renamed, dropped)
+
+
+def omitted_bytes(call: ToolCall) -> int | None:
+    """The size of the arguments this call was sent with, if they were too long to keep."""
+    if len(call.arguments) > 64 or OMITTED not in call.arguments:
+        return None
+    try:
+        values = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return None
+    size = values.get(OMITTED) if isinstance(values, dict) and len(values) == 1 else None
+    return size if isinstance(size, int) else None
+
+
+def too_long(size: int, cap: int) -> str:
+    return (
+        f"error: not run: the arguments were {size:,} bytes, over llm.max_tool_argument_bytes "
+        f"({cap:,}), and were not kept. Send less in one call: write a big file in parts "
+        "(file_write a first part, then shell_exec to append the others)."
+    )
+
+
+def dropped_calls(dropped: int, cap: int) -> str:
+    return (
+        f"Your last reply had {cap + dropped:,} tool calls; only the first {cap} were run "
+        f"(llm.max_tool_calls_per_reply). The other {dropped:,} were dropped and not run: make "
+        "fewer calls per reply, and send again those you still need."
+    )

@@ -1,0 +1,421 @@
+"""Nothing a server sends crashes, hangs or misleads the run (issue 20, rows 11, 12, 14, 15, 16).
+
+The client against the loopback server where the promise is the client's (a malformed chunk, a
+trickle, a flood); the real CLI where it is the run's (reused call ids, a reply of thousands of
+calls, absurd usage). Every case: a normal end or a one-line error, never a traceback."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from ouroboros import prompts
+from ouroboros.config import LLMSettings
+from ouroboros.ledger import Counting, Ledger
+from ouroboros.llm import Completion, LLMClient, TransientError
+from ouroboros.messages import Message, SystemMessage, UserMessage
+from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.scripted_hostile import call, chunk, events, flood, one_line, trickle, usage
+from tests.conftest import Project, wait_for
+
+MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]
+
+
+def complete(reply: Reply, **settings: Any) -> Completion:
+    """One completion of `reply` through the real client and the loopback server."""
+
+    async def go(url: str) -> Completion:
+        client = LLMClient(LLMSettings(base_url=url, model="scripted", **settings))
+        try:
+            return await client.complete(MESSAGES, [])
+        finally:
+            await client.aclose()
+
+    with ScriptedServer([reply]) as server:
+        return anyio.run(go, server.url)
+
+
+def journal(project: Project) -> list[dict[str, Any]]:
+    return project.records("journal.jsonl")
+
+
+def replies(project: Project) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in journal(project)
+        if r["kind"] == "message" and r["message"]["kind"] == "assistant" and "usage" in r
+    ]
+
+
+def clean(result: subprocess.CompletedProcess[str]) -> None:
+    """A run that ended on its own terms: exit 0 and no traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+# --- row 15: malformed stream data -------------------------------------------------------------
+
+FINISH = chunk(finish="stop")
+
+
+@pytest.mark.parametrize(
+    ("stream", "check"),
+    [
+        pytest.param(
+            events(chunk({"content": "ok"}), chunk({}, "tool_calls")),
+            lambda c: c.message.content == "ok",
+            id="plain",
+        ),
+        pytest.param(
+            events(chunk(call(None, "c1", "list_dir", '{"path": "."}')), chunk({}, "tool_calls")),
+            lambda c: (
+                [(t.name, t.arguments) for t in c.message.tool_calls]
+                == [("list_dir", '{"path": "."}')]
+            ),
+            id="index-null",
+        ),
+        pytest.param(
+            events(
+                chunk(call(None, "c1", "file_read", '{"pa')),
+                chunk(call(None, None, None, 'th": "a"}')),
+                chunk({}, "tool_calls"),
+            ),
+            lambda c: [t.arguments for t in c.message.tool_calls] == ['{"path": "a"}'],
+            id="index-null-fragments-join-the-last-call",
+        ),
+        pytest.param(
+            events(chunk(call(0, "c1", "list_dir", {"path": "."})), chunk({}, "tool_calls")),
+            lambda c: json.loads(c.message.tool_calls[0].arguments) == {"path": "."},
+            id="arguments-as-an-object",
+        ),
+        pytest.param(
+            events(chunk(call("0", 7, ["x"], 12)), chunk({}, "tool_calls")),
+            lambda c: c.message.tool_calls[0].arguments == "12",
+            id="every-call-field-the-wrong-type",
+        ),
+        pytest.param(
+            events(
+                {"choices": "x"},
+                {"choices": [5, {"delta": 5}, {"delta": {"content": 7, "tool_calls": {}}}]},
+                {"choices": [{"delta": {"content": "a"}, "finish_reason": 3}]},
+                5,
+                [],
+                json.dumps("a string"),
+                {"usage": [], "timings": "t"},
+                FINISH,
+            ),
+            lambda c: c.message.content == "a" and c.finish_reason == "stop",
+            id="wrong-types-anywhere-in-a-chunk",
+        ),
+        pytest.param(
+            events(FINISH, usage(prompt_tokens="abc", completion_tokens=3)),
+            lambda c: c.usage is None and c.rejected and c.rejected.kind == "not_a_count",
+            id="prompt-tokens-a-string",
+        ),
+        pytest.param(
+            events(FINISH, usage(prompt_tokens=1e308, completion_tokens=3)),
+            lambda c: c.usage is None and c.rejected,
+            id="prompt-tokens-1e308",
+        ),
+        pytest.param(
+            events(FINISH, usage(prompt_tokens=1.5, completion_tokens=3)),
+            lambda c: c.usage is None and c.rejected,
+            id="prompt-tokens-1.5",
+        ),
+        pytest.param(
+            events(FINISH, usage(prompt_tokens=float("nan"), completion_tokens=3)),
+            lambda c: c.usage is None and c.rejected,
+            id="prompt-tokens-nan",
+        ),
+        pytest.param(
+            events(FINISH, usage(prompt_tokens=True, completion_tokens=3)),
+            lambda c: c.usage is None and c.rejected,
+            id="prompt-tokens-a-bool",
+        ),
+        pytest.param(
+            events(FINISH, usage(prompt_tokens=-5000, completion_tokens=3)),
+            lambda c: c.usage is None and c.rejected,
+            id="prompt-tokens-negative",
+        ),
+        pytest.param(
+            events(
+                FINISH,
+                usage(
+                    prompt_tokens=40, completion_tokens=None, prompt_tokens_details={"cached": 1}
+                ),
+            ),
+            lambda c: (
+                c.usage is not None
+                and (c.usage.prompt_tokens, c.usage.completion_tokens) == (40, 0)
+            ),
+            id="usage-fields-missing-or-null",
+        ),
+        pytest.param(
+            events(
+                chunk(finish="stop", timings={"cache_n": None, "prompt_n": 30, "predicted_n": 4})
+            ),
+            lambda c: c.usage is not None and c.usage.prompt_tokens == 30,
+            id="timings-cache-n-null",
+        ),
+        pytest.param(
+            events(chunk(finish="stop", timings={"prompt_n": "x", "prompt_ms": float("inf")})),
+            lambda c: c.usage is None and c.rejected,
+            id="timings-not-counts",
+        ),
+    ],
+)
+def test_a_malformed_chunk_never_raises(stream: Any, check: Any) -> None:
+    completion = complete(Reply(wire=stream))
+    assert check(completion)
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        pytest.param(events(chunk({"content": "half"}), "{not json"), id="not-json"),
+        pytest.param(events(chunk({"content": "half"}), done=False), id="no-finish"),
+    ],
+)
+def test_a_stream_that_is_no_reply_is_a_transient_one_line_error(stream: Any) -> None:
+    with pytest.raises(TransientError) as caught:
+        complete(Reply(wire=stream))
+    assert "\n" not in str(caught.value)
+
+
+def test_malformed_chunks_in_a_run_are_retried_and_the_run_goes_on(project: Project) -> None:
+    hostile = iter(
+        [
+            Reply(wire=events("{not json")),
+            Reply(wire=events(chunk(call(None, None, "list_dir", {"path": "."})))),
+            Reply(
+                wire=events(
+                    chunk(call(None, "x", "list_dir", {"path": "."})),
+                    chunk(finish="tool_calls", timings={"cache_n": None, "prompt_n": 9}),
+                    usage(prompt_tokens="abc", completion_tokens=1.5),
+                )
+            ),
+        ]
+    )
+    with ScriptedServer(lambda body: next(hostile, Reply(text="fine"))) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "2")
+    clean(result)
+    assert [e["name"] for e in project.events("tool_call")] == ["list_dir"]
+    assert len(project.events("retry")) == 2
+    # The usage chunk is no count: llama-server's timings stand in for it.
+    assert [u["source"] for u in project.usage()] == ["timings", "server"]
+
+
+def test_a_server_that_always_sends_garbage_ends_the_run_in_one_line(project: Project) -> None:
+    with ScriptedServer(lambda body: Reply(wire=events("{not json"))) as server:
+        project.configure(server.url, llm={"retry_for_s": 1})
+        result = project.run("run", "--max-turns", "2")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "malformed stream" in lines[0]
+    assert journal(project)[-1]["kind"] == "run_end"
+
+
+# --- row 14: an overall deadline and a byte cap ------------------------------------------------
+
+
+def test_a_trickle_of_empty_chunks_ends_at_the_deadline() -> None:
+    started = time.monotonic()
+    with pytest.raises(TransientError) as caught:
+        complete(Reply(wire=trickle(60, every=0.2)), timeout_s=1)
+    # The promise is about not hanging: a hang is a minute here, the bound generous.
+    assert time.monotonic() - started < 20
+    assert "llm.timeout_s" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        pytest.param(flood(64 << 20), id="content-deltas"),
+        pytest.param(one_line(64 << 20), id="one-endless-line"),
+    ],
+)
+def test_a_flood_is_cut_at_the_byte_cap_as_a_reply_cut_by_length(stream: Any) -> None:
+    completion = complete(Reply(wire=stream), max_reply_bytes=1 << 20)
+    assert completion.finish_reason == "length"
+    assert len(completion.message.content) < 1 << 20
+    assert completion.usage is None
+
+
+# --- row 16: absurd usage ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(Reply(text="working", prompt_tokens=-5000), id="negative"),
+        pytest.param(Reply(text="working", prompt_tokens=10**15), id="above-the-window"),
+        pytest.param(
+            Reply(wire=events(FINISH, usage(prompt_tokens=1e15, completion_tokens=2))),
+            id="a-float",
+        ),
+    ],
+)
+def test_absurd_usage_is_ignored_with_one_warning(project: Project, reply: Reply) -> None:
+    with ScriptedServer(lambda body: reply) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "4")
+    clean(result)
+    usage_rows = project.usage()
+    assert [u["source"] for u in usage_rows] == ["estimate"] * 4
+    assert all(0 < u["prompt_tokens"] < 10_000 for u in usage_rows)
+    assert not project.events("silent_truncation")
+    warnings = [w for w in project.events("warning") if "cannot be true" in w["message"]]
+    assert len(warnings) == 1
+    assert [r["kind"] for r in journal(project)].count("session_start") == 1, "no restarts"
+
+
+def test_the_ledger_does_not_believe_a_prompt_larger_than_the_window() -> None:
+    figures = Ledger().figures({"user": 3000}, 10, (10**15, 5, "server"), Counting(8192))
+    assert figures.source == "estimate"
+    assert not figures.silent_truncation
+    assert figures.prompt_tokens < 8192
+
+
+# --- row 11: reused tool-call ids --------------------------------------------------------------
+
+
+def test_a_server_reusing_call_ids_gets_every_call_run_once(project: Project) -> None:
+    requests = itertools.count()
+
+    def agent(body: dict[str, Any]) -> Reply:
+        n = next(requests)
+        if n == 5:
+            return Reply(tool_calls=[tool("finish", summary="done")], call_ids=("call_0",))
+        calls = [tool("shell_exec", command=f"echo call-{n}-{i} >> runs.log") for i in range(2)]
+        return Reply(tool_calls=list(calls), call_ids=("call_0", "call_0"))
+
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "10")
+    clean(result)
+    lines = (project.workspace / "runs.log").read_text().splitlines()
+    assert sorted(lines) == sorted(f"call-{n}-{i}" for n in range(5) for i in range(2))
+    records = journal(project)
+    assert records[-1]["kind"] == "run_end"
+    assert records[-1]["reason"] == "finish"
+    ids = [c["id"] for r in replies(project) for c in r["message"]["tool_calls"]]
+    assert len(ids) == len(set(ids)) == 11
+    renamed = {new: old for r in replies(project) for new, old in r["renamed_calls"].items()}
+    assert set(renamed.values()) == {"call_0"}
+    assert len(renamed) == 10, "the first call_0 keeps its id"
+    assert not any(
+        r["message"].get("content") == prompts.CRASH_INTERRUPTED
+        for r in records
+        if r["kind"] == "message"
+    )
+
+
+def test_reused_call_ids_resume_after_kill_nine_without_running_a_call_twice(
+    project: Project,
+) -> None:
+    requests = itertools.count()
+
+    def agent(body: dict[str, Any]) -> Reply:
+        n = next(requests)
+        command = f"echo call-{n} >> runs.log"
+        if n == 2:
+            command += "; touch started; sleep 30"
+        if n == 5:
+            return Reply(tool_calls=[tool("finish", summary="done")], call_ids=("call_0",))
+        return Reply(tool_calls=[tool("shell_exec", command=command)], call_ids=("call_0",))
+
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run"],
+            cwd=project.root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for((project.workspace / "started").exists, timeout=60)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        result = project.run("run")
+    clean(result)
+    lines = (project.workspace / "runs.log").read_text().splitlines()
+    assert lines == [f"call-{n}" for n in range(5)], "every call once, the killed one too"
+    records = journal(project)
+    assert records[-1]["reason"] == "finish"
+    interrupted = [
+        r
+        for r in records
+        if r["kind"] == "message" and r["message"].get("content") == prompts.CRASH_INTERRUPTED
+    ]
+    assert len(interrupted) == 1
+    ids = [c["id"] for r in replies(project) for c in r["message"]["tool_calls"]]
+    assert len(ids) == len(set(ids)) == 6
+
+
+# --- row 12: a reply of thousands of calls, arguments too long ---------------------------------
+
+
+def test_a_reply_of_five_thousand_calls_runs_the_cap_and_the_run_goes_on(project: Project) -> None:
+    flood_of_calls = Reply(tool_calls=[tool("list_dir", path=".")] * 5000)
+    with ScriptedServer([flood_of_calls]) as server:
+        project.configure(server.url)
+        first = project.run("run", "--max-turns", "2")
+        clean(first)
+        again = project.run("run", "--max-turns", "4")
+    clean(again)
+    assert len(project.events("tool_call")) == 32
+    reply = replies(project)[0]
+    assert len(reply["message"]["tool_calls"]) == 32
+    assert reply["dropped_calls"] == 4968
+    told = [
+        r["message"]["content"]
+        for r in journal(project)
+        if r["kind"] == "message" and r["message"].get("origin") == "nudge"
+    ]
+    assert any("4,968 were dropped" in text for text in told)
+    assert (project.state / "journal.jsonl").stat().st_size < 200_000
+
+
+def test_a_last_step_that_cannot_fit_is_left_out_and_the_next_session_starts(
+    project: Project,
+) -> None:
+    calls = Reply(tool_calls=[tool("list_dir", path=".")] * 1500)
+    with ScriptedServer([calls], dialect="llama", n_ctx=8192) as server:
+        project.configure(server.url, llm={"max_tool_calls_per_reply": 5000})
+        result = project.run("run", "--max-turns", "3")
+    clean(result)
+    starts = [r for r in journal(project) if r["kind"] == "session_start"]
+    assert len(starts) == 2
+    assert starts[1]["carried"] == 0
+    assert len(replies(project)) == 3
+
+
+def test_arguments_over_the_cap_are_not_run_nor_stored_twice(project: Project) -> None:
+    big = tool("file_write", path="big.txt", content="x" * (2 << 20))
+    with ScriptedServer([Reply(tool_calls=[big])]) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "2")
+        sent_back = server.chat_requests()[1]["messages"]
+    clean(result)
+    assert not (project.workspace / "big.txt").exists()
+    assert (project.state / "journal.jsonl").stat().st_size < 100_000
+    assert len(json.dumps(sent_back)) < 100_000
+    results = [
+        r["message"]
+        for r in journal(project)
+        if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+    assert results[0]["error"]
+    assert "llm.max_tool_argument_bytes" in results[0]["content"]
+    assert "were 2,097,1" in results[0]["content"]
