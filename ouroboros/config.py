@@ -120,13 +120,20 @@ class ToolSettings(_Section):
     guard them with the block list only), `landlock` always (refuse to start without it),
     `off` never."""
     network: bool = True
-    """Commands may open TCP connections; false: the kernel refuses them (Landlock ABI 4+)."""
+    """Commands may use the network; false: none at all, a network namespace with only its own
+    loopback and no socket but IP and netlink (Landlock ABI 4+ refuses TCP where there are no
+    namespaces)."""
     readable: list[Path] = [Path("/")]
     """What confined commands may read (and run); the state folder never."""
     blocklist: bool = True
     """Refuse known destructive commands before they run: a fast, clear first answer."""
     block_patterns: list[str] = []
     """More commands to refuse: regular expressions, matched case-insensitively."""
+    max_processes: int = Field(512, ge=0)
+    """Processes and threads one command may run at once (a fork bomb stops there); 0 = no
+    limit."""
+    max_memory_mb: int = Field(4096, ge=0)
+    """Private memory (MiB) each process of a command may take (RLIMIT_DATA); 0 = no limit."""
 
     @field_validator("block_patterns")
     @classmethod

@@ -171,12 +171,15 @@ def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner
     confinement, confined = confine(s, tmp)
     if confinement is None and s.tools.sandbox == "auto":
         log.emit("warning", message=f"shell commands run unconfined: {confined}")
-    processes = Processes(confinement)
+    processes = Processes(
+        confinement, max_processes=s.tools.max_processes, max_memory_mb=s.tools.max_memory_mb
+    )
     log.emit(
         "tools",
         sandbox=confined,
         network=s.tools.network,
         processes=processes.mechanism,
+        limits=processes.limited,
         tmp=str(tmp),
     )
     return ToolRunner(
@@ -216,5 +219,4 @@ def confine(settings: Settings, tmp: Path) -> tuple[Confinement | None, str]:
         if t.sandbox == "landlock":
             raise RunError(f'tools.sandbox is "landlock" but {e}') from None
         return None, str(e)
-    network = "" if t.network or confinement.abi >= 4 else ", network not confinable (ABI < 4)"
-    return confinement, f"Landlock ABI {confinement.abi}{network}"
+    return confinement, confinement.summary

@@ -6,6 +6,8 @@ that a command that left its group (`setsid`, a daemon) is caught too. A backgro
 its command, not its session: `end_session` kills what is left. A small watchdog process holds a
 pipe from the harness: when the harness dies, however it dies, the pipe closes and the watchdog
 kills what is left, then removes the cgroup.
+
+Each command also gets the run's limits (`limits.py`): processes and memory.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ouroboros.tools.limits import Limits, PidsCgroups
 from ouroboros.tools.sandbox import Confinement
 
 _PR_SET_PDEATHSIG = 1
@@ -41,6 +44,29 @@ for group in groups:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
+def remove_pids(path):
+    for entry in os.scandir(path):
+        if entry.is_dir():
+            remove_pids(entry.path)
+    for _ in range(200):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                for pid in f.read().split():
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+if len(sys.argv) > 2 and sys.argv[2]:
+    try:
+        remove_pids(sys.argv[2])
+    except OSError:
+        pass
 if cgroup:
     for _ in range(600):
         try:
@@ -53,7 +79,8 @@ if cgroup:
 """
 """Reads the process groups the harness started (`pid`) or saw end (`-pid`), one a line, until
 the pipe closes; then kills those left. A group that ended is forgotten: its number may be
-given to another process group later."""
+given to another process group later. Then it removes the run's cgroups: the v2 one, whole with
+`cgroup.kill`, and the pids one (v1: its processes killed one by one)."""
 
 
 def _cgroup2_root() -> Path | None:
@@ -100,8 +127,17 @@ def _make_cgroup(name: str) -> Path | None:
 class Processes:
     """Starts the tools' processes and makes sure they end."""
 
-    def __init__(self, confinement: Confinement | None, use_cgroup: bool = True):
+    def __init__(
+        self,
+        confinement: Confinement | None,
+        use_cgroup: bool = True,
+        max_processes: int = 0,
+        max_memory_mb: int = 0,
+    ):
         self.confinement = confinement
+        isolation = confinement.isolation if confinement else None
+        own_namespace = isolation is not None and isolation.as_user
+        self.limits = Limits(max_processes, max_memory_mb, own_namespace)
         self.cgroup: Path | None = None
         """The run's cgroup, made with the first command, with the watchdog that removes it."""
         self._name = f"ouroboros-{os.getpid()}-{secrets.token_hex(4)}"
@@ -109,6 +145,7 @@ class Processes:
         self._cgroups = probe is not None
         if probe is not None:
             probe.rmdir()
+        self._pids = PidsCgroups.make(self._name, max_processes) if use_cgroup else None
         self._procs_fd: int | None = None
         self.started: list[subprocess.Popen[bytes]] = []
         """This session's commands; each leads a process group of its own."""
@@ -123,13 +160,31 @@ class Processes:
             "cgroup v2 could be made, so a command that calls setsid can outlive them)"
         )
 
+    @property
+    def limited(self) -> str:
+        """What limits a command's processes and memory, and by what."""
+        return self.limits.summary(pids=self._pids is not None)
+
     def start(
         self, command: list[str], cwd: Path, env: Mapping[str, str]
     ) -> subprocess.Popen[bytes]:
         """Start a command confined, in its own session and process group, output piped."""
         if self._watchdog is None:
             self._watchdog = self._start_watchdog()
-        process = subprocess.Popen(
+        pids = self._pids.for_command() if self._pids is not None else None
+        try:
+            process = self._popen(command, cwd, env, pids)
+        finally:
+            if pids is not None:
+                os.close(pids)
+        self.started.append(process)
+        self._tell(f"{process.pid}")
+        return process
+
+    def _popen(
+        self, command: list[str], cwd: Path, env: Mapping[str, str], pids: int | None
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             command,
             cwd=cwd,
             env=dict(env),
@@ -138,11 +193,8 @@ class Processes:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             # Run between fork and exec: only pre-bound calls, no imports (threads exist).
-            preexec_fn=self._child_setup(),
+            preexec_fn=self._child_setup(os.fsencode(os.path.abspath(cwd)), pids),
         )
-        self.started.append(process)
-        self._tell(f"{process.pid}")
-        return process
 
     def finished(self, process: subprocess.Popen[bytes]) -> None:
         """The command ended: if nothing is left in its group, the group's number is no longer
@@ -161,12 +213,13 @@ class Processes:
                 self._watchdog.stdin.flush()
 
     def _start_watchdog(self) -> subprocess.Popen[str]:
+        pids = str(self._pids.path) if self._pids is not None else ""
         if self._cgroups:
             self.cgroup = _make_cgroup(self._name)
         if self.cgroup is not None:
             self._procs_fd = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
         return subprocess.Popen(
-            [sys.executable, "-S", "-I", "-c", WATCHDOG, str(self.cgroup or "")],
+            [sys.executable, "-S", "-I", "-c", WATCHDOG, str(self.cgroup or ""), pids],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -174,15 +227,18 @@ class Processes:
             text=True,
         )
 
-    def _child_setup(self) -> Callable[[], None]:
-        procs, confinement = self._procs_fd, self.confinement
+    def _child_setup(self, cwd: bytes, pids: int | None) -> Callable[[], None]:
+        procs, confinement, limits = self._procs_fd, self.confinement, self.limits
 
         def setup() -> None:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if procs is not None:
                 os.write(procs, b"0")  # this process into the run's cgroup
+            if pids is not None:
+                os.write(pids, b"0")  # and into its own pids cgroup
             if confinement is not None:
-                confinement.confine()
+                confinement.confine(cwd)
+            limits.apply()  # in the user namespace: RLIMIT_NPROC counts the command's tasks
 
         return setup
 
@@ -202,6 +258,8 @@ class Processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(5)
         self.started.clear()
+        if self._pids is not None:
+            self._pids.end_session()
 
     def close(self) -> None:
         """Kill what is left; the watchdog, told the harness is done, removes the cgroup."""

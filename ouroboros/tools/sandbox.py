@@ -8,9 +8,16 @@ confined command may do:
 - read and execute anywhere it is allowed to read (`tools.readable`, `/` by default), except the
   state folder, which it can neither read nor write: the path from `/` to it is granted entry by
   entry, leaving the state folder out, so listing the folders on that path is refused too;
-- with `tools.network = false`, open no TCP connection (ABI 4 and later);
+- with `tools.network = false`, open no TCP connection (ABI 4 and later) where no network
+  namespace does better;
 - signal no process outside its own (its children), nor reach abstract Unix sockets outside it
-  (ABI 6 and later): `kill -9 -1` cannot reach the harness.
+  (ABI 6 and later): `kill -9 -1` cannot reach the harness;
+- make no device node anywhere, nor use a device's ioctls (ABI 5 and later): no keystrokes
+  typed into a terminal (TIOCSTI), no loop device over a file outside.
+
+Around the ruleset, in the same child: its own namespaces (`namespaces.py`: read-only outside
+the writable folders, and loopback only with `tools.network = false`), no socket but IP and
+netlink with `tools.network = false` (`seccomp.py`), and no capability (`privileges.py`).
 
 Three system calls and a prctl, through ctypes: the bindings on the package registry are a
 development release without network rules or scopes.
@@ -23,6 +30,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ouroboros.tools import namespaces
+from ouroboros.tools.namespaces import Isolation
+from ouroboros.tools.privileges import CapabilityDrop
+from ouroboros.tools.seccomp import SocketFilter, socket_filter
+
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 """The same numbers on every architecture Linux gives Landlock."""
 _CREATE_RULESET_VERSION = 1
@@ -32,7 +44,10 @@ _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _MAKE_AND_REMOVE = sum(1 << bit for bit in range(4, 13))
 """remove dir/file, make char/dir/reg/sock/fifo/block/sym."""
-REFER, TRUNCATE = 1 << 13, 1 << 14
+MAKE_CHAR, MAKE_BLOCK = 1 << 6, 1 << 11
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+NEVER_GRANTED = MAKE_CHAR | MAKE_BLOCK | IOCTL_DEV
+"""Handled, so refused wherever no rule grants them, and granted by none."""
 CONNECT_TCP = 1 << 1
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 READ = EXECUTE | READ_FILE | READ_DIR
@@ -82,6 +97,8 @@ def _fs_rights(abi: int) -> int:
         rights |= REFER
     if abi >= 3:
         rights |= TRUNCATE
+    if abi >= 5:
+        rights |= IOCTL_DEV
     return rights
 
 
@@ -116,18 +133,32 @@ def _leads_to(entry: Path, hidden: Path) -> bool:
 
 @dataclass(frozen=True)
 class Confinement:
-    """A Landlock ruleset built once; `confine` applies it in a child about to exec."""
+    """A Landlock ruleset built once, with what goes around it; `confine` applies them in a
+    child about to exec."""
 
     fd: int
     abi: int
+    isolation: Isolation | None
+    sockets: SocketFilter | None
+    """Refuses every socket but IP and netlink (`tools.network = false`)."""
+    capabilities: CapabilityDrop
+    summary: str
+    """What holds, as the start and `status` say it."""
 
-    def confine(self) -> None:
-        """Run in the child between fork and exec: no new privileges, then the ruleset.
-        Only pre-bound calls here, no imports, no allocation worth the name."""
+    def confine(self, cwd: bytes) -> None:
+        """Run in the child between fork and exec: the namespaces (mounts need the privileges
+        dropped after and are refused under Landlock), no new privileges, the socket filter,
+        the ruleset, then no capability. Only pre-bound calls here, no imports, no allocation
+        worth the name."""
+        if self.isolation is not None:
+            self.isolation.enter(cwd)
         if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            os._exit(126)
+        if self.sockets is not None and not self.sockets.install():
             os._exit(126)
         if _syscall(_RESTRICT_SELF, self.fd, 0) != 0:
             os._exit(126)
+        self.capabilities.drop()
 
     def close(self) -> None:
         os.close(self.fd)
@@ -142,7 +173,10 @@ def build(writable: list[Path], readable: list[Path], hidden: Path, network: boo
             'list): set tools.sandbox = "off" to run commands unconfined'
         )
     handled = _fs_rights(abi)
-    attr = _RulesetAttr(handled, CONNECT_TCP if abi >= 4 and not network else 0)
+    isolation, isolated = namespaces.build(writable, network)
+    # Inside a network namespace TCP reaches only the command's own loopback: let it connect.
+    tcp_refused = abi >= 4 and not network and isolation is None
+    attr = _RulesetAttr(handled, CONNECT_TCP if tcp_refused else 0)
     size = ctypes.sizeof(ctypes.c_uint64) * (3 if abi >= 6 else 2 if abi >= 4 else 1)
     if abi >= 6:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
@@ -151,13 +185,28 @@ def build(writable: list[Path], readable: list[Path], hidden: Path, network: boo
         for path in readable_paths(readable, hidden):
             _allow(fd, path, READ & handled)
         for path in writable:
-            _allow(fd, path, handled)
+            _allow(fd, path, handled & ~NEVER_GRANTED)
         for device in DEVICES:
             _allow(fd, Path(device), (READ_FILE | WRITE_FILE) & handled)
     except BaseException:
         os.close(fd)
         raise
-    return Confinement(fd, abi)
+    sockets = None if network else socket_filter()
+    drop = CapabilityDrop(bounding=os.geteuid() == 0 or isolation is not None)
+    return Confinement(fd, abi, isolation, sockets, drop, _summary(abi, isolated, network, sockets))
+
+
+def _summary(abi: int, isolated: str, network: bool, sockets: SocketFilter | None) -> str:
+    """What holds: `Landlock ABI 7; read-only outside ...; no capabilities`."""
+    parts = [f"Landlock ABI {abi}", isolated]
+    if not network and sockets is None:
+        parts.append("Unix and other non-IP sockets not refused (unknown machine)")
+    if not network and abi < 4 and "loopback" not in isolated:
+        parts.append("network not confinable (ABI < 4, no network namespace)")
+    if abi < 5:
+        parts.append("device ioctls not refused (ABI < 5): capabilities dropped only")
+    parts.append("no capabilities")
+    return "; ".join(parts)
 
 
 def _allow(fd: int, path: Path, rights: int) -> None:

@@ -1,0 +1,151 @@
+"""How many processes and how much memory one command may take (`tools.max_processes`,
+`tools.max_memory_mb`), so that a fork bomb or a runaway allocation takes the command down, not
+the machine, and the next command still runs.
+
+Memory: `RLIMIT_DATA` of every process (its private writable memory; virtual reservations such as
+a JIT's or a Go runtime's do not count). Processes: `RLIMIT_NPROC`, set after the command entered
+its user namespace, where the kernel counts only the command's own processes. Root is exempt from
+`RLIMIT_NPROC` whatever its capabilities, so root's commands each get a cgroup of their own in
+the cgroup v1 `pids` hierarchy instead, where one is mounted (`PidsCgroups`); a user without a
+user namespace gets the limit on top of the processes it already runs (the kernel counts them all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+_RLIMIT_DATA, _RLIMIT_NPROC = 2, 6
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_setrlimit = _libc.setrlimit
+
+
+class _Limit(ctypes.Structure):
+    _fields_ = (("current", ctypes.c_ulong), ("maximum", ctypes.c_ulong))
+
+
+def _own_tasks() -> int:
+    """Processes and threads the kernel counts against this user's RLIMIT_NPROC now."""
+    uid, count = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry.name}/task"))
+    return count
+
+
+@dataclass
+class Limits:
+    """Built before fork; `apply` runs in the child, after it entered its namespaces."""
+
+    max_processes: int
+    """0: no limit."""
+    max_memory_mb: int
+    """0: no limit."""
+    own_namespace: bool
+    """The command runs in a user namespace of its own: RLIMIT_NPROC counts only its tasks."""
+
+    def __post_init__(self) -> None:
+        processes = self.max_processes
+        if processes and not self.own_namespace and os.getuid() != 0:
+            processes += _own_tasks()
+        self._processes = _Limit(processes, processes) if processes else None
+        data = self.max_memory_mb << 20
+        self._memory = _Limit(data, data) if data else None
+
+    def apply(self) -> None:
+        processes, memory = self._processes, self._memory
+        if processes is not None and _setrlimit(_RLIMIT_NPROC, ctypes.byref(processes)) != 0:
+            os._exit(126)
+        if memory is not None and _setrlimit(_RLIMIT_DATA, ctypes.byref(memory)) != 0:
+            os._exit(126)
+
+    def summary(self, pids: bool) -> str:
+        memory = f"{self.max_memory_mb} MB" if self.max_memory_mb else "no limit"
+        memory = f"memory: {memory} a process (RLIMIT_DATA)"
+        if not self.max_processes:
+            return f"processes: no limit; {memory}"
+        if pids:
+            held = "a pids cgroup"
+        elif os.getuid() == 0:
+            held = "NOT held: root ignores RLIMIT_NPROC and no cgroup v1 pids hierarchy is mounted"
+        elif self.own_namespace:
+            held = "RLIMIT_NPROC in its user namespace"
+        else:
+            held = "RLIMIT_NPROC, counted with the user's other processes"
+        return f"processes: {self.max_processes} a command ({held}); {memory}"
+
+
+def _pids_root() -> Path | None:
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 3 and fields[2] == "cgroup" and "pids" in fields[3].split(","):
+            return Path(fields[1])
+    return None
+
+
+def remove_pids_cgroup(path: Path) -> bool:
+    """Kill what is in a pids cgroup (v1 has no `cgroup.kill`) and its children, then remove
+    them; False while some process has not left yet."""
+    for child in [p for p in path.iterdir() if p.is_dir()] if path.is_dir() else []:
+        remove_pids_cgroup(child)
+    with contextlib.suppress(OSError, ValueError):
+        for pid in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+class PidsCgroups:
+    """The run's folder in the cgroup v1 pids hierarchy, and a cgroup in it per command."""
+
+    def __init__(self, root: Path, name: str, max_processes: int):
+        self.path = root / name
+        self.max_processes = max_processes
+        self._count = 0
+
+    @classmethod
+    def make(cls, name: str, max_processes: int) -> PidsCgroups | None:
+        """Where root may make them: a pids hierarchy mounted, writable."""
+        root = _pids_root() if os.geteuid() == 0 and max_processes else None
+        if root is None:
+            return None
+        for stale in root.glob("ouroboros-*"):
+            owner = stale.name.split("-")[1]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                remove_pids_cgroup(stale)
+        cgroups = cls(root, name, max_processes)
+        try:
+            cgroups.path.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return cgroups
+
+    def for_command(self) -> int:
+        """A new cgroup with the command's limit: its `cgroup.procs`, open for the child."""
+        self._count += 1
+        path = self.path / str(self._count)
+        path.mkdir()
+        (path / "pids.max").write_text(str(self.max_processes))
+        return os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+
+    def end_session(self) -> None:
+        """Kill what the session's commands left and remove their cgroups (a process just
+        killed may not have left yet: its cgroup is removed at the next try, or at the end)."""
+        for child in [p for p in self.path.iterdir() if p.is_dir()]:
+            remove_pids_cgroup(child)
