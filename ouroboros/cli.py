@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from ouroboros.errors import ConfigError, RunError, StorageFull
+from ouroboros.errors import ConfigError, RunError, StateUnwritable
 from ouroboros.observe import status
-from ouroboros.observe.describe import stdout_console
+from ouroboros.observe.describe import stderr_console, stdout_console
 from ouroboros.observe.liveness import liveness
+from ouroboros.observe.printable import printable
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -264,7 +265,7 @@ _COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = stderr_console()
     try:
         if args.command == "demo":  # it writes its own config
             from ouroboros.demo import demo_dir, run_demo
@@ -272,16 +273,17 @@ def main(argv: list[str] | None = None) -> int:
             return run_demo(demo_dir(args.dir), stdout_console())
         return _COMMANDS[args.command](cache(lambda: _settings(args)), args, console)
     except ConfigError as e:
-        console.print(f"[red]config error:[/] {escape(str(e))}", soft_wrap=True)
+        console.print(f"[red]config error:[/] {escape(printable(str(e)))}", soft_wrap=True)
         return EXIT_CONFIG
-    except (RunError, StorageFull) as e:
-        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
+    except (RunError, StateUnwritable) as e:
+        console.print(f"[red]error:[/] {escape(printable(str(e)))}", soft_wrap=True)
         return EXIT_FATAL
     except OSError as e:
         if e.errno not in UNWRITABLE or e.filename is None:
             raise
+        where = escape(printable(str(e.filename)))
         console.print(
-            f"[red]error:[/] cannot write {escape(str(e.filename))} ({e.strerror}): make it "
+            f"[red]error:[/] cannot write {where} ({e.strerror}): make it "
             "writable, or set paths.state_dir (or paths.workspace) to a folder you may write",
             soft_wrap=True,
         )

@@ -270,4 +270,25 @@ def load_settings(
     for name in ("workspace", "system_prompt", "state_dir"):
         path: Path = getattr(paths, name)
         setattr(paths, name, (base / path.expanduser()).resolve())
+    _keep_run_files_out_of_workspace(paths, config_path)
     return settings
+
+
+def _keep_run_files_out_of_workspace(paths: PathSettings, config: Path) -> None:
+    """The run's own files (the state folder, the config with its limits) lie outside the
+    workspace, out of reach of the agent's commands, and it outside them; the agent may improve
+    `SYSTEM_PROMPT.md`, so that may be in it."""
+    workspace, state = paths.workspace, paths.state_dir
+    pairs = [
+        ("paths.state_dir", state, "workspace", workspace),
+        ("paths.workspace", workspace, "state_dir", state),
+    ]
+    if config.exists():
+        pairs.append(("the config file", config.resolve(), "workspace", workspace))
+    for name, path, key, folder in pairs:
+        if path == folder or folder in path.parents:
+            raise ConfigError(
+                f"{name} {path} is inside paths.{key} {folder}: the agent could rewrite the "
+                "run's own files; give the workspace a folder of its own (paths.workspace = "
+                '"workspace"), apart from the state folder and the config file'
+            )

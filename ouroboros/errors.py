@@ -6,11 +6,13 @@ parts of the package a quick command (`status`) does not use.
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 
 NEEDED_FREE_BYTES = 16 * 1024 * 1024
 """What a run asks to be freed: room for a few thousand more records."""
+AGAIN = "then run the same command again: nothing was lost"
 
 
 class ConfigError(Exception):
@@ -21,13 +23,42 @@ class RunError(Exception):
     """A run-time problem a person must fix: exit code 1."""
 
 
-class StorageFull(Exception):
-    """The disk of a state file is full: the run stops, whole, until there is room again."""
+class StateUnwritable(Exception):
+    """A file of the state folder cannot be written: the run stops, whole (every record before
+    the one that failed is on disk), until a person fixes it and runs the same command again."""
+
+    def __init__(self, path: Path, message: str):
+        self.path = path
+        super().__init__(message)
+
+
+class StorageFull(StateUnwritable):
+    """The disk of a state file is full."""
 
     def __init__(self, path: Path):
         free = shutil.disk_usage(path.parent).free if path.parent.exists() else 0
         super().__init__(
+            path,
             f"no space left to write {path} ({free:,} bytes free on its disk): free at least "
-            f"{NEEDED_FREE_BYTES:,} bytes there, then run the same command again; nothing was "
-            "lost"
+            f"{NEEDED_FREE_BYTES:,} bytes there, {AGAIN}",
         )
+
+
+_REMEDY = {
+    errno.EROFS: "its file system is read-only: remount it read-write",
+    errno.EPERM: "let this user write it (`ls -l`; `lsattr`: `chattr -i` an immutable file, "
+    "`chattr -a` an append-only one)",
+    errno.ENOTDIR: "a file stands where a folder on its path should be: move it, or set "
+    "paths.state_dir to another folder",
+    errno.ENOENT: "its folder went away: restore it",
+}
+_REMEDY[errno.EACCES] = _REMEDY[errno.EPERM]
+
+
+def unwritable(path: Path, error: OSError) -> StateUnwritable:
+    """What a person is told when writing `path`, a file of the state folder, failed."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(path)
+    remedy = _REMEDY.get(error.errno or 0, "make it writable")
+    why = error.strerror or str(error)
+    return StateUnwritable(path, f"cannot write {path} ({why}): {remedy}; {AGAIN}")

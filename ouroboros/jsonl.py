@@ -9,7 +9,6 @@ reported with its line number; nothing is ever deleted.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import time
@@ -22,21 +21,19 @@ from typing import IO, Any, TypeVar
 import jsonlines
 from pydantic import TypeAdapter, ValidationError
 
-from ouroboros.errors import StorageFull
+from ouroboros.errors import unwritable
 
 T = TypeVar("T")
-_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @contextmanager
 def storage(path: Path) -> Iterator[None]:
-    """Turn a full disk under `path` into `StorageFull`; other errors stay what they are."""
+    """Work on `path`, a file of the state folder: any error (a full disk, a read-only file
+    system, a file made immutable) becomes `StateUnwritable`, one line saying what to do."""
     try:
         yield
     except OSError as e:
-        if e.errno in _FULL:
-            raise StorageFull(path) from None
-        raise
+        raise unwritable(path, e) from None
 
 
 @dataclass(frozen=True)
@@ -192,17 +189,17 @@ class JsonlWriter:
         with storage(path):
             path.parent.mkdir(parents=True, exist_ok=True)
             self.torn_aside = set_aside_torn_tail(path)
+            self._file: IO[bytes] = path.open("ab")
         self.path = path
         self.durable = durable
-        self._file: IO[bytes] = path.open("ab")
 
     @property
     def size(self) -> int:
         return self._file.tell()
 
     def write(self, line: str) -> None:
-        """Write one line (without its newline); on a full disk, `StorageFull` (what was written
-        of the line is a torn last line, set aside on the next start)."""
+        """Write one line (without its newline); when it cannot be, `StateUnwritable` (what was
+        written of the line is a torn last line, set aside on the next start)."""
         with storage(self.path):
             self._file.write(line.encode() + b"\n")
             self._file.flush()

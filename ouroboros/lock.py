@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import IO
 
 import anyio
+from pydantic import ValidationError
 
 from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.jsonl import storage
+from ouroboros.records import JOURNAL_RECORD, RunStart
 
 RESUME_REQUEST = "resume"
 COMPACT_REQUEST = "compact"
@@ -44,9 +46,10 @@ def _take(handle: IO[str]) -> bool:
 @contextmanager
 def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
     """flock is released by the kernel when the owner dies, so only a live owner blocks us."""
-    state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / "lock"
-    handle = path.open("a+")
+    with storage(path):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a+")
     if not _take(handle):
         handle.seek(0)
         owner = handle.read().strip() or "unknown"
@@ -81,17 +84,48 @@ def mark_started(state_dir: Path) -> None:
         started_mark(state_dir).write_text(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
 
 
-def journal_missing(state_dir: Path) -> None:
-    """Refuse, in one line, to start over where a run's journal was lost."""
+FIRST_LINE_BYTES = 1 << 20
+"""A run start record is a few hundred bytes: a first line longer than this is not one."""
+AFRESH = "restore it to resume, or start a new run with `run --fresh` (nothing is deleted)"
+
+
+def _first_line(journal: Path) -> bytes | None:
+    """The journal's first line (None: no journal, or an empty one)."""
+    try:
+        with journal.open("rb") as f:
+            return f.readline(FIRST_LINE_BYTES) or None
+    except FileNotFoundError:
+        return None
+
+
+def _is_run_start(line: bytes) -> bool:
+    if not line.endswith(b"\n"):
+        return False
+    try:
+        return isinstance(JOURNAL_RECORD.validate_json(line), RunStart)
+    except ValidationError:
+        return False
+
+
+def refuse_lost_journal(state_dir: Path) -> None:
+    """Refuse, in one line, to start over where a run's journal was lost, emptied or replaced:
+    every run's journal begins with its run start, and a run that began left its mark beside
+    the state folder. Only a first start, in a folder with no journal yet, goes on."""
     journal = state_dir / "journal.jsonl"
-    if journal.exists() and journal.stat().st_size:
+    with storage(journal):
+        first = _first_line(journal)
+    if first is not None:
+        if not _is_run_start(first):
+            raise RunError(
+                f"{journal} does not begin with a run start (its line 1 is not one): it was "
+                f"replaced or damaged; {AFRESH}"
+            )
         return
     usage = state_dir / "token_usage.jsonl"
     if started_mark(state_dir).exists() or (usage.exists() and usage.stat().st_size):
         what = "its journal is gone" if state_dir.exists() else "the state folder is gone"
         raise RunError(
-            f"a run began in {state_dir} and {what} ({journal} is missing or empty): restore "
-            "it to resume, or start a new run with `run --fresh` (nothing is deleted)"
+            f"a run began in {state_dir} and {what} ({journal} is missing or empty): {AFRESH}"
         )
 
 

@@ -9,7 +9,6 @@ which gives the same state.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from collections import deque
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import RECENT
+from ouroboros.jsonl import storage
 from ouroboros.ledger import Ledger
 from ouroboros.messages import Message
 from ouroboros.records import RunEnd, RunLimits, WindowFigures
@@ -81,8 +81,9 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
     )
     path = snapshot_path(journal)
     temporary = path.with_name(path.name + ".tmp")
-    # A full disk or any other failure costs a slower resume next time, never the run.
-    with contextlib.suppress(OSError):
+    # A snapshot that cannot be written stops the run like any file of the state folder (the
+    # session start it follows is on disk: nothing is lost).
+    with storage(path):
         temporary.write_text(snap.model_dump_json())
         os.replace(temporary, path)
 

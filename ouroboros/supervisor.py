@@ -12,14 +12,14 @@ from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
-from ouroboros.errors import RunError, StorageFull
+from ouroboros.errors import RunError, StateUnwritable
 from ouroboros.events import EventLog
 from ouroboros.harness import Harness, SessionEnded, build_harness, discover_server
 from ouroboros.journal import Journal
 from ouroboros.llm import FatalError, LLMClient, LLMError
 from ouroboros.lock import (
-    journal_missing,
     mark_started,
+    refuse_lost_journal,
     state_lock,
     wait_for_resume,
 )
@@ -203,7 +203,7 @@ class Supervisor:
 
 
 def open_journal(settings: Settings, log: EventLog) -> Journal:
-    journal_missing(settings.paths.state_dir)
+    refuse_lost_journal(settings.paths.state_dir)
     journal = Journal(settings.paths.state_dir / "journal.jsonl")
     journal.sinks.extend(log.sinks())
     if journal.torn_aside:
@@ -253,7 +253,7 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                             if journal.state.started_at is None:
                                 mark_started(settings.paths.state_dir)
                             outcome = await Supervisor(harness).run()
-                    except (LLMError, RunError, StorageFull) as e:
+                    except (LLMError, RunError, StateUnwritable) as e:
                         failure = e
                     tg.cancel_scope.cancel()
 
@@ -269,7 +269,8 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                 message = str(failure)
                 if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
                     message = f"gave up on the model server: {message}"
-                with contextlib.suppress(StorageFull):  # the journal's disk may be the full one
+                # The journal may be the file that cannot be written.
+                with contextlib.suppress(StateUnwritable):
                     journal.append(RunEnd(reason=EndReason.ERROR, detail=message))
                 failure = RunError(message)
             journal.close()

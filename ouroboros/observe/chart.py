@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ouroboros.observe.printable import printable
 from ouroboros.observe.run_data import Mark, RunData, SessionSummary
 from ouroboros.tokens import Budget
 
@@ -30,8 +31,9 @@ def _nice_step(span: float, ticks: int) -> float:
 
 
 def escape(text: object) -> str:
-    """Text for HTML and SVG: the run's own words are never markup."""
-    return html.escape(str(text), quote=True)
+    """Text for HTML and SVG: the run's own words are never markup, and show every control
+    character and reordering mark they hold."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 from rich.text import Text
+
+from ouroboros.observe.printable import printable
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
 
@@ -182,7 +185,9 @@ def _generic(r: dict[str, Any]) -> str:
 
 
 def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
-    """The readable line of one record; None for a record not worth a line."""
+    """The readable line of one record (its texts made printable, on one line); None for a
+    record not worth a line."""
+    record = {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
     kind = str(record.get("kind"))
     stamp = Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
     if kind == "token_usage":
@@ -193,10 +198,28 @@ def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
     return stamp + Text(text(record).rstrip(), style=style)
 
 
-class _StdoutConsole(Console):
+class SafeConsole(Console):
+    """A console that shows no control character or escape sequence it was given, whatever
+    printed it: what it writes is made printable as it leaves (its own colours and line
+    breaks are not text, and stay)."""
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            yield (
+                segment
+                if segment.control
+                else segment._replace(text=printable(segment.text, lines=True))
+            )
+
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError  # rich would exit 1; `tail | head` ending early is no failure
 
 
 def stdout_console() -> Console:
-    return _StdoutConsole(file=sys.stdout, highlight=False, soft_wrap=True)
+    return SafeConsole(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    return SafeConsole(stderr=True, highlight=False, soft_wrap=True)

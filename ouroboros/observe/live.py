@@ -15,15 +15,16 @@ from rich.console import Console
 from rich.text import Text
 
 from ouroboros.observe.describe import describe
+from ouroboros.observe.printable import printable
 
 QUIET_KINDS = frozenset({"error", "warning", "run_end", "wind_down_missed", "context_overflow"})
 
 
 def outcome(line: dict[str, Any]) -> str:
-    """How one tool call ended, in a few words."""
-    name = str(line.get("name"))
+    """How one tool call ended, in a few words (the name and error printable, on one line)."""
+    name = printable(str(line.get("name")))
     if line.get("error"):
-        said = " ".join(str(line["error"]).split())
+        said = " ".join(printable(str(line["error"])).split())
         return f"{name} failed: {said[:117] + '…' if len(said) > 120 else said}"
     code = line.get("exit_code")
     return f"{name} exit {code}" if code is not None else f"{name} ok"

@@ -26,6 +26,7 @@ from ouroboros.errors import ConfigError
 from ouroboros.observe import summary
 from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure
 from ouroboros.observe.liveness import Liveness, liveness
+from ouroboros.observe.printable import printable
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -110,7 +111,7 @@ def _run_line(snap: Snapshot) -> Text:
         again = _next_try(waiting, snap.now)
         return Text(
             f"running ({snap.live.detail}), waiting for the model server since {since} "
-            f"(try {waiting.get('attempt')}{again}): {waiting.get('message')}",
+            f"(try {waiting.get('attempt')}{again}): {printable(str(waiting.get('message')))}",
             style="bold yellow",
         )
     if snap.live.alive:
@@ -122,7 +123,8 @@ def _run_line(snap: Snapshot) -> Text:
         return Text(f"not running: stopped by an error{when} (below)", style="bold red")
     if end is not None:
         return Text(
-            f"not running: stopped{when} ({end.get('reason')}: {end.get('detail')})", style="bold"
+            printable(f"not running: stopped{when} ({end.get('reason')}: {end.get('detail')})"),
+            style="bold",
         )
     return Text(f"not running: {snap.live.detail}", style="bold yellow")
 
@@ -223,13 +225,14 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
     end = run.get("run_end")
     if end is not None and end.get("reason") == "error":
         grid.add_row(
-            "error", Text(f"{_age(end.get('ts'), snap.now)}: {end['detail']}", style="red")
+            "error",
+            Text(f"{_age(end.get('ts'), snap.now)}: {printable(str(end['detail']))}", style="red"),
         )
     for warning in snap.warnings:
-        said = f"{_age(warning.get('ts'), snap.now)}: {warning.get('message')}"
+        said = f"{_age(warning.get('ts'), snap.now)}: {printable(str(warning.get('message')))}"
         grid.add_row("warning", Text(said, style="yellow"))
     for problem in snap.problems:
-        grid.add_row("journal", Text(problem, style="yellow"))
+        grid.add_row("journal", Text(printable(problem), style="yellow"))
     grid.add_row("", "")
     # The limits the run was started with; today's settings only for a run that recorded none.
     limits = run.get("limits")
@@ -240,7 +243,8 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
     for name, value in _budgets(limits, snap):
         note = "" if run.get("limits") is not None else " (from config.toml)"
         grid.add_row(f"{name} budget", value + note)
-    return Panel(grid, title=f"ouroboros: {snap.state_dir}", title_align="left", expand=False)
+    title = Text(f"ouroboros: {printable(str(snap.state_dir))}")
+    return Panel(grid, title=title, title_align="left", expand=False)
 
 
 def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> int:

@@ -8,11 +8,12 @@ import: plain JSON, no models.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ouroboros.errors import unwritable
 
 if TYPE_CHECKING:
     from ouroboros.records import JournalRecord
@@ -96,10 +97,13 @@ class Summary:
 
     def save(self) -> None:
         temporary = self.path.with_name(self.path.name + ".tmp")
-        # A summary that cannot be written costs a slower `status`, never the run.
-        with contextlib.suppress(OSError):
+        # A summary that cannot be written would leave `status` telling an old story: the run
+        # stops and says so (its records are on disk already).
+        try:
             temporary.write_text(json.dumps(self.data, default=str))
             os.replace(temporary, self.path)
+        except OSError as e:
+            raise unwritable(self.path, e) from None
 
 
 def read(state_dir: Path) -> dict[str, Any] | None:
