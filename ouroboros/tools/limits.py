@@ -136,13 +136,20 @@ class PidsCgroups:
             return None
         return cgroups
 
-    def for_command(self) -> int:
-        """A new cgroup with the command's limit: its `cgroup.procs`, open for the child."""
+    def for_command(self) -> tuple[Path, int]:
+        """A new cgroup with the command's limit, and its `cgroup.procs` open for the child."""
         self._count += 1
         path = self.path / str(self._count)
         path.mkdir()
         (path / "pids.max").write_text(str(self.max_processes))
-        return os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        return path, os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+
+    @staticmethod
+    def release(path: Path) -> None:
+        """The command ended: its cgroup goes, unless something it started runs on in it (a
+        daemon that left its process group), which the session's end kills."""
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
     def end_session(self) -> None:
         """Kill what the session's commands left and remove their cgroups (a process just

@@ -146,6 +146,8 @@ class Processes:
         if probe is not None:
             probe.rmdir()
         self._pids = PidsCgroups.make(self._name, max_processes) if use_cgroup else None
+        self._pids_cgroups: dict[int, Path] = {}
+        """The pids cgroup of each command still running, by its process group."""
         self._procs_fd: int | None = None
         self.started: list[subprocess.Popen[bytes]] = []
         """This session's commands; each leads a process group of its own."""
@@ -171,12 +173,14 @@ class Processes:
         """Start a command confined, in its own session and process group, output piped."""
         if self._watchdog is None:
             self._watchdog = self._start_watchdog()
-        pids = self._pids.for_command() if self._pids is not None else None
+        cgroup, pids = self._pids.for_command() if self._pids is not None else (None, None)
         try:
             process = self._popen(command, cwd, env, pids)
         finally:
             if pids is not None:
                 os.close(pids)
+        if cgroup is not None:
+            self._pids_cgroups[process.pid] = cgroup
         self.started.append(process)
         self._tell(f"{process.pid}")
         return process
@@ -205,6 +209,8 @@ class Processes:
         except OSError:
             self.started.remove(process)
             self._tell(f"-{process.pid}")
+            if cgroup := self._pids_cgroups.pop(process.pid, None):
+                PidsCgroups.release(cgroup)
 
     def _tell(self, line: str) -> None:
         if self._watchdog is not None and self._watchdog.stdin is not None:
@@ -258,6 +264,7 @@ class Processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(5)
         self.started.clear()
+        self._pids_cgroups.clear()
         if self._pids is not None:
             self._pids.end_session()
 
