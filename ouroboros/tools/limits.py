@@ -16,10 +16,13 @@ import contextlib
 import ctypes
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 _RLIMIT_DATA, _RLIMIT_NPROC = 2, 6
+REMOVE_WAIT_S = 2.0
+"""How long the session's end waits for killed processes to leave their pids cgroups."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _setrlimit = _libc.setrlimit
@@ -152,7 +155,11 @@ class PidsCgroups:
             path.rmdir()
 
     def end_session(self) -> None:
-        """Kill what the session's commands left and remove their cgroups (a process just
-        killed may not have left yet: its cgroup is removed at the next try, or at the end)."""
-        for child in [p for p in self.path.iterdir() if p.is_dir()]:
-            remove_pids_cgroup(child)
+        """Kill what the session's commands left and remove their cgroups, waiting a little
+        for the killed to leave them (what is still there then, the watchdog removes)."""
+        deadline = time.monotonic() + REMOVE_WAIT_S
+        left = [p for p in self.path.iterdir() if p.is_dir()]
+        while left and time.monotonic() < deadline:
+            left = [child for child in left if not remove_pids_cgroup(child)]
+            if left:
+                time.sleep(0.01)
