@@ -122,12 +122,19 @@ def _replaced(journal: Path) -> None:
     journal.write_bytes(b"notes of the agent\nnothing to see here\n")
 
 
+def _run_start_unended(journal: Path) -> None:
+    first = journal.read_bytes().splitlines()[0]
+    journal.write_bytes(first)  # a torn line: set aside on start, the run's history with it
+
+
 def _every_line_bad(journal: Path) -> None:
     lines = journal.read_bytes().splitlines()
     journal.write_bytes(b"".join(b"#" + line[1:] + b"\n" for line in lines))
 
 
-@pytest.mark.parametrize("damage", [_clobbered, _emptied, _replaced, _every_line_bad])
+@pytest.mark.parametrize(
+    "damage", [_clobbered, _emptied, _replaced, _run_start_unended, _every_line_bad]
+)
 def test_a_journal_without_its_run_start_is_refused_never_a_fresh_run(
     project: Project, damage: Any
 ) -> None:
@@ -346,3 +353,20 @@ def test_a_fatal_server_error_and_its_status_show_no_escape_sequence(project: Pr
     status = project.run("status")
     assert raw_controls(status.stdout) == []
     assert "bad request ␛]0;T␇" in status.stdout
+    row = next(line for line in status.stdout.splitlines() if "ago: the server rejected" in line)
+    assert "␍⏎line two evil<U+202E>txt.exe" in row  # the error row, on one line
+
+
+def test_a_state_folder_named_with_escapes_is_shown_printable(project: Project) -> None:
+    """Whatever a command prints goes out through one guard: here a folder name (a folder
+    the agent named, given to --state) in the lines that say there is no run in it."""
+    named = project.root / ("runs" + TITLE_CLEAR + BIDI)
+    named.mkdir()
+    project.configure(CLOSED)
+    for command in ("tail", "status", "report"):
+        shown = project.run(command, "--state", str(named))
+        assert shown.returncode == 1
+        line = one_line(shown.stdout + shown.stderr)
+        assert raw_controls(line) == [], command
+        assert "runs␛]0;T" in line, command  # (rich itself drops the bell)
+        assert "␛[2Jevil<U+202E>txt.exe" in line, command
