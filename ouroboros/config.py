@@ -134,6 +134,12 @@ class ToolSettings(_Section):
     limit."""
     max_memory_mb: int = Field(4096, ge=0)
     """Private memory (MiB) each process of a command may take (RLIMIT_DATA); 0 = no limit."""
+    env: list[str] = [
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM",
+        "COLUMNS", "LINES", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONIOENCODING",
+    ]  # fmt: skip
+    """Variables of the harness's environment that commands inherit (shell-style patterns,
+    `LC_*`); no others: the API key, credentials and the SSH agent socket stay out."""
 
     @field_validator("block_patterns")
     @classmethod

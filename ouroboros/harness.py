@@ -3,9 +3,7 @@ ends."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -24,8 +22,10 @@ from ouroboros.servers import ServerInfo, choose_window, discover
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.tools import ToolRunner, Tools, sandbox
 from ouroboros.tools.blocklist import Blocklist
+from ouroboros.tools.environment import command_env
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.sandbox import Confinement
+from ouroboros.tools.scratch import make_scratch
 from ouroboros.tools.workspace import Workspace
 
 BYTES_PER_TOKEN = 4
@@ -167,7 +167,7 @@ def build_harness(
 def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner:
     s = settings
     s.paths.workspace.mkdir(parents=True, exist_ok=True)
-    tmp = private_tmp(s.paths.state_dir)
+    tmp = make_scratch()
     confinement, confined = confine(s, tmp)
     if confinement is None and s.tools.sandbox == "auto":
         log.emit("warning", message=f"shell commands run unconfined: {confined}")
@@ -189,23 +189,15 @@ def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner
         s.supervisor.allow_finish,
         s.paths.state_dir,
         processes,
-        {**os.environ, "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)},
+        command_env(os.environ, s.tools.env, tmp),
         Blocklist(
             s.tools.blocklist,
             s.tools.block_patterns,
             str(s.paths.workspace),
             [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
         ),
+        scratch=tmp,
     )
-
-
-def private_tmp(state_dir: Path) -> Path:
-    """The commands' temporary folder (TMPDIR), one per state folder, the only place outside
-    the workspace a confined command may write."""
-    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"ouroboros-{digest}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
 
 
 def confine(settings: Settings, tmp: Path) -> tuple[Confinement | None, str]:

@@ -23,8 +23,9 @@ from ouroboros.tools import builtin
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.builtin import Output, ToolFailed
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.scratch import remove_scratch
 from ouroboros.tools.search import SearchContextArgs, search_context
-from ouroboros.tools.shell import shell_exec
+from ouroboros.tools.shell import check_length, shell_exec
 from ouroboros.tools.workspace import PathRefused, Workspace
 
 T = TypeVar("T")
@@ -76,8 +77,11 @@ class ToolRunner:
         processes: Processes | None = None,
         env: Mapping[str, str] | None = None,
         blocklist: Blocklist | None = None,
+        scratch: Path | None = None,
     ):
         self.workspace = workspace
+        self.scratch = scratch
+        """The commands' private temporary folder, removed with the runner."""
         self.max_output_bytes = max_output_bytes
         self.processes = processes or Processes(None, use_cgroup=False)
         self.blocklist = blocklist or Blocklist(workspace=str(workspace.root))
@@ -118,6 +122,8 @@ class ToolRunner:
 
     def close(self) -> None:
         self.processes.close()
+        if self.scratch is not None:
+            remove_scratch(self.scratch)
 
     def schemas(self) -> list[dict[str, Any]]:
         result = []
@@ -177,7 +183,8 @@ class ToolRunner:
         try:
             tool, args = self._parse(call)
             if isinstance(args, builtin.ShellExecArgs):
-                blocked = self.blocklist.reason(args.command)
+                check_length(args.command)
+                blocked = await anyio.to_thread.run_sync(self.blocklist.reason, args.command)
                 if blocked:
                     raise ToolFailed(f"refused: this command is blocked ({blocked})")
             output = await tool.run(args)
