@@ -294,6 +294,19 @@ def test_loopback_still_works(box: Box) -> None:
     assert shell(box, LOOPBACK).message.exit_code == 0
 
 
+def test_loopback_server_outlives_its_command(box: Box) -> None:
+    """A server one command leaves running on localhost is there for the next: the commands of
+    a run share their network namespace."""
+    if box.confined and not isolated(box):
+        pytest.skip("no network namespace here: Landlock refuses every TCP connection")
+    shell(box, "python3 -u -m http.server 0 > server.log 2>&1 &")
+    log = box.workspace / "server.log"
+    wait_for(lambda: "port " in log.read_text())
+    port = log.read_text().split("port ")[1].split(" ")[0]
+    fetch = python(f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')")
+    assert shell(box, fetch).message.exit_code == 0
+
+
 def test_fork_bomb_is_bounded(box: Box) -> None:
     """A fork bomb without a pipe holds at most `max_processes` until the session ends; the next
     command still runs, and the session's end leaves nothing."""

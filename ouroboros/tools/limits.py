@@ -69,8 +69,9 @@ class Limits:
             os._exit(126)
 
     def summary(self, pids: bool) -> str:
-        memory = f"{self.max_memory_mb} MB" if self.max_memory_mb else "no limit"
-        memory = f"memory: {memory} a process (RLIMIT_DATA)"
+        memory = "memory: no limit"
+        if self.max_memory_mb:
+            memory = f"memory: {self.max_memory_mb} MB a process (RLIMIT_DATA)"
         if not self.max_processes:
             return f"processes: no limit; {memory}"
         if pids:

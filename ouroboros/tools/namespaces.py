@@ -1,19 +1,26 @@
-"""A command's own view of the machine, made in the child between fork and exec.
+"""A command's own view of the machine: namespaces made once a run, joined by each command
+between fork and exec.
 
 Landlock confines what a command may write into files, not what it may do to their metadata:
 `chmod`, `chown`, `chattr`, xattrs and `touch -d` on files outside the workspace pass it. A mount
-namespace of the command's own stops them: every mount read-only (`mount_setattr`, recursively),
-the workspace and the private temporary folder bound onto themselves first and left writable.
-With `tools.network = false`, a network namespace too, with only loopback up: no UDP, TCP, ICMP
-or packet socket reaches anything outside it; servers the command starts on localhost still work.
+namespace stops them: every mount read-only (`mount_setattr`, recursively), the workspace and the
+private temporary folder bound onto themselves first and left writable. With `tools.network =
+false`, a network namespace too, with only loopback up: no UDP, TCP, ICMP or packet socket
+reaches anything outside it; a server a command starts on localhost is reachable from the run's
+later commands, as it would be without.
 
-As root, the namespaces are made directly; as a user, inside a user namespace mapping the user to
-itself (the capabilities it gives are dropped by `privileges.py` before the command runs). Where
-the kernel or a container refuses them, `build` says which step failed, and commands run without.
+`build` makes them in a short-lived process (`make`) and keeps them open by their /proc files;
+each command joins them (`enter`, a few `setns` calls): a namespace of its own per command would
+cost one more millisecond or two, most of it tearing its mounts down at exit. As root they are
+made directly; as a user, inside a user namespace mapping the user to itself, and each command
+makes one more of its own inside it, so that its RLIMIT_NPROC counts its own processes only (the
+capabilities a user namespace gives are dropped by `privileges.py` before the command runs).
+Where the kernel or a container refuses them, `build` says which step failed, and commands run
+without.
 
 Hand-written rather than bubblewrap: bubblewrap execs the command itself, so Landlock (which
 forbids mount changes once applied) could only come after it through one more exec per command;
-measured, `bwrap` alone costs about 5.5 ms a command here, these calls well under one.
+measured, `bwrap` alone costs about 5.5 ms a command here, joining these well under one.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ _SIOCSIFFLAGS, _IFF_UP_LOOPBACK_RUNNING = 0x8914, 0x1 | 0x8 | 0x40
 _AF_INET, _SOCK_DGRAM = 2, 2
 
 FAILED_STEPS = {
+    117: "the run's namespaces could not be joined",
     118: "unshare refused",
     119: "the user namespace's id maps could not be written",
     120: "mounts could not be made private",
@@ -46,8 +54,8 @@ FAILED_STEPS = {
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
-_unshare, _mount, _chdir = _libc.unshare, _libc.mount, _libc.chdir
-_open, _write, _close = _libc.open, _libc.write, _libc.close
+_unshare, _setns, _mount, _chdir = _libc.unshare, _libc.setns, _libc.mount, _libc.chdir
+_openat, _write, _close = _libc.openat, _libc.write, _libc.close
 _socket, _ioctl = _libc.socket, _libc.ioctl
 
 
@@ -61,14 +69,15 @@ class _MountAttr(ctypes.Structure):
 
 
 def _id_maps(as_user: bool) -> tuple[tuple[bytes, bytes], ...]:
-    """(proc file, line) to write in a user namespace: the user and group mapped to themselves."""
+    """(file under /proc, line) to write in a user namespace: the user and group mapped to
+    themselves."""
     if not as_user:
         return ()
     uid, gid = os.geteuid(), os.getegid()
     return (
-        (b"/proc/self/setgroups", b"deny"),
-        (b"/proc/self/uid_map", b"%d %d 1" % (uid, uid)),
-        (b"/proc/self/gid_map", b"%d %d 1" % (gid, gid)),
+        (b"self/setgroups", b"deny"),
+        (b"self/uid_map", b"%d %d 1" % (uid, uid)),
+        (b"self/gid_map", b"%d %d 1" % (gid, gid)),
     )
 
 
@@ -90,28 +99,65 @@ class Isolation:
         self._read_only = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
         self._writable_again = _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)
         self._attr_size = ctypes.sizeof(_MountAttr)
+        self._joins: list[tuple[int, int]] = []
+        self._proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        """The maps are written through it: /proc is read-only in the run's view."""
         self._loopback = ctypes.create_string_buffer(
             b"lo".ljust(16, b"\0") + struct.pack("=h", _IFF_UP_LOOPBACK_RUNNING).ljust(24, b"\0")
         )
 
-    def enter(self, cwd: bytes) -> None:
-        """Into new namespaces, the view made read-only but the writable folders, back into
-        `cwd` through the writable view; the exit status says which step failed."""
+    def make(self) -> None:
+        """In the process that makes the run's namespaces: into new ones, the view made
+        read-only but the writable folders, loopback up; the exit status says which step
+        failed."""
         if _unshare(self._flags) != 0:
             os._exit(118)
-        for path, line in self._maps:
-            fd = _open(path, os.O_WRONLY)
-            if fd < 0 or _write(fd, line, len(line)) != len(line):
-                os._exit(119)
-            _close(fd)
+        self._map_ids()
         self._read_only_view()
         if not self.network:
             fd = _socket(_AF_INET, _SOCK_DGRAM, 0)
             if fd < 0 or _ioctl(fd, _SIOCSIFFLAGS, self._loopback) != 0:
                 os._exit(123)
             _close(fd)
-        if _chdir(cwd) != 0:  # the old working folder is on the read-only mount below
+
+    def hold(self, pid: int) -> None:
+        """Keep the namespaces `pid` made (it may end then): their files, in the order a
+        command joins them, the user namespace first."""
+        kinds = [("user", _CLONE_NEWUSER)] if self.as_user else []
+        kinds.append(("mnt", _CLONE_NEWNS))
+        kinds += [] if self.network else [("net", _CLONE_NEWNET)]
+        for name, kind in kinds:
+            self._joins.append(
+                (os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC), kind)
+            )
+
+    def enter(self, cwd: bytes) -> None:
+        """In a command's child: join the run's namespaces (as a user, then one more user
+        namespace of its own), back into `cwd` through the writable view."""
+        for fd, kind in self._joins:
+            if _setns(fd, kind) != 0:
+                os._exit(117)
+        if self.as_user:
+            if _unshare(_CLONE_NEWUSER) != 0:
+                os._exit(118)
+            self._map_ids()
+        if _chdir(cwd) != 0:  # joining a mount namespace moved it to that namespace's root
             os._exit(124)
+
+    def close(self) -> None:
+        for fd, _ in self._joins:
+            os.close(fd)
+        self._joins.clear()
+        if self._proc >= 0:
+            os.close(self._proc)
+            self._proc = -1
+
+    def _map_ids(self) -> None:
+        for path, line in self._maps:
+            fd = _openat(self._proc, path, os.O_WRONLY)
+            if fd < 0 or _write(fd, line, len(line)) != len(line):
+                os._exit(119)
+            _close(fd)
 
     def _read_only_view(self) -> None:
         """Private mounts (nothing propagates back out), the writable folders bound onto
@@ -137,14 +183,32 @@ class Isolation:
 
 
 def build(writable: list[Path], network: bool) -> tuple[Isolation | None, str]:
-    """The namespaces for commands, tried once on `true`; None and why where refused."""
+    """The run's namespaces, made and tried once on `true`; None and why where refused."""
     isolation = Isolation(writable, network)
     try:
-        tried = subprocess.run(
-            ["true"], preexec_fn=lambda: isolation.enter(b"/"), check=False, close_fds=True
+        maker = subprocess.Popen(
+            ["sleep", "60"],
+            preexec_fn=isolation.make,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
     except OSError as e:
+        isolation.close()
         return None, f"no namespaces ({e.strerror})"
+    try:
+        isolation.hold(maker.pid)
+    except OSError:
+        isolation.close()  # it failed before its exec: its status says where
+    finally:
+        maker.kill()
+    made = maker.wait()
+    if made != -9:
+        isolation.close()
+        return None, f"no namespaces ({FAILED_STEPS.get(made, 'sleep failed')})"
+    tried = subprocess.run(["true"], preexec_fn=lambda: isolation.enter(b"/"), check=False)
     if tried.returncode != 0:
+        isolation.close()
         return None, f"no namespaces ({FAILED_STEPS.get(tried.returncode, 'true failed')})"
     return isolation, isolation.summary

@@ -162,6 +162,8 @@ class Confinement:
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.isolation is not None:
+            self.isolation.close()
 
 
 def build(writable: list[Path], readable: list[Path], hidden: Path, network: bool) -> Confinement:
