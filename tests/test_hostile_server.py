@@ -93,6 +93,15 @@ FINISH = chunk(finish="stop")
             id="index-null-fragments-join-the-last-call",
         ),
         pytest.param(
+            events(
+                chunk(call(1, "c1", "list_dir", '{"path": "."}')),
+                chunk(call(None, "c2", "list_dir", '{"path": "b"}')),
+                chunk({}, "tool_calls"),
+            ),
+            lambda c: [t.id for t in c.message.tool_calls] == ["c1", "c2"],
+            id="index-null-beside-an-index",
+        ),
+        pytest.param(
             events(chunk(call(0, "c1", "list_dir", {"path": "."})), chunk({}, "tool_calls")),
             lambda c: json.loads(c.message.tool_calls[0].arguments) == {"path": "."},
             id="arguments-as-an-object",
@@ -105,6 +114,7 @@ FINISH = chunk(finish="stop")
         pytest.param(
             events(
                 {"choices": "x"},
+                {"choices": 5},
                 {"choices": [5, {"delta": 5}, {"delta": {"content": 7, "tool_calls": {}}}]},
                 {"choices": [{"delta": {"content": "a"}, "finish_reason": 3}]},
                 5,
