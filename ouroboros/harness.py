@@ -174,6 +174,8 @@ def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner
     processes = Processes(
         confinement, max_processes=s.tools.max_processes, max_memory_mb=s.tools.max_memory_mb
     )
+    for gap in processes.gaps:
+        log.emit("warning", message=f"shell commands: {gap}")
     log.emit(
         "tools",
         sandbox=confined,

@@ -68,6 +68,15 @@ class Limits:
         if memory is not None and _setrlimit(_RLIMIT_DATA, ctypes.byref(memory)) != 0:
             os._exit(126)
 
+    def gap(self, pids: bool) -> str | None:
+        """What does not hold: the processes of root's commands, without a pids hierarchy."""
+        if self.max_processes and not pids and os.getuid() == 0:
+            return (
+                "tools.max_processes does not hold: root ignores RLIMIT_NPROC, and no cgroup v1 "
+                "pids hierarchy is mounted"
+            )
+        return None
+
     def summary(self, pids: bool) -> str:
         memory = "memory: no limit"
         if self.max_memory_mb:

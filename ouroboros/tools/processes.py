@@ -167,6 +167,13 @@ class Processes:
         """What limits a command's processes and memory, and by what."""
         return self.limits.summary(pids=self._pids is not None)
 
+    @property
+    def gaps(self) -> list[str]:
+        """What does not hold on this machine, of the confinement and the limits."""
+        gaps = list(self.confinement.gaps) if self.confinement else []
+        unlimited = self.limits.gap(pids=self._pids is not None)
+        return gaps + ([unlimited] if unlimited else [])
+
     def start(
         self, command: list[str], cwd: Path, env: Mapping[str, str]
     ) -> subprocess.Popen[bytes]:

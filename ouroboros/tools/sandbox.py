@@ -143,7 +143,9 @@ class Confinement:
     """Refuses every socket but IP and netlink (`tools.network = false`)."""
     capabilities: CapabilityDrop
     summary: str
-    """What holds, as the start and `status` say it."""
+    """What holds, as the `tools` event says it."""
+    gaps: list[str]
+    """What does not hold on this machine, said as warnings at start (and so in `status`)."""
 
     def confine(self, cwd: bytes) -> None:
         """Run in the child between fork and exec: the namespaces (mounts need the privileges
@@ -195,20 +197,37 @@ def build(writable: list[Path], readable: list[Path], hidden: Path, network: boo
         raise
     sockets = None if network else socket_filter()
     drop = CapabilityDrop(bounding=os.geteuid() == 0 or isolation is not None)
-    return Confinement(fd, abi, isolation, sockets, drop, _summary(abi, isolated, network, sockets))
+    filtered = sockets is not None
+    summary = _summary(abi, isolated, filtered)
+    gaps = _gaps(abi, isolated, isolation is not None, network, filtered)
+    return Confinement(fd, abi, isolation, sockets, drop, summary, gaps)
 
 
-def _summary(abi: int, isolated: str, network: bool, sockets: SocketFilter | None) -> str:
-    """What holds: `Landlock ABI 7; read-only outside ...; no capabilities`."""
-    parts = [f"Landlock ABI {abi}", isolated]
-    if not network and sockets is None:
-        parts.append("Unix and other non-IP sockets not refused (unknown machine)")
-    if not network and abi < 4 and "loopback" not in isolated:
-        parts.append("network not confinable (ABI < 4, no network namespace)")
+def _summary(abi: int, isolated: str, sockets: bool) -> str:
+    """What holds: `Landlock ABI 7; read-only outside ...; no socket but IP and netlink; no
+    capabilities`."""
+    parts = [f"Landlock ABI {abi}", isolated] + (
+        ["no socket but IP and netlink"] if sockets else []
+    )
+    return "; ".join([*parts, "no capabilities"])
+
+
+def _gaps(abi: int, isolated: str, isolation: bool, network: bool, sockets: bool) -> list[str]:
+    """What does not hold on this machine, each said as a warning at start."""
+    gaps = []
+    if not isolation:
+        network_too = "" if network else "; nor is UDP, ICMP or a packet socket"
+        gaps.append(
+            f"{isolated}: chmod, chown, xattrs and times of files outside the workspace are "
+            f"not refused{network_too}"
+        )
+    if not network and not sockets:
+        gaps.append("Unix sockets are not refused (no socket filter for this machine)")
+    if not network and abi < 4 and not isolation:
+        gaps.append("TCP is not refused either (Landlock ABI < 4 and no network namespace)")
     if abi < 5:
-        parts.append("device ioctls not refused (ABI < 5): capabilities dropped only")
-    parts.append("no capabilities")
-    return "; ".join(parts)
+        gaps.append("device ioctls are not refused (Landlock ABI < 5): capabilities dropped only")
+    return gaps
 
 
 def _allow(fd: int, path: Path, rights: int) -> None:
