@@ -9,6 +9,7 @@ workspace as they were.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -23,7 +24,8 @@ import pytest
 
 from ouroboros.context.truncate import saved_name
 from ouroboros.messages import ToolCall
-from ouroboros.tools import ToolOutcome, safefs
+from ouroboros.tools import ToolOutcome, ToolRunner, safefs
+from ouroboros.tools.workspace import Workspace
 from tests.conftest import wait_for
 from tests.test_hostile import Place, place, refused_in_one_line, shell, untouched
 
@@ -42,15 +44,13 @@ def opener(request: pytest.FixtureRequest) -> Iterator[str]:
     safefs.USE_OPENAT2 = None
 
 
-def call(place: Place, name: str, **arguments: object) -> ToolOutcome:
+def call(place: Place | ToolRunner, name: str, **arguments: object) -> ToolOutcome:
     """One call, failed rather than waited for if it hangs."""
-    import json
+    runner = place if isinstance(place, ToolRunner) else place.runner
 
     async def bounded() -> ToolOutcome:
         with anyio.fail_after(HANG_S):
-            return await place.runner.run(
-                ToolCall(id="c1", name=name, arguments=json.dumps(arguments))
-            )
+            return await runner.run(ToolCall(id="c1", name=name, arguments=json.dumps(arguments)))
 
     return anyio.run(bounded)
 
@@ -284,7 +284,9 @@ def test_dotdot_after_a_link_stays_by_the_words(place: Place, opener: str) -> No
     assert outside_as_it_was(place)
 
 
-@pytest.mark.parametrize("path", ["n" * 300, "/".join(["d" * 200] * 30), "a/" * 3000 + "b"])
+@pytest.mark.parametrize(
+    "path", ["n" * 300, "/".join(["d" * 200] * 30), "/".join(["e" * 100] * 45)]
+)
 def test_very_long_paths(place: Place, opener: str, path: str) -> None:
     for name in ("file_read", "file_write", "list_dir"):
         outcome = call(place, name, path=path, content="x")
@@ -294,20 +296,21 @@ def test_very_long_paths(place: Place, opener: str, path: str) -> None:
 
 def test_link_at_the_system_prompt_name(place: Place, opener: str) -> None:
     """The system prompt is reachable outside the workspace: its name is opened in its folder
-    without following a link."""
+    without following a link, also when the link was there when the run started."""
     prompt = place.root / "SYSTEM_PROMPT.md"
     prompt.unlink()
     prompt.symlink_to(place.outside / "sentinel")
-    assert refused_in_one_line(call(place, "file_write", path="../SYSTEM_PROMPT.md", content="x"))
-    assert refused_in_one_line(call(place, "file_read", path=str(prompt)))
+    runner = ToolRunner(Workspace(place.workspace, prompt), 3.0, 4000, True)  # the next run's
+    try:
+        assert refused_in_one_line(
+            call(runner, "file_write", path="../SYSTEM_PROMPT.md", content="x")
+        )
+        assert refused_in_one_line(call(runner, "file_read", path=str(prompt)))
+        outcome = call(runner, "file_write", path=str(place.outside / "sentinel"), content="x")
+        assert refused_in_one_line(outcome)  # the link's target is not the system prompt
+    finally:
+        runner.close()
     assert outside_as_it_was(place)
-
-
-def test_no_temporary_file_is_left(place: Place, opener: str) -> None:
-    call(place, "file_write", path="a/b/c.md", content="x" * 100_000)
-    call(place, "file_write", path="a/b", content="a folder is there")
-    shell(place, "seq 1 20000")
-    assert not list(place.root.rglob("*.ouroboros-tmp"))
 
 
 STUCK = """
