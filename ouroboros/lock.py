@@ -20,6 +20,7 @@ from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.jsonl import storage
 from ouroboros.records import JOURNAL_RECORD, RunStart
+from ouroboros.snapshot import journal_size_then
 
 RESUME_REQUEST = "resume"
 COMPACT_REQUEST = "compact"
@@ -120,6 +121,12 @@ def refuse_lost_journal(state_dir: Path) -> None:
                 f"{journal} does not begin with a run start (its line 1 is not one): it was "
                 f"replaced or damaged; {AFRESH}"
             )
+        then, size = journal_size_then(journal), journal.stat().st_size
+        if then is not None and size < then:
+            raise RunError(
+                f"{journal} is shorter ({size:,} bytes) than when its snapshot was taken "
+                f"({then:,}): records were cut from it; {AFRESH}"
+            )
         return
     usage = state_dir / "token_usage.jsonl"
     if started_mark(state_dir).exists() or (usage.exists() and usage.stat().st_size):
@@ -168,4 +175,5 @@ async def wait_for_resume(state_dir: Path, log: EventLog) -> None:
             sys.stdin.readline()
             break
         await anyio.sleep(0.2)
-    flag.unlink(missing_ok=True)
+    with storage(flag):
+        flag.unlink(missing_ok=True)

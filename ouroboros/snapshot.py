@@ -88,6 +88,16 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
         os.replace(temporary, path)
 
 
+def journal_size_then(journal: Path) -> int | None:
+    """The journal's length when its snapshot was taken (None: no snapshot that reads). The
+    journal only grows (a torn tail set aside is past the snapshot's last whole line), so a
+    shorter one lost records."""
+    try:
+        return Snapshot.model_validate_json(snapshot_path(journal).read_bytes()).offset
+    except (OSError, ValidationError):
+        return None
+
+
 def load(journal: Path) -> tuple[RunState, int, int] | None:
     """The state the snapshot holds, with the offset and line count it folds; None when there
     is none that belongs to this journal."""

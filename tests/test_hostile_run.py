@@ -159,6 +159,23 @@ def test_a_journal_without_its_run_start_is_refused_never_a_fresh_run(
     assert turns(project) == [(1, 1)]
 
 
+def test_a_journal_cut_to_a_shorter_run_is_refused(project: Project) -> None:
+    """Cut after a whole line, it still begins with its run start: its snapshot, taken at the
+    last session start, says how long it was then."""
+    with echo_agent(project) as server:
+        project.configure(server.url, session={"max_turns": 2})
+        assert project.run("run", "--max-turns", "3").returncode == 0
+        journal = project.state / "journal.jsonl"
+        lines = journal.read_bytes().splitlines(keepends=True)
+        journal.write_bytes(b"".join(lines[:3]))
+        result = project.run("run", "--max-turns", "5", timeout=30)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert f"{journal} is shorter" in line
+    assert "records were cut from it" in line
+    assert len(journal.read_bytes().splitlines()) == 3
+
+
 # --- row 19: a state folder that cannot be written ----------------------------------------------
 
 
