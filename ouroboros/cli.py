@@ -177,7 +177,7 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     if args.fresh:
         aside = fresh_state(settings.paths.state_dir)
         if aside:
-            out.print(f"previous run moved to {aside}")
+            out.print(f"previous run moved to {escape(str(aside))}")
     outcome = run_to_end(settings, LiveView(out, quiet=args.quiet))
     out.print(f"run stopped: {outcome.reason}")
     return outcome.exit_code
@@ -222,7 +222,7 @@ def _report(load: Loader, args: argparse.Namespace, console: Console) -> int:
     if not any((state / name).exists() for name in RUN_FILES):
         raise RunError(f"no run in {state}: give the state folder of one with --state")
     path = write_report(state, load(), args.out, args.session)
-    console.print(f"report written to {path}")
+    console.print(f"report written to {escape(str(path))}")
     return 0
 
 
@@ -237,7 +237,7 @@ def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
         )
     flag = state / request
     flag.touch()
-    console.print(f"asked the supervisor on {settings.paths.state_dir} to {what}")
+    console.print(f"asked the supervisor on {escape(str(state))} to {what}")
     return 0
 
 

@@ -377,7 +377,7 @@ def test_a_fatal_server_error_and_its_status_show_no_escape_sequence(project: Pr
 def test_a_state_folder_named_with_escapes_is_shown_printable(project: Project) -> None:
     """Whatever a command prints goes out through one guard: here a folder name (a folder
     the agent named, given to --state) in the lines that say there is no run in it."""
-    named = project.root / ("runs" + TITLE_CLEAR + BIDI)
+    named = project.root / ("runs[bold]" + TITLE_CLEAR + BIDI)  # markup too
     named.mkdir()
     project.configure(CLOSED)
     for command in ("tail", "status", "report"):
@@ -385,5 +385,5 @@ def test_a_state_folder_named_with_escapes_is_shown_printable(project: Project) 
         assert shown.returncode == 1
         line = one_line(shown.stdout + shown.stderr)
         assert raw_controls(line) == [], command
-        assert "runs␛]0;T" in line, command  # (rich itself drops the bell)
+        assert "runs[bold]␛]0;T" in line, command  # (rich itself drops the bell)
         assert "␛[2Jevil<U+202E>txt.exe" in line, command

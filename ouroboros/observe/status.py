@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -249,7 +250,7 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
 
 def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> int:
     if not any((state_dir / name).exists() for name in ("journal.jsonl", summary.SUMMARY_FILE)):
-        out.print(f"no run in {state_dir}")
+        out.print(f"no run in {escape(str(state_dir))}")
         return 1
     out.print(render_status(snapshot(state_dir), settings))
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from ouroboros.events import EVENTS_FILE, USAGE_FILE
 from ouroboros.jsonl import JsonlReader, offset_of_last
@@ -188,18 +189,18 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
     `follow`, start near the end and keep printing what the run appends."""
     if not options.follow:
         if not any((state_dir / name).exists() for name in (USAGE_FILE, EVENTS_FILE)):
-            err.print(f"no run in {state_dir} (use --follow to wait for one)")
+            err.print(f"no run in {escape(str(state_dir))} (use --follow to wait for one)")
             return 1
         merger, lines = _selected(state_dir, options, options.lines)
         _show(lines, options, out)
         for problem in merger.problems():
-            err.print(f"[yellow]{problem}[/]")
+            err.print(f"[yellow]{escape(problem)}[/]")
         for follower in merger.followers:
             if follower.reader.torn:
                 err.print(f"[dim]{follower.path.name}: its last line is not complete yet[/]")
         return 0
     if not (state_dir / EVENTS_FILE).exists():
-        err.print(f"[dim]waiting for a run in {state_dir} (Ctrl-C to stop)[/]")
+        err.print(f"[dim]waiting for a run in {escape(str(state_dir))} (Ctrl-C to stop)[/]")
     backlog = FOLLOW_BACKLOG if options.lines is None else options.lines
     merger, lines = _selected(state_dir, options, backlog)
     _show(lines, options, out)
@@ -207,7 +208,7 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
         while True:
             _show(merger.poll(), options, out)
             for problem in merger.problems():
-                err.print(f"[yellow]{problem}[/]")
+                err.print(f"[yellow]{escape(problem)}[/]")
             time.sleep(POLL_S)
     except KeyboardInterrupt:
         return 0
