@@ -185,8 +185,16 @@ class Isolation:
 
 
 def build(writable: list[Path], network: bool) -> tuple[Isolation | None, str]:
-    """The run's namespaces, made and tried once on `true`; None and why where refused."""
-    isolation = Isolation(writable, network)
+    """The run's namespaces, made and tried once on `true`; None and why where refused. Root
+    without the privilege to make them (in a container) tries inside a user namespace too."""
+    first = Isolation(writable, network)
+    made, why = _make(first)
+    if made is None and not first.as_user:
+        made, _ = _make(Isolation(writable, network, as_user=True))
+    return (made, made.summary) if made else (None, f"no namespaces ({why})")
+
+
+def _make(isolation: Isolation) -> tuple[Isolation | None, str]:
     try:
         maker = subprocess.Popen(
             ["sleep", "60"],
@@ -198,7 +206,7 @@ def build(writable: list[Path], network: bool) -> tuple[Isolation | None, str]:
         )
     except OSError as e:
         isolation.close()
-        return None, f"no namespaces ({e.strerror})"
+        return None, str(e.strerror)
     try:
         isolation.hold(maker.pid)
     except OSError:
@@ -208,9 +216,9 @@ def build(writable: list[Path], network: bool) -> tuple[Isolation | None, str]:
     made = maker.wait()
     if made != -9:
         isolation.close()
-        return None, f"no namespaces ({FAILED_STEPS.get(made, 'sleep failed')})"
+        return None, FAILED_STEPS.get(made, "sleep failed")
     tried = subprocess.run(["true"], preexec_fn=lambda: isolation.enter(b"/"), check=False)
     if tried.returncode != 0:
         isolation.close()
-        return None, f"no namespaces ({FAILED_STEPS.get(tried.returncode, 'true failed')})"
-    return isolation, isolation.summary
+        return None, FAILED_STEPS.get(tried.returncode, "true failed")
+    return isolation, ""

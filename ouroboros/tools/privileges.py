@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
 _FAILED = 125
 """The child's exit status when a capability could not be dropped: the command never runs."""
@@ -46,13 +47,27 @@ def last_capability() -> int:
         return 40  # CAP_CHECKPOINT_RESTORE, the last one as of Linux 6.x
 
 
+def holds_setpcap() -> bool:
+    """Whether this process may drop capabilities from its bounding set (a container's root may
+    not: its runtime can take CAP_SETPCAP away)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> _CAP_SETPCAP & 1)
+    return False
+
+
 @dataclass
 class CapabilityDrop:
     """Built before fork; `drop` runs in the child with pre-bound calls only."""
 
     bounding: bool
-    """Whether the child may drop the bounding set (it holds CAP_SETPCAP: root, or a user in
-    its own user namespace); a user without it has nothing an exec could raise anyway."""
+    """Whether the child may drop the bounding set (it holds CAP_SETPCAP: root, or anyone in a
+    user namespace of its own). Without it, no_new_privs alone keeps an exec from giving back
+    what `capset` dropped."""
     last: int = field(default_factory=last_capability)
     _header: _CapHeader = field(default_factory=lambda: _CapHeader(_CAPABILITY_VERSION_3, 0))
     _data: ctypes.Array[_CapData] = field(default_factory=lambda: (_CapData * 2)())

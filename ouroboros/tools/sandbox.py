@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ouroboros.tools import namespaces
 from ouroboros.tools.namespaces import Isolation
-from ouroboros.tools.privileges import CapabilityDrop
+from ouroboros.tools.privileges import CapabilityDrop, holds_setpcap
 from ouroboros.tools.seccomp import SocketFilter, socket_filter
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -196,7 +196,8 @@ def build(writable: list[Path], readable: list[Path], hidden: Path, network: boo
         os.close(fd)
         raise
     sockets = None if network else socket_filter()
-    drop = CapabilityDrop(bounding=os.geteuid() == 0 or isolation is not None)
+    own_user_namespace = isolation is not None and isolation.as_user
+    drop = CapabilityDrop(bounding=own_user_namespace or holds_setpcap())
     filtered = sockets is not None
     summary = _summary(abi, isolated, filtered)
     gaps = _gaps(abi, isolated, isolation is not None, network, filtered)
