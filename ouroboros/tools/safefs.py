@@ -44,18 +44,23 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_HOW_SIZE = ctypes.sizeof(_OpenHow)
+
+
+_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_syscall.restype = ctypes.c_long
+_syscall.argtypes = [
+    ctypes.c_long,
+    ctypes.c_long,
+    ctypes.c_char_p,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+]
 
 
 def _openat2(folder: int, path: str, flags: int, mode: int = 0) -> int:
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
-    fd = _libc.syscall(
-        ctypes.c_long(_SYS_OPENAT2),
-        ctypes.c_long(folder),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
-    )
+    fd = _syscall(_SYS_OPENAT2, folder, os.fsencode(path), ctypes.byref(how), _HOW_SIZE)
     if fd < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), path)
@@ -85,8 +90,9 @@ class Entry:
 
 def open_regular(loc: Location) -> int:
     """A descriptor for reading the regular file at `loc`; never blocks on a FIFO or device."""
-    with _base(loc) as base:
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    base = os.open(loc.base, _FOLDER)  # no context manager: every file_read comes here
+    try:
         if not loc.parts:
             fd = os.open(".", flags, dir_fd=base)
         elif kernel_resolves():
@@ -102,9 +108,10 @@ def open_regular(loc: Location) -> int:
                     loc.parts,
                     lambda: os.open(name, flags | os.O_NOFOLLOW, dir_fd=folder),
                 )
+    finally:
+        os.close(base)
     kind = stat.S_IFMT(os.fstat(fd).st_mode)
-    if kind == stat.S_IFREG:
-        os.set_blocking(fd, True)
+    if kind == stat.S_IFREG:  # where O_NONBLOCK changes nothing
         return fd
     os.close(fd)
     if kind == stat.S_IFDIR:

@@ -44,19 +44,24 @@ class Workspace:
         self.root = root.resolve()
         # Its folder is the user's; its name is opened without following a link (`safefs`).
         self.system_prompt = system_prompt.parent.resolve() / system_prompt.name
+        self._inside = f"{str(self.root).rstrip('/')}/"
 
     def locate(self, raw: str) -> Location:
         """Where `raw` is, if the agent may touch it."""
         if "\x00" in raw:
             raise PathRefused("path contains a NUL byte")
-        path = os.path.normpath(self.root / Path(raw).expanduser())
+        # Strings, not Path objects: this runs on every file tool call (bench/tools.py).
+        named = os.path.expanduser(raw) if raw.startswith("~") else raw
+        path = os.path.normpath(os.path.join(self.root, named))
         if len(os.fsencode(path)) >= PATH_MAX:  # the walk alone would go deeper than the kernel
             raise PathRefused(
                 f"{_cut(raw)!r} is too long: a path has at most {PATH_MAX - 1:,} bytes"
             )
-        if path == str(self.root) or path.startswith(f"{self.root}/"):
-            parts = Path(path).relative_to(self.root).parts
-            return Location(self.root, parts, _cut("/".join(parts) or "."))
+        if path == str(self.root):
+            return Location(self.root, (), ".")
+        if path.startswith(self._inside):
+            relative = path[len(self._inside) :]
+            return Location(self.root, tuple(relative.split("/")), _cut(relative))
         if path == str(self.system_prompt):
             return Location(self.system_prompt.parent, (self.system_prompt.name,), path)
         raise PathRefused(
