@@ -3,6 +3,7 @@ for `python -m ouroboros resume`."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -70,8 +71,11 @@ def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
     try:
         yield
     finally:
-        handle.seek(0)
-        handle.truncate()
+        # A lock made immutable meanwhile keeps its pid: the next run takes it over as a dead
+        # owner's, or says in one line why it cannot.
+        with contextlib.suppress(OSError):
+            handle.seek(0)
+            handle.truncate()
         handle.close()
 
 

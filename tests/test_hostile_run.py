@@ -266,6 +266,29 @@ def test_a_state_file_made_immutable_mid_run_is_one_line_and_nothing_is_lost(
     assert len(log) == len(set(log))  # no call run twice
 
 
+def test_a_lock_made_immutable_mid_run_ends_the_run_cleanly_and_is_named_next_time(
+    project: Project, immutable: list[Path]
+) -> None:
+    """The lock is written only as a run starts: the run goes on to its end, and the next one
+    says in one line what to do."""
+    lock = project.state / "lock"
+
+    def lock_it() -> None:
+        _chattr("+i", lock)
+        immutable.append(lock)
+
+    with echo_agent(project, 2, lock_it) as server:
+        project.configure(server.url)
+        ended = project.run("run", "--max-turns", "3")
+        assert ended.returncode == 0, ended.stderr
+        assert "Traceback" not in ended.stderr
+        _unwritable_line(project.run("run", "--max-turns", "5", timeout=60), lock)
+        _chattr("-i", lock)
+        resumed = project.run("run", "--max-turns", "5")
+        assert resumed.returncode == 0, resumed.stderr
+    assert turns(project) == [(1, n) for n in range(1, 6)]
+
+
 @pytest.fixture
 def read_only_state(project: Project) -> Iterator[Path]:
     """The state folder of a run that began, then bound read-only over itself (root and
