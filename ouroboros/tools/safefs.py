@@ -20,6 +20,7 @@ import functools
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -71,12 +72,16 @@ def kernel_resolves() -> bool:
     """Whether openat2 is used (asked once; a seccomp filter may hide it from a container)."""
     global USE_OPENAT2
     if USE_OPENAT2 is None:
-        try:
-            os.close(_openat2(-100, ".", os.O_PATH | os.O_DIRECTORY))  # -100: AT_FDCWD
-            USE_OPENAT2 = True
-        except OSError:
-            USE_OPENAT2 = False
+        USE_OPENAT2 = sys.platform == "linux" and _answers()  # 437 is another call elsewhere
     return USE_OPENAT2
+
+
+def _answers() -> bool:
+    try:
+        os.close(_openat2(-100, ".", os.O_RDONLY | os.O_DIRECTORY))  # -100: AT_FDCWD
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
