@@ -342,3 +342,14 @@ def _in_group(group: int) -> list[int]:
             if entry.name.isdigit() and int(fields[2]) == group and fields[0] != "Z":
                 found.append(int(entry.name))
     return found
+
+
+def test_no_pids_cgroup_left_when_no_command_ran() -> None:
+    """The run's pids folder is made at start: a run that ran no command removes it too."""
+    ours = Path("/sys/fs/cgroup/pids").glob
+    before = set(ours(f"ouroboros-{os.getpid()}-*"))
+    processes = Processes(None, max_processes=MAX_PROCESSES)
+    if set(ours(f"ouroboros-{os.getpid()}-*")) == before:
+        pytest.skip("no cgroup v1 pids hierarchy here, or not root")
+    processes.close()
+    assert set(ours(f"ouroboros-{os.getpid()}-*")) == before

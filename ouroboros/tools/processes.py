@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ouroboros.tools.limits import Limits, PidsCgroups
+from ouroboros.tools.limits import Limits, PidsCgroups, remove_pids_cgroup
 from ouroboros.tools.sandbox import Confinement
 
 _PR_SET_PDEATHSIG = 1
@@ -287,5 +287,7 @@ class Processes:
                     self._watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(10)
+        elif self._pids is not None:  # no command ran: no watchdog to remove it
+            remove_pids_cgroup(self._pids.path)
         if self.confinement is not None:
             self.confinement.close()
