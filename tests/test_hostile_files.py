@@ -24,9 +24,10 @@ import pytest
 
 from ouroboros.context.truncate import saved_name
 from ouroboros.messages import ToolCall
+from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolOutcome, ToolRunner, safefs
 from ouroboros.tools.workspace import Workspace
-from tests.conftest import wait_for
+from tests.conftest import Project, wait_for
 from tests.test_hostile import Place, place, refused_in_one_line, shell, untouched
 
 __all__ = ["place"]  # the fixture, shared with tests/test_hostile.py
@@ -334,3 +335,45 @@ def test_a_tool_stuck_in_a_system_call_never_keeps_the_run(tmp_path: Path) -> No
     script = STUCK.format(fifo=str(fifo))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=HANG_S)
     assert done.stdout == b"stopped\n"
+
+
+def test_planted_links_through_a_real_run(project: Project) -> None:
+    """Rows 1-3 end to end: links planted in the workspace before `run` (as an earlier session's
+    commands would) at the temporary name, at the name written, and as `.outputs`; the run
+    writes, reads and spills through them, and a second `run` resumes the same journal."""
+    outside = project.root / "outside"
+    outside.mkdir()
+    (outside / "sentinel").write_text("untouched\n")
+    project.workspace.mkdir(exist_ok=True)
+    journal = project.state / "journal.jsonl"
+    (project.workspace / ".j.ouroboros-tmp").symlink_to(journal)
+    (project.workspace / "j2").symlink_to(journal)
+    (project.workspace / "s").symlink_to(outside / "sentinel")
+    (project.workspace / ".outputs").symlink_to(outside)
+    script = [
+        Reply(
+            tool_calls=[
+                tool("file_write", path="j", content=""),
+                tool("file_write", path="j2", content=""),
+                tool("file_write", path="s", content="x"),
+                tool("file_read", path="j2"),
+                tool("shell_exec", command="seq 1 20000"),
+            ]
+        ),
+        Reply(text="done"),
+        Reply(text="again"),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url)
+        first = project.run("run", "--max-turns", "2")
+        before = journal.read_bytes()
+        second = project.run("run", "--max-turns", "1")
+        shown = [m["content"] for r in server.chat_requests() for m in r["messages"]]
+    assert first.returncode == 0, first.stderr
+    assert not [text for text in shown if "run_start" in text]  # the journal was never read
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.count("fresh") == 0
+    assert journal.read_bytes().startswith(before)  # resumed: the first run's records kept
+    assert json.loads(before.splitlines()[0])["kind"] == "run_start"
+    assert sorted(os.listdir(outside)) == ["sentinel"]
+    assert (outside / "sentinel").read_text() == "untouched\n"
