@@ -19,6 +19,7 @@ from ouroboros.chunks import Completion, Prefill, ReportedBy, StreamState, Usage
 from ouroboros.config import LLMSettings
 from ouroboros.messages import Message, to_wire
 from ouroboros.stream_cap import ReplyTooLarge, capped_client
+from ouroboros.usage_check import count
 
 __all__ = [
     "Completion",
@@ -107,8 +108,8 @@ def overflow_from(status: int | None, body: object, message: str) -> ContextOver
         if kind in ("exceed_context_size_error", "context_length_exceeded"):
             return ContextOverflow(
                 str(body.get("message") or message),
-                _int_or_none(body.get("n_prompt_tokens")),
-                _int_or_none(body.get("n_ctx")),
+                count(body.get("n_prompt_tokens")),
+                count(body.get("n_ctx")),
             )
     if status not in (None, 200, 400, 413, 422, 500) or not _OVERFLOW_PATTERNS.search(text):
         return None
@@ -118,10 +119,6 @@ def overflow_from(status: int | None, body: object, message: str) -> ContextOver
     if numbers:
         return ContextOverflow(message, int(numbers[1]), int(numbers[2]))
     return ContextOverflow(message)
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) else None
 
 
 def classify(error: Exception) -> LLMError:

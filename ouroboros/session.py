@@ -20,6 +20,7 @@ from ouroboros.records import (
     CallFigures,
     EndReason,
     MessageRecord,
+    RawTally,
     Refused,
     ToolRun,
     ToolStarted,
@@ -27,7 +28,7 @@ from ouroboros.records import (
 from ouroboros.reply_limits import Admitted
 from ouroboros.retry import retrying
 from ouroboros.tools import Fit
-from ouroboros.usage_check import above_window
+from ouroboros.usage_check import above_window, refused_count
 from ouroboros.usage_check import warning as usage_warning
 from ouroboros.window import Window
 
@@ -166,8 +167,7 @@ class Session:
                     attempt=attempt,
                 )
                 if e.n_prompt_tokens:
-                    m = Ledger.refused(e.n_prompt_tokens, raw_prompt)
-                    self.h.journal.append(Refused(session=self.state.session, **m.model_dump()))
+                    self.learn_refused(e.n_prompt_tokens, raw_prompt)
                 if attempt == 2 or not await self.h.policy.after_overflow(self.window):
                     raise SessionEnded(EndReason.CONTEXT_OVERFLOW, str(e)[:200]) from e
                 continue
@@ -189,6 +189,15 @@ class Session:
                 )
             return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")
+
+    def learn_refused(self, n_prompt_tokens: int, raw_prompt: RawTally) -> None:
+        """The exact count of a refused prompt teaches the calibration, if it can be true."""
+        rejected = refused_count(n_prompt_tokens, self.h.ledger.project(raw_prompt))
+        if rejected:
+            self.warn_once(f"usage_{rejected.kind}", usage_warning(rejected))
+            return
+        m = Ledger.refused(n_prompt_tokens, raw_prompt)
+        self.h.journal.append(Refused(session=self.state.session, **m.model_dump()))
 
     async def run_tool(self, call: ToolCall, room: Fit | None = None) -> None:
         if (size := reply_limits.omitted_bytes(call)) is not None:

@@ -24,7 +24,8 @@ from ouroboros.messages import Message
 from ouroboros.records import RunEnd, RunLimits, WindowFigures
 from ouroboros.state import PrefillTally, RunState
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
+"""3: with the run's call ids (an older snapshot is ignored: the whole journal is folded)."""
 
 
 class Snapshot(BaseModel):
@@ -50,6 +51,7 @@ class Snapshot(BaseModel):
     run_end: RunEnd | None
     window: WindowFigures | None
     limits: RunLimits | None
+    call_ids: list[str]
 
 
 def snapshot_path(journal: Path) -> Path:
@@ -78,6 +80,7 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
         run_end=state.run_end,
         window=state.window,
         limits=state.limits,
+        call_ids=sorted(state.call_ids),
     )
     path = snapshot_path(journal)
     temporary = path.with_name(path.name + ".tmp")
@@ -126,5 +129,6 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
         run_end=snap.run_end,
         window=snap.window,
         limits=snap.limits,
+        call_ids=set(snap.call_ids),
     )
     return state, snap.offset, snap.lines

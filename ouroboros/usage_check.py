@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ouroboros.tokens import PLAUSIBLE
+
 
 def count(value: object) -> int | None:
     """A token count, if `value` is one: a whole number, not negative, not a bool."""
@@ -51,6 +53,18 @@ def above_window(prompt_tokens: int, completion_tokens: int, limit: int) -> Reje
             f"in a window of {limit:,}",
         )
     return None
+
+
+def refused_count(n_prompt_tokens: int, projected: int) -> Rejected | None:
+    """A refused prompt's count far from what was projected for it is not of this prompt:
+    learnt, it would price every later prompt by it."""
+    low, high = PLAUSIBLE
+    if low * projected <= n_prompt_tokens <= high * projected:
+        return None
+    return Rejected(
+        "refused_count",
+        f"a refused prompt counted {n_prompt_tokens:,} tokens, ~{projected:,} projected",
+    )
 
 
 def warning(rejected: Rejected) -> str:

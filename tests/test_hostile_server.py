@@ -429,3 +429,27 @@ def test_arguments_over_the_cap_are_not_run_nor_stored_twice(project: Project) -
     assert results[0]["error"]
     assert "llm.max_tool_argument_bytes" in results[0]["content"]
     assert "were 2,097,1" in results[0]["content"]
+
+
+def test_an_absurd_count_of_a_refused_prompt_is_not_learnt(project: Project) -> None:
+    requests = itertools.count()
+    refusal = {
+        "code": 400,
+        "type": "exceed_context_size_error",
+        "message": "request (1000000000000000 tokens) exceeds the available context size",
+        "n_prompt_tokens": 10**15,
+        "n_ctx": 8192,
+    }
+
+    def server_lying_once(body: dict[str, Any]) -> Reply:
+        if next(requests) == 2:
+            return Reply(status=400, error_body=refusal)
+        return Reply(tool_calls=[tool("list_dir", path=".")])
+
+    with ScriptedServer(server_lying_once, dialect="llama", n_ctx=8192) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "5")
+    clean(result)
+    assert not [r for r in journal(project) if r["kind"] == "refused"]
+    assert [w for w in project.events("warning") if "1,000,000,000,000,000" in w["message"]]
+    assert all(u["estimated_prompt_tokens"] < 8192 for u in project.usage())
