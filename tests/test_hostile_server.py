@@ -453,3 +453,19 @@ def test_an_absurd_count_of_a_refused_prompt_is_not_learnt(project: Project) -> 
     assert not [r for r in journal(project) if r["kind"] == "refused"]
     assert [w for w in project.events("warning") if "1,000,000,000,000,000" in w["message"]]
     assert all(u["estimated_prompt_tokens"] < 8192 for u in project.usage())
+
+
+def test_call_ids_stay_unique_across_sessions_and_resumes(project: Project) -> None:
+    """Each `run` resumes from the snapshot taken at the last session start: the ids the run
+    recorded before it are known there too."""
+    echo = tool("shell_exec", command="echo x >> runs.log")
+    with ScriptedServer(lambda body: Reply(tool_calls=[echo], call_ids=("call_0",))) as server:
+        project.configure(server.url, session={"max_turns": 2})
+        for turns in (3, 6, 9):
+            clean(project.run("run", "--max-turns", str(turns)))
+    assert (project.state / "journal.jsonl.snapshot").exists()
+    ids = [c["id"] for r in replies(project) for c in r["message"]["tool_calls"]]
+    assert len(ids) == len(set(ids)) == 9
+    started = [r["call_id"] for r in journal(project) if r["kind"] == "tool_started"]
+    assert len(started) == len(set(started)) == 9
+    assert len((project.workspace / "runs.log").read_text().splitlines()) == 9
