@@ -51,12 +51,12 @@ class Journal:
             self.state.apply(record)
         else:
             line = record.model_dump_json(exclude_none=True)  # absent is None: shorter
-            self._writer.write(line)
+            written = self._writer.write(line)
             self._lines += 1
             self.state.apply(record)
             if isinstance(record, SessionStart):
-                end = line.encode() + b"\n"
-                snapshot.save(self._writer.path, self.state, self._writer.size, self._lines, end)
+                size = self._writer.size
+                snapshot.save(self._writer.path, self.state, size, self._lines, written)
         for sink in self.sinks:
             sink(record, self.state)
 

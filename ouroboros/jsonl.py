@@ -22,8 +22,10 @@ import jsonlines
 from pydantic import TypeAdapter, ValidationError
 
 from ouroboros.errors import unwritable
+from ouroboros.observe.printable import BEYOND_C0
 
 T = TypeVar("T")
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in BEYOND_C0}
 
 
 @contextmanager
@@ -197,14 +199,18 @@ class JsonlWriter:
     def size(self) -> int:
         return self._file.tell()
 
-    def write(self, line: str) -> None:
-        """Write one line (without its newline); when it cannot be, `StateUnwritable` (what was
+    def write(self, line: str) -> bytes:
+        """Write one line of JSON (without its newline) and return its bytes as written: with
+        what a terminal would act on escaped (`\\u009b`, the same data), so that the file is
+        safe to `cat` or `tail -f`. When it cannot be written, `StateUnwritable` (what was
         written of the line is a torn last line, set aside on the next start)."""
+        data = line.translate(_JSON_ESCAPES).encode() + b"\n"
         with storage(self.path):
-            self._file.write(line.encode() + b"\n")
+            self._file.write(data)
             self._file.flush()
             if self.durable:
                 os.fsync(self._file.fileno())
+        return data
 
     def append(self, record: dict[str, Any]) -> None:
         self.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")))

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ouroboros import snapshot
 from ouroboros.observe.printable import printable
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project
@@ -379,6 +380,30 @@ def test_the_live_view_tail_status_and_report_show_no_escape_sequence(project: P
     exact = project.run("tail", "--json", "--tools")
     names = [json.loads(line).get("name") for line in exact.stdout.splitlines()]
     assert TITLE_CLEAR + "<b>x</b>" in names
+    # So are the files, as JSON escapes (`cat` and `tail -f` of them are safe too).
+    assert raw_controls(exact.stdout) == []
+    for name in ("journal.jsonl", "events.jsonl", "token_usage.jsonl"):
+        assert raw_controls((project.state / name).read_text()) == [], name
+    summaries = [e.get("detail") for e in project.events("run_end")]
+    assert "done " + CLIPBOARD + "\nsecond line" + BIDI in summaries
+
+
+def test_a_snapshot_still_belongs_to_a_journal_that_escapes_what_it_holds(
+    project: Project,
+) -> None:
+    """The snapshot names the journal's bytes at a session start: those written, escapes and
+    all, or every resume would fold the whole journal."""
+    script = [
+        Reply(tool_calls=[tool("file_read", path=LINK + BIDI + CSI)]),
+        Reply(tool_calls=[tool("list_dir", path=".")]),
+        Reply(text="more"),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, session={"max_turns": 1})
+        assert project.run("run", "--max-turns", "3").returncode == 0
+    journal = project.state / "journal.jsonl"
+    assert "\\u202e" in journal.read_text()  # carried into session 2's opening
+    assert snapshot.load(journal) is not None
 
 
 def test_a_fatal_server_error_and_its_status_show_no_escape_sequence(project: Project) -> None:

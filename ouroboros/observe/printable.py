@@ -15,6 +15,9 @@ _BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _SEPARATORS = [0x2028, 0x2029]
 """Line and paragraph separators: some terminals break the line at them."""
 
+BEYOND_C0 = (0x7F, *range(0x80, 0xA0), *_BIDI, *_SEPARATORS)
+"""What a terminal acts on, or reorders text by, that JSON leaves unescaped (it escapes C0)."""
+
 _VISIBLE: dict[int, str] = {
     **{code: chr(0x2400 + code) for code in range(0x20)},
     0x7F: "␡",
