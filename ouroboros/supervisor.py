@@ -83,7 +83,8 @@ class Supervisor:
         if not end.reason.restarts and end.reason != EndReason.FINISH:
             # Run limits leave the session open: raising the limit and running again continues it.
             return self.finished(end.reason, end.detail)
-        if end.reason.restarts and state.session_turns == 0:
+        carried = any(isinstance(m, AssistantMessage) for m in state.messages)
+        if end.reason.restarts and state.session_turns == 0 and not carried:
             raise RunError(
                 "a fresh session does not fit the context window: the system prompt and tools "
                 f"alone exceed the budget ({end.detail}); shorten SYSTEM_PROMPT.md or get a larger "
@@ -115,7 +116,8 @@ class Supervisor:
             return self.finished(EndReason.MAX_RESTARTS, f"{state.restarts} restarts")
         if not self.settings.supervisor.auto_restart:
             await wait_for_resume(self.settings.paths.state_dir, self.h.log)
-        carry = await self.carryover(state.messages)
+        # A session that could not make one turn with what it carried: the next carries nothing.
+        carry = await self.carryover(state.messages) if state.session_turns else []
         self.start_session(state.session + 1, state.ended_reason or "restart", carry)
         return None
 

@@ -23,6 +23,7 @@ from ouroboros.config import LLMSettings
 from ouroboros.ledger import Counting, Ledger
 from ouroboros.llm import Completion, LLMClient, TransientError
 from ouroboros.messages import Message, SystemMessage, UserMessage
+from ouroboros.records import EndReason, MessageRecord, SessionEnd, SessionStart
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.scripted_hostile import call, chunk, events, flood, one_line, trickle, usage
 from tests.conftest import Project, wait_for
@@ -469,3 +470,43 @@ def test_call_ids_stay_unique_across_sessions_and_resumes(project: Project) -> N
     started = [r["call_id"] for r in journal(project) if r["kind"] == "tool_started"]
     assert len(started) == len(set(started)) == 9
     assert len((project.workspace / "runs.log").read_text().splitlines()) == 9
+
+
+def test_a_session_opened_with_a_step_too_big_is_followed_by_one_that_carries_none(
+    project: Project,
+) -> None:
+    """A journal written before carry-over left such steps out (every `run` exited 1 with "the
+    system prompt and tools alone exceed the budget"): the next session carries nothing."""
+    script = [Reply(tool_calls=[tool("list_dir", path=".")] * 1500)]
+    with ScriptedServer(script, dialect="llama", n_ctx=8192) as server:
+        project.configure(server.url, llm={"max_tool_calls_per_reply": 5000})
+        clean(project.run("run", "--max-turns", "1"))
+        records = journal(project)
+        step = [
+            MessageRecord.model_validate(r).message
+            for r in records
+            if r["kind"] == "message" and r["session"] == 1
+        ]
+        opening = next(r for r in records if r["kind"] == "session_start" and r["session"] == 2)
+        session = opening["session"]
+        bricked = [
+            SessionEnd(session=session, reason=EndReason.CONTEXT_FULL),
+            SessionStart(
+                session=session + 1,
+                reason="context_full",
+                carried=len(step),
+                messages=[
+                    SessionStart.model_validate(opening).messages[0],
+                    UserMessage(content="restarted", origin="restart"),
+                    *step,
+                ],
+            ),
+        ]
+        with (project.state / "journal.jsonl").open("a") as f:
+            f.writelines(r.model_dump_json(exclude_none=True) + "\n" for r in bricked)
+        result = project.run("run", "--max-turns", "3")
+    clean(result)
+    starts = [r for r in journal(project) if r["kind"] == "session_start"]
+    assert starts[-2]["carried"] > 1500
+    assert starts[-1]["carried"] == 0
+    assert len(replies(project)) == 3
