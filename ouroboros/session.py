@@ -237,7 +237,9 @@ class Session:
         assert isinstance(reply, AssistantMessage)
         answered = any(isinstance(m, UserMessage) for m in self.state.messages[last + 1 :])
         if reply.tool_calls or not answered:
-            await self.act_on(reply, resuming=True)
+            # The first message after its results tells of dropped calls: not yet, if none.
+            dropped = 0 if answered else self.state.dropped_calls
+            await self.act_on(reply, resuming=True, dropped=dropped)
 
     def nudge_if_repeating(self, calls: tuple[ToolCall, ...]) -> None:
         if not calls:

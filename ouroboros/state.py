@@ -74,6 +74,8 @@ class RunState:
     started_calls: set[str] = field(default_factory=set)
     call_ids: set[str] = field(default_factory=set)
     """Every tool-call id the run recorded: a new reply's may repeat none (`reply_limits`)."""
+    dropped_calls: int = 0
+    """Calls the session's newest reply had past the cap: the agent is told after its results."""
     recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
     """Completion tokens of the newest replies (they place the wind-down)."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
@@ -109,6 +111,8 @@ class RunState:
     @apply.register
     def _(self, record: MessageRecord) -> None:
         self._message(record.message)
+        if isinstance(record.message, AssistantMessage):
+            self.dropped_calls = record.dropped_calls or 0
         if record.usage is not None:
             self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
             self.ledger.apply(record.usage)
@@ -184,6 +188,7 @@ class RunState:
         self.session_turns = 0
         self.view = ContextView(record.messages)
         self.started_calls = set()
+        self.dropped_calls = 0
         self.wind_down_replies = None
         self.ended_reason = None
 

@@ -510,3 +510,30 @@ def test_a_session_opened_with_a_step_too_big_is_followed_by_one_that_carries_no
     assert starts[-2]["carried"] > 1500
     assert starts[-1]["carried"] == 0
     assert len(replies(project)) == 3
+
+
+def test_the_agent_is_told_of_dropped_calls_once_also_after_a_kill_nine(project: Project) -> None:
+    calls: list[tuple[str, dict[str, Any] | str]] = [
+        tool("shell_exec", command="touch started; sleep 30")
+    ]
+    calls += [tool("shell_exec", command=f"echo {n} >> runs.log") for n in range(3)]
+    with ScriptedServer([Reply(tool_calls=calls)]) as server:
+        project.configure(server.url, llm={"max_tool_calls_per_reply": 2})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ouroboros", "run", "--max-turns", "1"],
+            cwd=project.root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for((project.workspace / "started").exists, timeout=60)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        clean(project.run("run", "--max-turns", "1"))  # finishes the step: tells
+        clean(project.run("run", "--max-turns", "1"))  # the step is done: tells no more
+    assert (project.workspace / "runs.log").read_text().splitlines() == ["0"]
+    told = [
+        r
+        for r in journal(project)
+        if r["kind"] == "message" and "2 were dropped" in r["message"].get("content", "")
+    ]
+    assert len(told) == 1
