@@ -46,8 +46,8 @@ class StorageFull(StateUnwritable):
 
 _REMEDY = {
     errno.EROFS: "its file system is read-only: remount it read-write",
-    errno.EPERM: "let this user write it (`ls -l`; `lsattr`: `chattr -i` an immutable file, "
-    "`chattr -a` an append-only one)",
+    errno.EPERM: "let this user write it and its folder (`ls -ld`, `lsattr -d` each: `chattr -i` "
+    "what is immutable, `chattr -a` what is append-only)",
     errno.ENOTDIR: "a file stands where a folder on its path should be: move it, or set "
     "paths.state_dir to another folder",
     errno.ENOENT: "its folder went away: restore it",
