@@ -537,3 +537,16 @@ def test_the_agent_is_told_of_dropped_calls_once_also_after_a_kill_nine(project:
         if r["kind"] == "message" and "2 were dropped" in r["message"].get("content", "")
     ]
     assert len(told) == 1
+
+
+def test_a_fifty_megabyte_argument_is_cut_with_its_reply_and_stored_nowhere(
+    project: Project,
+) -> None:
+    huge = tool("file_write", path="huge.txt", content="x" * (50 << 20))
+    with ScriptedServer([Reply(tool_calls=[huge])]) as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "2")
+    clean(result)
+    assert not (project.workspace / "huge.txt").exists()
+    assert replies(project)[0]["usage"]["finish_reason"] == "length"
+    assert (project.state / "journal.jsonl").stat().st_size < 100_000
