@@ -2,8 +2,9 @@
 
 - **Call ids are unique in the run.** Results, started calls, masks and cuts are all found by id:
   a server that sends `call_0` for every call would have each later call taken for one already
-  run (and answered "interrupted"). A repeated, or missing, id is replaced by a fresh one before
-  the reply is journalled; the message record keeps which id the server sent (`renamed_calls`).
+  run (and answered "interrupted"). A repeated or missing id, or one no id looks like (long,
+  control characters), is replaced by a fresh one before the reply is journalled; the message
+  record keeps which id the server sent (`renamed_calls`).
 - **A reply runs at most `llm.max_tool_calls_per_reply` calls.** The rest are dropped from the
   recorded reply and the agent is told how many in one message: an error result each would
   itself fill the window (5,000 calls, 5,000 results), and a step that big cannot be carried
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 
 from ouroboros.messages import AssistantMessage, ToolCall
 
+MAX_ID_CHARS = 64
+"""Longer ids are renamed: an id is sent back with every later request."""
 OMITTED = "ouroboros_omitted_bytes"
 """The one key of the arguments that stand in for ones too long to keep."""
 
@@ -34,6 +37,10 @@ class Admitted:
     """Fresh id -> the id the server sent."""
     dropped: int = 0
     """Calls past the cap, not recorded."""
+
+
+def _usable(call_id: str) -> bool:
+    return 0 < len(call_id) <= MAX_ID_CHARS and call_id.isascii() and call_id.isprintable()
 
 
 def _fresh(index: int, taken: Collection[str], also: Collection[str]) -> str:
@@ -53,7 +60,7 @@ def admit(
     renamed: dict[str, str] = {}
     for index, call in enumerate(reply.tool_calls[:max_calls]):
         call_id = call.id
-        if not call_id or call_id in seen or call_id in used:
+        if not _usable(call_id) or call_id in seen or call_id in used:
             call_id = _fresh(index, seen, used)
             renamed[call_id] = call.id
         used.add(call_id)

@@ -28,7 +28,7 @@ from ouroboros.records import (
 from ouroboros.reply_limits import Admitted
 from ouroboros.retry import retrying
 from ouroboros.tools import Fit
-from ouroboros.usage_check import above_window, refused_count
+from ouroboros.usage_check import above_window, refused_count, shown
 from ouroboros.usage_check import warning as usage_warning
 from ouroboros.window import Window
 
@@ -120,8 +120,8 @@ class Session:
             self.h.log.emit("warning", message=message, session=self.state.session)
 
     def admit(self, completion: Completion) -> Admitted:
-        """The reply as it is recorded and run (`reply_limits`); a server that reuses ids is
-        named once a run."""
+        """The reply as it is recorded and run (`reply_limits`); a server whose ids had to be
+        replaced is named once a run."""
         s = self.h.settings.llm
         admitted = reply_limits.admit(
             completion.message,
@@ -130,11 +130,11 @@ class Session:
             s.max_tool_argument_bytes,
         )
         if admitted.renamed:
-            reused = ", ".join(sorted({repr(old) for old in admitted.renamed.values()})[:3])
+            reused = ", ".join(sorted({shown(old) for old in admitted.renamed.values()})[:3])
             self.warn_once(
                 "call_ids",
-                f"the server reused tool-call ids ({reused}): the harness gives such calls ids "
-                "of its own, and journals which (warned once per run)",
+                f"the server sent tool-call ids that are repeated or no ids ({reused}): the "
+                "harness gives such calls ids of its own, and journals which (warned once per run)",
             )
         usage = completion.usage
         limit = self.h.counting.limit

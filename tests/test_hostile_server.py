@@ -550,3 +550,19 @@ def test_a_fifty_megabyte_argument_is_cut_with_its_reply_and_stored_nowhere(
     assert not (project.workspace / "huge.txt").exists()
     assert replies(project)[0]["usage"]["finish_reason"] == "length"
     assert (project.state / "journal.jsonl").stat().st_size < 100_000
+
+
+def test_call_ids_no_id_looks_like_are_renamed(project: Project) -> None:
+    odd = ("c" * 10_000, "\x1b]0;T\x07\x1b[2J", "")
+    calls = [tool("shell_exec", command=f"echo {n} >> runs.log") for n in range(3)]
+    with ScriptedServer([Reply(tool_calls=list(calls), call_ids=odd)], dialect="llama") as server:
+        project.configure(server.url)
+        result = project.run("run", "--max-turns", "2")
+        sent_back = server.chat_requests()[1]["messages"]
+    clean(result)
+    assert sorted((project.workspace / "runs.log").read_text().split()) == ["0", "1", "2"]
+    reply = replies(project)[0]
+    ids = [c["id"] for c in reply["message"]["tool_calls"]]
+    assert all(len(i) < 30 and i.isprintable() for i in ids)
+    assert sorted(reply["renamed_calls"].values()) == sorted(odd[:2])
+    assert "\x1b" not in json.dumps(sent_back[-4:], ensure_ascii=False)
