@@ -3,7 +3,7 @@ read of a huge file.
 
 - Confinement: `shell_exec "true"` through the real `ToolRunner`, 200 times confined by
   Landlock and 200 times not, interleaved; the difference of the medians is what confinement
-  costs a command (target: under 5 ms). Skipped where the kernel has no Landlock.
+  costs a command (target: at most 10 ms, issue 20). Skipped where the kernel has no Landlock.
 - Block list: the verdict on commands of 30 KB and 120 KB of several shapes (one long word, many
   words, many pipes, many function definitions): the ratio of the two shows it linear (target:
   4 times the length, at most 6 times the time).
@@ -42,7 +42,7 @@ from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import Workspace
 
 RUNS = 200
-CONFINEMENT_MAX_MS = 5.0
+CONFINEMENT_MAX_MS = 10.0
 LINEAR_MAX_RATIO = 6.0
 READ_MAX_S = 2.0
 READ_MAX_MB = 200.0

@@ -79,6 +79,8 @@ class StreamState:
     prefill: Prefill = Prefill()
     rejected: Rejected | None = None
     """Usage the server sent that is no count (see `usage_check`)."""
+    progress: int = 0
+    """Chunks that moved the reply on (text, a call's part, the finish), not keep-alives."""
 
     def add_chunk(self, chunk: object) -> None:
         self._usage(_field(chunk, "usage"))
@@ -86,13 +88,16 @@ class StreamState:
         for choice in _list(_field(chunk, "choices")):
             delta = _field(choice, "delta")
             content = _field(delta, "content")
-            if isinstance(content, str):
+            if isinstance(content, str) and content:
                 self.text.append(content)
+                self.progress += 1
             for call in _list(_field(delta, "tool_calls")):
                 self._call(call)
+                self.progress += 1
             finish = _field(choice, "finish_reason")
             if isinstance(finish, str) and finish:
                 self.finish_reason = finish
+                self.progress += 1
 
     def _call(self, call: object) -> None:
         index, call_id = _field(call, "index"), _field(call, "id")

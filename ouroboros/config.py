@@ -36,8 +36,10 @@ class LLMSettings(_Section):
     api_key: str = "ollama"
     """Sent as a bearer token; local servers ignore it."""
     timeout_s: float = Field(600.0, gt=0)
-    """Per request, the whole of it (a server that trickles empty chunks is stopped too); local
-    prefill of a long prompt can take minutes."""
+    """Longest wait for the reply to move on: its first chunk (local prefill of a long prompt
+    can take minutes), then each piece of text or call (empty chunks are no progress)."""
+    reply_timeout_s: float = Field(3600.0, gt=0)
+    """Longest a whole reply may take, however it trickles in."""
     max_output_tokens: int = Field(1024, ge=16)
     """`max_tokens` of every request, and the room reserved for it in the context budget."""
     temperature: float = Field(0.7, ge=0, le=2)

@@ -179,15 +179,21 @@ class LLMClient:
         if tools:
             request["tools"] = tools
         state = StreamState()
-        deadline = self.settings.timeout_s
+        s = self.settings
+        # The client's timeout is per read: a server trickling empty chunks never trips it.
+        idle = anyio.CancelScope(deadline=anyio.current_time() + s.timeout_s)
         try:
-            # The client's timeout is per read: a server trickling empty chunks never trips it.
-            with anyio.fail_after(deadline):
-                await self._stream(request, state)
+            with anyio.fail_after(s.reply_timeout_s), idle:
+                await self._stream(request, state, idle)
+            if idle.cancelled_caught:
+                raise TransientError(
+                    f"the reply did not move on for llm.timeout_s ({s.timeout_s:g} s): the "
+                    "server is stuck, or too slow for it"
+                )
         except TimeoutError:
             raise TransientError(
-                f"no whole reply within llm.timeout_s ({deadline:g} s): the server is stuck or "
-                "too slow for it"
+                f"no whole reply within llm.reply_timeout_s ({s.reply_timeout_s:g} s): the "
+                "server is stuck, or too slow for it"
             ) from None
         except ReplyTooLarge:
             # As a reply stopped at max_tokens: asking again would bring the same flood, while
@@ -197,7 +203,9 @@ class LLMClient:
             raise TransientError("the stream ended without a finish reason (cut or server error)")
         return state.completion(state.finish_reason)
 
-    async def _stream(self, request: dict[str, Any], state: StreamState) -> None:
+    async def _stream(
+        self, request: dict[str, Any], state: StreamState, idle: anyio.CancelScope
+    ) -> None:
         received = False
         stream: openai.AsyncStream[object] | None = None
         try:
@@ -211,8 +219,11 @@ class LLMClient:
             )
             # Read to the very end: usage arrives after the finish chunk.
             async for chunk in stream:
+                moved = state.progress
                 state.add_chunk(chunk)
                 received = True
+                if state.progress > moved:
+                    idle.deadline = anyio.current_time() + self.settings.timeout_s
         except ValueError as e:  # not JSON, not UTF-8
             raise TransientError(f"the server sent a malformed stream: {e}") from None
         except openai.APIConnectionError as e:

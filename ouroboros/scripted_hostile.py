@@ -38,14 +38,14 @@ def events(*payloads: object, done: bool = True) -> Wire:
     return write
 
 
-def trickle(seconds: float, every: float = 1.0) -> Wire:
-    """An empty delta every `every` seconds for `seconds`: each read is quick, the reply never
-    comes."""
+def trickle(seconds: float, every: float = 1.0, text: str = "") -> Wire:
+    """A delta of `text` (empty: a keep-alive) every `every` seconds for `seconds`: each read
+    is quick, the reply ends only then."""
 
     def write(stream: Stream) -> None:
         until = time.monotonic() + seconds
         while time.monotonic() < until:
-            stream.event(chunk({"content": ""}))
+            stream.event(chunk({"content": text}))
             time.sleep(every)
         stream.event(chunk(finish="stop"))
         stream.end()

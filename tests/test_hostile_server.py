@@ -250,6 +250,25 @@ def test_a_trickle_of_empty_chunks_ends_at_the_deadline() -> None:
     assert "llm.timeout_s" in str(caught.value)
 
 
+def test_a_slow_reply_that_moves_on_is_not_cut_by_the_idle_timeout() -> None:
+    """A slow machine's reply (a token every quarter second) takes longer than `timeout_s`
+    in all, and is whole: only a reply that stops moving is cut."""
+    completion = complete(Reply(wire=trickle(2.5, every=0.25, text="a")), timeout_s=1)
+    assert completion.finish_reason == "stop"
+    assert completion.message.content == "a" * len(completion.message.content)
+    assert len(completion.message.content) >= 5
+
+
+def test_a_reply_that_trickles_text_forever_ends_at_the_whole_reply_deadline() -> None:
+    started = time.monotonic()
+    with pytest.raises(TransientError) as caught:
+        complete(
+            Reply(wire=trickle(60, every=0.1, text="a")), timeout_s=10, reply_timeout_s=1
+        )
+    assert time.monotonic() - started < 20
+    assert "llm.reply_timeout_s" in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "stream",
     [

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import anyio
 
 from ouroboros.tools import safefs
-from ouroboros.tools.builtin import Output, ShellExecArgs
+from ouroboros.tools.builtin import Output, ShellExecArgs, ToolFailed
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import PathRefused, Workspace
 
@@ -28,6 +28,19 @@ EXIT_POLL_S = 0.05
 """How often a command that prints nothing is checked for having exited."""
 BACKGROUND_LOG_LIMIT = 10 * 1024 * 1024
 """Bytes of a background job's later output kept in its log file; the rest is dropped."""
+MAX_COMMAND_BYTES = 128 * 1024 - 1
+"""The longest command bash can be given: Linux refuses a longer single argument to exec
+(MAX_ARG_STRLEN, 32 pages, with its terminating NUL)."""
+
+
+def check_length(command: str) -> None:
+    """Refuse at once a command exec would refuse anyway, before any work on it."""
+    size = len(command.encode(errors="replace"))
+    if size > MAX_COMMAND_BYTES:
+        raise ToolFailed(
+            f"the command is {size:,} bytes; bash takes at most {MAX_COMMAND_BYTES:,} in one "
+            "command: write the script to a file with file_write and run it with bash FILE"
+        )
 
 
 def _read_available(fd: int) -> tuple[bytes, bool]:
@@ -66,8 +79,8 @@ async def run_command(
                 with anyio.move_on_after(EXIT_POLL_S):
                     await anyio.wait_readable(fd)
                 take()
-                while ended and process.poll() is None:  # the pipe closed: bash is exiting
-                    await anyio.sleep(0.005)
+                if ended:  # the pipe closed: bash is exiting
+                    await _exited(process)
             take()  # what it printed just before it exited
     finally:
         if process.returncode is None:  # timed out, or the harness is stopping
@@ -81,6 +94,23 @@ async def run_command(
         code = None if deadline.cancelled_caught else process.returncode
         return bytes(captured), total, code, ""
     return bytes(captured), total, process.returncode, _keep_draining(ws, process, fd)
+
+
+async def _exited(process: subprocess.Popen[bytes]) -> None:
+    """Wait for the process to exit: on its pidfd (Linux 5.3+), which becomes readable the
+    moment it does, else by polling."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # another kernel, or no pidfd
+        while process.poll() is None:
+            await anyio.sleep(0.005)
+        return
+    try:
+        while process.poll() is None:
+            with anyio.move_on_after(EXIT_POLL_S):
+                await anyio.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
 
 
 def _keep_draining(ws: Workspace, process: subprocess.Popen[bytes], fd: int) -> str:
