@@ -147,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from ouroboros.config import load_settings
+    from ouroboros.config_file import load_settings
 
     path: Path = args.config or Path("config.toml")
     state: Path | None = getattr(args, "state", None)

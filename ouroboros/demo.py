@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ouroboros.config import load_settings, to_toml
+from ouroboros.config_file import load_settings, to_toml
 from ouroboros.lock import fresh_state
 from ouroboros.observe.live import LiveView
 from ouroboros.scripted import Reply, ScriptedServer, tool

@@ -25,7 +25,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
 from ouroboros.cache_check import common_prefix
-from ouroboros.config import to_toml
+from ouroboros.config_file import to_toml
 from ouroboros.scripted_wire import Handler, Wire, count_tokens
 
 Dialect = Literal["ollama", "llama", "vllm", "lmstudio"]

@@ -15,6 +15,7 @@ from ouroboros.context.truncate import shown
 from ouroboros.errors import RunError, StateUnwritable
 from ouroboros.events import EventLog
 from ouroboros.harness import Harness, SessionEnded, build_harness, discover_server
+from ouroboros.instructions import system_message
 from ouroboros.journal import Journal
 from ouroboros.llm import FatalError, LLMClient, LLMError
 from ouroboros.lock import (
@@ -109,7 +110,7 @@ class Supervisor:
     async def next_session(self) -> RunOutcome | None:
         state = self.journal.state
         if state.session == 0:
-            self.start_session(1, "fresh", [])
+            self.start_session(1, "fresh", [], self.system_message())
             return None
         limit = self.settings.supervisor.max_restarts
         if limit is not None and state.restarts >= limit:
@@ -117,11 +118,12 @@ class Supervisor:
         if not self.settings.supervisor.auto_restart:
             await wait_for_resume(self.settings.paths.state_dir, self.h.log)
         # A session that could not make one turn with what it carried: the next carries nothing.
-        carry = await self.carryover(state.messages) if state.session_turns else []
-        self.start_session(state.session + 1, state.ended_reason or "restart", carry)
+        system = self.system_message()
+        carry = await self.carryover(state.messages, system) if state.session_turns else []
+        self.start_session(state.session + 1, state.ended_reason or "restart", carry, system)
         return None
 
-    async def carryover(self, previous: list[Message]) -> list[Message]:
+    async def carryover(self, previous: list[Message], system: SystemMessage) -> list[Message]:
         """The last step always (whole where the fresh session has room below its soft line),
         then earlier steps within a share of that room."""
         harness = self.h
@@ -132,7 +134,7 @@ class Supervisor:
                 shown(message) if isinstance(message, ToolMessage) else message
             )
 
-        fixed = tokens(self.system_message()) + calibration.tokens(
+        fixed = tokens(system) + calibration.tokens(
             tools_estimate(harness.tools.schemas()) + OPENING_ALLOWANCE
         )
         capacity = harness.budget.soft_line - fixed
@@ -158,27 +160,15 @@ class Supervisor:
 
     def system_message(self) -> SystemMessage:
         s = self.settings
-        try:
-            instructions = s.paths.system_prompt.read_text()
-        except OSError as e:
-            raise RunError(
-                f"cannot read paths.system_prompt {s.paths.system_prompt}: {e.strerror}"
-            ) from None
-        return SystemMessage(
-            content=prompts.system_prompt(
-                instructions,
-                s.paths.workspace,
-                s.paths.system_prompt,
-                self.h.budget.limit,
-                s.supervisor.allow_finish,
-            )
-        )
+        last = next((m for m in self.journal.state.messages if isinstance(m, SystemMessage)), None)
+        return system_message(s, self.h.budget, self.h.log, last)
 
-    def start_session(self, number: int, reason: str, carried: list[Message]) -> None:
+    def start_session(
+        self, number: int, reason: str, carried: list[Message], system: SystemMessage
+    ) -> None:
         """Record the new session and its opening messages in one journal line (atomic)."""
         state = self.journal.state
         previous_turns = state.session_turns
-        system = self.system_message()
         first = (
             prompts.FIRST_MESSAGE
             if number == 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.config import load_settings
+from ouroboros.config_file import load_settings
 from ouroboros.errors import ConfigError
 from ouroboros.observe.status import state_dir_of
 

@@ -40,7 +40,8 @@ import openai
 import pytest
 
 from ouroboros.cache_check import reuse_warning
-from ouroboros.config import LLMSettings, to_toml
+from ouroboros.config import LLMSettings
+from ouroboros.config_file import to_toml
 from ouroboros.journal import Journal
 from ouroboros.jsonl import JsonlReader
 from ouroboros.ledger import Counting, Ledger

@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 
 from ouroboros.cli import main
-from ouroboros.config import load_settings
+from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.lock import state_lock

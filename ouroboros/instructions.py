@@ -1,0 +1,78 @@
+"""The agent's instructions (`SYSTEM_PROMPT.md`), read for each session's system message.
+
+The agent may edit the file, so the harness treats it as the agent's: it is opened without
+following a link planted at its name (`safefs`), must be a regular file, and is read up to a
+share of the prompt budget. An agent that appends to its instructions for days would otherwise
+make every fresh session too big to start; instead it is shown the start, and told to shorten
+the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ouroboros import prompts
+from ouroboros.config import Settings
+from ouroboros.errors import RunError
+from ouroboros.events import EventLog
+from ouroboros.messages import SystemMessage
+from ouroboros.tokens import Budget
+from ouroboros.tools import safefs
+from ouroboros.tools.workspace import Location, PathRefused
+
+BYTES_PER_BUDGET_TOKEN = 2
+"""Bytes of instructions read per token of the prompt budget: about half the budget."""
+
+
+def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
+    """The instructions as shown, and the file's size in bytes where only its start is."""
+    limit = max(4096, prompt_budget * BYTES_PER_BUDGET_TOKEN)
+    try:
+        fd = safefs.open_regular(Location(path.parent, (path.name,), str(path)))
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+            size = os.fstat(f.fileno()).st_size
+    except (OSError, PathRefused) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise RunError(f"cannot read paths.system_prompt {path}: {why}") from None
+    if len(data) <= limit:
+        return data.decode(errors="replace"), None
+    shown = data[:limit]
+    shown = shown[: shown.rfind(b"\n") + 1] or shown  # at a line's end where there is one
+    return (
+        shown.decode(errors="ignore")
+        + f"\n[{path.name} is {size:,} bytes; only its first {len(shown):,} are shown, as much "
+        "as a session can hold: shorten it]\n",
+        size,
+    )
+
+
+def system_message(
+    settings: Settings, budget: Budget, log: EventLog, last: SystemMessage | None
+) -> SystemMessage:
+    """A session's system message from the instructions as they are now; `last`, the one the
+    previous session had, where they cannot be read (the agent may have broken its own file:
+    a link, a folder) rather than the run stopping."""
+    s = settings
+    try:
+        instructions, cut_from = read_instructions(s.paths.system_prompt, budget.prompt_budget)
+    except RunError as e:
+        if last is None:
+            raise
+        log.emit("warning", message=f"{e}; the last instructions are used again")
+        return last
+    if cut_from is not None:
+        log.emit(
+            "warning",
+            message=f"{s.paths.system_prompt} is {cut_from:,} bytes, more than a session can "
+            "hold: the agent is shown its start and told to shorten it",
+        )
+    text = prompts.system_prompt(
+        instructions,
+        s.paths.workspace,
+        s.paths.system_prompt,
+        budget.limit,
+        s.supervisor.allow_finish,
+    )
+    return SystemMessage(content=text)
