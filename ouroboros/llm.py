@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import anyio
@@ -226,6 +227,10 @@ class LLMClient:
                     idle.deadline = anyio.current_time() + self.settings.timeout_s
         except ValueError as e:  # not JSON, not UTF-8
             raise TransientError(f"the server sent a malformed stream: {e}") from None
+        except RecursionError:  # JSON nested deeper than the parser reads
+            raise TransientError(
+                "the server sent a malformed stream: JSON nested too deeply"
+            ) from None
         except openai.APIConnectionError as e:
             if received:  # not "cannot reach": it answered, then the connection dropped
                 raise TransientError(f"the connection dropped in the middle of a reply: {e}") from e
@@ -239,16 +244,18 @@ class LLMClient:
 
     async def get_json(self, url: str) -> Any:
         """GET an absolute URL on the same server (discovery endpoints outside /v1)."""
-        try:
-            return await self.client.get(url, cast_to=object)
-        except openai.OpenAIError as e:
-            raise classify(e) from e
+        return await self._json(url, self.client.get(url, cast_to=object))
 
     async def post_json(self, url: str, body: dict[str, Any]) -> Any:
+        return await self._json(url, self.client.post(url, body=body, cast_to=object))
+
+    async def _json(self, url: str, answer: Awaitable[Any]) -> Any:
         try:
-            return await self.client.post(url, body=body, cast_to=object)
+            return await answer
         except openai.OpenAIError as e:
             raise classify(e) from e
+        except (ValueError, RecursionError):
+            raise TransientError(f"the server's answer to {url} is not readable JSON") from None
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -9,8 +9,9 @@
   recorded reply and the agent is told how many in one message: an error result each would
   itself fill the window (5,000 calls, 5,000 results), and a step that big cannot be carried
   into the next session.
-- **Arguments longer than `llm.max_tool_argument_bytes` are not run, nor kept.** The recorded
-  call holds a stand-in naming the size; its error result says why. Otherwise the arguments
+- **Arguments longer than `llm.max_tool_argument_bytes`, or nested too deeply for the JSON
+  parser, are not run, nor kept.** The recorded call holds a stand-in naming the size; its
+  error result says why. Otherwise the arguments
   would be stored twice (in the call, and beside its result) and sent back every turn.
 """
 
@@ -66,7 +67,7 @@ def admit(
         used.add(call_id)
         arguments = call.arguments
         size = len(arguments.encode())
-        if size > max_argument_bytes:
+        if size > max_argument_bytes or _too_deep(arguments):
             arguments = json.dumps({OMITTED: size})
         calls.append(ToolCall(id=call_id, name=call.name, arguments=arguments))
     dropped = max(0, len(reply.tool_calls) - max_calls)
@@ -74,6 +75,18 @@ def admit(
         return Admitted(reply)
     message = reply.model_copy(update={"tool_calls": tuple(calls)})
     return Admitted(message, renamed, dropped)
+
+
+def _too_deep(arguments: str) -> bool:
+    """JSON nested past what Python's parser reads (a few thousand `[`): every reader of the
+    journal that looks into the arguments (masks, carry-over, search) would fail on it."""
+    try:
+        json.loads(arguments)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False  # not JSON: the tool runner says so, and nothing else reads it
+    return False
 
 
 def omitted_bytes(call: ToolCall) -> int | None:
@@ -89,6 +102,11 @@ def omitted_bytes(call: ToolCall) -> int | None:
 
 
 def too_long(size: int, cap: int) -> str:
+    if size <= cap:
+        return (
+            f"error: not run: the arguments ({size:,} bytes) nest deeper than JSON can be read, "
+            "and were not kept. Send flat arguments."
+        )
     return (
         f"error: not run: the arguments were {size:,} bytes, over llm.max_tool_argument_bytes "
         f"({cap:,}), and were not kept. Send less in one call: write a big file in parts "

@@ -585,3 +585,40 @@ def test_call_ids_no_id_looks_like_are_renamed(project: Project) -> None:
     assert all(len(i) < 30 and i.isprintable() for i in ids)
     assert sorted(reply["renamed_calls"].values()) == sorted(odd[:2])
     assert "\x1b" not in json.dumps(sent_back[-4:], ensure_ascii=False)
+
+
+# --- JSON nested past what the parser reads (a RecursionError, not a ValueError) ------------
+
+
+def test_a_stream_nested_past_reading_is_a_transient_one_line_error() -> None:
+    with pytest.raises(TransientError) as caught:
+        complete(Reply(wire=events("[" * 200_000)))
+    assert "nested too deeply" in str(caught.value)
+
+
+def test_arguments_nested_past_reading_are_not_run_nor_kept_and_the_run_resumes(
+    project: Project,
+) -> None:
+    """Every reader of the journal looks into a call's arguments (masks, carry-over, search):
+    arguments no parser can read must never reach it, or each resume would fail again."""
+    deep = ("list_dir", "[" * 50_000)
+    script = [
+        Reply(tool_calls=[deep]),
+        Reply(tool_calls=[tool("list_dir", path=".")]),
+        Reply(tool_calls=[tool("list_dir", path=".")]),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, session={"max_turns": 1})
+        first = project.run("run", "--max-turns", "2")
+        again = project.run("run", "--max-turns", "3")
+    clean(first)
+    clean(again)
+    results = [
+        r["message"]
+        for r in journal(project)
+        if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+    assert results[0]["error"]
+    assert "nest deeper than JSON can be read" in results[0]["content"]
+    assert len(results) == 3
+    assert (project.state / "journal.jsonl").stat().st_size < 50_000

@@ -150,6 +150,8 @@ class ToolRunner:
             raise ToolFailed(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
         try:
             raw = json.loads(call.arguments or "{}")
+        except RecursionError:
+            raise ToolFailed("the arguments nest deeper than JSON can be read") from None
         except json.JSONDecodeError as e:
             raise ToolFailed(
                 f"the arguments are not valid JSON ({e.msg} at character {e.pos}): "
