@@ -3,16 +3,22 @@
 The openai client buffers a server-sent event's line whole, however long, and a reply's text
 grows with every chunk: a server that streams without end would take all memory. So the
 response body is counted as it arrives and cut at a cap (`llm.max_reply_bytes`); the caller
-decides what a cut reply means. The client asks for the body uncompressed, so what is counted is
-what is decoded.
+decides what a cut reply means. The client asks for the body uncompressed; a server that
+compresses it anyway (gzip, deflate) has it decoded here, step by bounded step, and what is
+counted is what is decoded: 65 KB of gzip can hold 64 MB of text. Other encodings are refused.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx2
 import openai
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_STEP = 1 << 16
+"""Bytes decoded at a time: a bomb is never more than this past the cap in memory."""
 
 
 class ReplyTooLarge(Exception):
@@ -24,17 +30,36 @@ class ReplyTooLarge(Exception):
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, encoding: str):
         self.inner = inner
         self.limit = limit
+        self.encoding = encoding
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         read = 0
-        async for part in self.inner:
+        async for part in self._decoded():
             read += len(part)
             if read > self.limit:
                 raise ReplyTooLarge(self.limit)
             yield part
+
+    async def _decoded(self) -> AsyncIterator[bytes]:
+        if self.encoding in ("", "identity"):
+            async for part in self.inner:
+                yield part
+            return
+        if self.encoding not in _WBITS:
+            raise ValueError(
+                f"the server compressed its reply as {self.encoding!r}, although asked not to"
+            )
+        decoder = zlib.decompressobj(_WBITS[self.encoding])
+        async for part in self.inner:
+            while part:
+                try:
+                    yield decoder.decompress(part, _STEP)
+                except zlib.error as e:
+                    raise ValueError(f"the {self.encoding} reply is damaged: {e}") from None
+                part = decoder.unconsumed_tail
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -45,7 +70,9 @@ def capped_client(limit: int) -> httpx2.AsyncClient:
 
     async def cap(response: httpx2.Response) -> None:
         if isinstance(response.stream, httpx2.AsyncByteStream):
-            response.stream = _CappedStream(response.stream, limit)
+            # Decoded here, so that what is counted is what the client would hold.
+            encoding = response.headers.pop("content-encoding", "").strip().lower()
+            response.stream = _CappedStream(response.stream, limit, encoding)
 
     hooks: dict[str, list[Callable[[httpx2.Response], Awaitable[None]]]] = {"response": [cap]}
     identity = {"Accept-Encoding": "identity"}

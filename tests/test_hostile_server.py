@@ -6,12 +6,16 @@ calls, absurd usage). Every case: a normal end or a one-line error, never a trac
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -622,3 +626,69 @@ def test_arguments_nested_past_reading_are_not_run_nor_kept_and_the_run_resumes(
     assert "nest deeper than JSON can be read" in results[0]["content"]
     assert len(results) == 3
     assert (project.state / "journal.jsonl").stat().st_size < 50_000
+
+
+# --- a reply compressed although the client asked for none ------------------------------------
+
+
+def compressed_server(body: bytes, encoding: str) -> tuple[socket.socket, str]:
+    """A loopback HTTP server that answers every request once with `body`, declared as
+    `encoding`, whatever the request asked (as a misbehaving proxy would)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(1 << 20)
+                head = (
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    f"Content-Encoding: {encoding}\r\nContent-Length: {len(body)}\r\n\r\n"
+                )
+                connection.sendall(head.encode() + body)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+
+
+def sse(*payloads: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(p).encode() + b"\n\n" for p in payloads) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+def complete_at(url: str, **settings: Any) -> Completion:
+    async def go() -> Completion:
+        client = LLMClient(LLMSettings(base_url=url, model="scripted", **settings))
+        try:
+            return await client.complete(MESSAGES, [])
+        finally:
+            await client.aclose()
+
+    return anyio.run(go)
+
+
+def test_a_gzip_bomb_is_cut_at_the_byte_cap_counted_decoded() -> None:
+    """65 KB of gzip that decodes to 64 MB: the cap counts what is decoded."""
+    flood = sse(*[chunk({"content": "x" * (1 << 20)}) for _ in range(64)], chunk(finish="stop"))
+    listener, url = compressed_server(gzip.compress(flood, 9), "gzip")
+    with listener:
+        completion = complete_at(url, max_reply_bytes=1 << 20)
+    assert completion.finish_reason == "length"
+    assert len(completion.message.content) <= 1 << 20
+
+
+def test_a_reply_gzipped_by_a_proxy_is_read() -> None:
+    listener, url = compressed_server(
+        gzip.compress(sse(chunk({"content": "hello"}), chunk(finish="stop"))), "gzip"
+    )
+    with listener:
+        completion = complete_at(url)
+    assert (completion.message.content, completion.finish_reason) == ("hello", "stop")
+
+
+def test_a_reply_in_an_encoding_the_harness_does_not_read_is_a_transient_error() -> None:
+    listener, url = compressed_server(b"\x00" * 64, "br")
+    with listener, pytest.raises(TransientError) as caught:
+        complete_at(url)
+    assert "'br'" in str(caught.value)
