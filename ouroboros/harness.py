@@ -176,6 +176,14 @@ def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner
     )
     for gap in processes.gaps:
         log.emit("warning", message=f"shell commands: {gap}")
+    env = command_env(os.environ, s.tools.env, tmp)
+    step = processes.probe(s.paths.workspace, env)
+    if step is not None:
+        processes.close()
+        raise RunError(
+            f"shell commands cannot start on this machine: {step}; set tools.sandbox = "
+            '"off", or the limit named to 0, to run them without it'
+        )
     log.emit(
         "tools",
         sandbox=confined,
@@ -191,7 +199,7 @@ def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner
         s.supervisor.allow_finish,
         s.paths.state_dir,
         processes,
-        command_env(os.environ, s.tools.env, tmp),
+        env,
         Blocklist(
             s.tools.blocklist,
             s.tools.block_patterns,

@@ -5,14 +5,24 @@ the scripted loopback server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import anyio
+import pytest
+
+from ouroboros.messages import ToolCall
 from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools.processes import Processes
 from ouroboros.tools.scratch import PREFIX
+from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project
 
 
@@ -135,3 +145,50 @@ def test_the_environment_is_not_the_harness_one(project: Project) -> None:
     extra = {n for n in names if n not in allowed and not n.startswith(allowed_prefixes)}
     assert not extra, f"commands inherited {sorted(extra)}"
     assert os.environ.get("HOME") is None or "HOME" in names
+
+
+def test_limits_above_the_machines_hard_limit_are_lowered_not_a_command_that_never_runs(
+    project: Project,
+) -> None:
+    """A command without privileges cannot raise a hard limit: asked for more than the
+    machine allows, every command would exit before it ran. The limit is lowered instead, and
+    the run says so."""
+    script = [Reply(tool_calls=[tool("shell_exec", command="echo ran")])]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, tools={"max_memory_mb": 4096})
+        lowered = 'ulimit -Sd 2000000 && ulimit -Hd 2000000 && exec "$0" -m ouroboros "$@"'
+        result = subprocess.run(
+            ["bash", "-c", lowered, sys.executable, "run", "--max-turns", "1"],
+            cwd=project.root, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [shown] = shell_results(project)
+    assert shown["content"].startswith("exit code 0\nran")
+    warnings = [e["message"] for e in project.events("warning")]
+    assert any("tools.max_memory_mb is lowered" in w for w in warnings), warnings
+
+
+@pytest.mark.skipif(not sandbox.abi_version(), reason="this kernel has no Landlock")
+def test_a_set_up_step_that_fails_is_named_not_a_bare_exit_code(tmp_path: Path) -> None:
+    """A ruleset the kernel refuses (here: a descriptor that is no ruleset) makes every command
+    exit before it runs: the probe at start and each result name the step."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    built = sandbox.build([workspace], [Path("/")], tmp_path / "state", True)
+    built.close()
+    refused = dataclasses.replace(built, fd=os.open("/dev/null", os.O_RDONLY), isolation=None)
+    processes = Processes(refused, use_cgroup=False)
+    try:
+        assert processes.probe(workspace, {"PATH": os.environ["PATH"]}) == (
+            "Landlock refused the ruleset"
+        )
+        runner = ToolRunner(
+            Workspace(workspace, tmp_path / "SYSTEM_PROMPT.md"), 5, 4000, True, None, processes
+        )
+        call = ToolCall(id="c", name="shell_exec", arguments=json.dumps({"command": "true"}))
+        outcome = anyio.run(runner.run, call)
+        assert outcome.message.content == (
+            "error: the command never ran: Landlock refused the ruleset (exit code 116)"
+        )
+    finally:
+        processes.close()

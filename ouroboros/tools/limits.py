@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ouroboros.tools.child_exit import MEMORY_LIMIT, PROCESS_LIMIT
 
 _RLIMIT_DATA, _RLIMIT_NPROC = 2, 6
 REMOVE_WAIT_S = 2.0
@@ -57,16 +60,29 @@ class Limits:
         processes = self.max_processes
         if processes and not self.own_namespace and os.getuid() != 0:
             processes += _own_tasks()
+        self.lowered: list[str] = []
+        """Limits set lower than configured: the machine's hard limit is lower, and a command
+        without privileges cannot raise it (it would fail to start)."""
+        processes = self._within(resource.RLIMIT_NPROC, processes, "tools.max_processes", 1)
         self._processes = _Limit(processes, processes) if processes else None
-        data = self.max_memory_mb << 20
+        data = self._within(
+            resource.RLIMIT_DATA, self.max_memory_mb << 20, "tools.max_memory_mb", 1 << 20
+        )
         self._memory = _Limit(data, data) if data else None
+
+    def _within(self, kind: int, wanted: int, key: str, unit: int) -> int:
+        hard = resource.getrlimit(kind)[1]
+        if not wanted or hard == resource.RLIM_INFINITY or wanted <= hard:
+            return wanted
+        self.lowered.append(f"{key} is lowered to this machine's hard limit, {hard // unit:,}")
+        return hard
 
     def apply(self) -> None:
         processes, memory = self._processes, self._memory
         if processes is not None and _setrlimit(_RLIMIT_NPROC, ctypes.byref(processes)) != 0:
-            os._exit(126)
+            os._exit(PROCESS_LIMIT)
         if memory is not None and _setrlimit(_RLIMIT_DATA, ctypes.byref(memory)) != 0:
-            os._exit(126)
+            os._exit(MEMORY_LIMIT)
 
     def gap(self, pids: bool) -> str | None:
         """What does not hold: the processes of root's commands, without a pids hierarchy."""
@@ -94,14 +110,15 @@ class Limits:
         return f"processes: {self.max_processes} a command ({held}); {memory}"
 
 
-def _pids_root() -> Path | None:
+def mounted(kind: str, option: str = "") -> Path | None:
+    """Where a file system of this kind (with this mount option) is mounted, if it is."""
     try:
         mounts = Path("/proc/self/mounts").read_text().splitlines()
     except OSError:
         return None
     for line in mounts:
         fields = line.split()
-        if len(fields) > 3 and fields[2] == "cgroup" and "pids" in fields[3].split(","):
+        if len(fields) > 3 and fields[2] == kind and (not option or option in fields[3].split(",")):
             return Path(fields[1])
     return None
 
@@ -135,7 +152,7 @@ class PidsCgroups:
     @classmethod
     def make(cls, name: str, max_processes: int) -> PidsCgroups | None:
         """Where root may make them: a pids hierarchy mounted, writable."""
-        root = _pids_root() if os.geteuid() == 0 and max_processes else None
+        root = mounted("cgroup", "pids") if os.geteuid() == 0 and max_processes else None
         if root is None:
             return None
         for stale in root.glob("ouroboros-*"):

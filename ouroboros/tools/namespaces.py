@@ -34,6 +34,18 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ouroboros.tools.child_exit import (
+    BIND,
+    CWD,
+    FAILED_STEPS,
+    ID_MAPS,
+    JOIN,
+    LOOPBACK,
+    PRIVATE,
+    READ_ONLY,
+    UNSHARE,
+)
+
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
 _MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
@@ -41,17 +53,6 @@ _MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000
 _SIOCSIFFLAGS, _IFF_UP_LOOPBACK_RUNNING = 0x8914, 0x1 | 0x8 | 0x40
 _AF_INET, _SOCK_DGRAM = 2, 2
 
-FAILED_STEPS = {
-    117: "the run's namespaces could not be joined",
-    118: "unshare refused",
-    119: "the user namespace's id maps could not be written",
-    120: "mounts could not be made private",
-    121: "a writable folder could not be bound",
-    122: "mount_setattr refused (Linux 5.12 or later)",
-    123: "loopback could not be brought up",
-    124: "the working folder is gone",
-}
-"""The child's exit status when a step fails (the command never runs), and what it means."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -113,13 +114,13 @@ class Isolation:
         read-only but the writable folders, loopback up; the exit status says which step
         failed."""
         if _unshare(self._flags) != 0:
-            os._exit(118)
+            os._exit(UNSHARE)
         self._map_ids()
         self._read_only_view()
         if not self.network:
             fd = _socket(_AF_INET, _SOCK_DGRAM, 0)
             if fd < 0 or _ioctl(fd, _SIOCSIFFLAGS, self._loopback) != 0:
-                os._exit(123)
+                os._exit(LOOPBACK)
             _close(fd)
 
     def hold(self, pid: int) -> None:
@@ -138,13 +139,13 @@ class Isolation:
         namespace of its own), back into `cwd` through the writable view."""
         for fd, kind in self._joins:
             if _setns(fd, kind) != 0:
-                os._exit(117)
+                os._exit(JOIN)
         if self.as_user:
             if _unshare(_CLONE_NEWUSER) != 0:
-                os._exit(118)
+                os._exit(UNSHARE)
             self._map_ids()
         if _chdir(cwd) != 0:  # joining a mount namespace moved it to that namespace's root
-            os._exit(124)
+            os._exit(CWD)
 
     def close(self) -> None:
         for fd, _ in self._joins:
@@ -158,24 +159,24 @@ class Isolation:
         for path, line in self._maps:
             fd = _openat(self._proc, path, os.O_WRONLY)
             if fd < 0 or _write(fd, line, len(line)) != len(line):
-                os._exit(119)
+                os._exit(ID_MAPS)
             _close(fd)
 
     def _read_only_view(self) -> None:
         """Private mounts (nothing propagates back out), the writable folders bound onto
         themselves, everything read-only, then the bound folders writable again."""
         if _mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-            os._exit(120)
+            os._exit(PRIVATE)
         for path in self._writable:
             if _mount(path, path, None, _MS_BIND | _MS_REC, None) != 0:
-                os._exit(121)
+                os._exit(BIND)
         read_only = ctypes.byref(self._read_only)
         if _syscall(_MOUNT_SETATTR, _AT_FDCWD, b"/", _AT_RECURSIVE, read_only, self._attr_size):
-            os._exit(122)
+            os._exit(READ_ONLY)
         writable = ctypes.byref(self._writable_again)
         for path in self._writable:
             if _syscall(_MOUNT_SETATTR, _AT_FDCWD, path, _AT_RECURSIVE, writable, self._attr_size):
-                os._exit(122)
+                os._exit(READ_ONLY)
 
     @property
     def summary(self) -> str:

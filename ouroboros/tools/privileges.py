@@ -14,11 +14,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ouroboros.tools.child_exit import CAPABILITIES
+
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
-_FAILED = 125
-"""The child's exit status when a capability could not be dropped: the command never runs."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _prctl = _libc.prctl
@@ -76,7 +76,7 @@ class CapabilityDrop:
         if self.bounding:
             for capability in range(self.last + 1):
                 if _prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
-                    os._exit(_FAILED)
+                    os._exit(CAPABILITIES)
         _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # fails only without it
         if _capset(ctypes.byref(self._header), self._data) != 0:
-            os._exit(_FAILED)
+            os._exit(CAPABILITIES)

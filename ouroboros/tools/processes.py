@@ -22,7 +22,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ouroboros.tools.limits import Limits, PidsCgroups, remove_pids_cgroup
+from ouroboros.tools.child_exit import failed_step
+from ouroboros.tools.limits import Limits, PidsCgroups, mounted, remove_pids_cgroup
 from ouroboros.tools.sandbox import Confinement
 
 _PR_SET_PDEATHSIG = 1
@@ -83,18 +84,6 @@ given to another process group later. Then it removes the run's cgroups: the v2 
 `cgroup.kill`, and the pids one (v1: its processes killed one by one)."""
 
 
-def _cgroup2_root() -> Path | None:
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        fields = line.split()
-        if len(fields) > 2 and fields[2] == "cgroup2":
-            return Path(fields[1])
-    return None
-
-
 def _sweep(root: Path) -> None:
     """Remove what runs whose harness and watchdog are both gone left (killed before the
     watchdog started): their processes first, then the cgroup."""
@@ -108,7 +97,7 @@ def _sweep(root: Path) -> None:
 
 def _make_cgroup(name: str) -> Path | None:
     """A cgroup v2 for this run, where it may be made and can be killed whole (5.14+)."""
-    root = _cgroup2_root()
+    root = mounted("cgroup2")
     if root is None:
         return None
     _sweep(root)
@@ -172,7 +161,7 @@ class Processes:
         """What does not hold on this machine, of the confinement and the limits."""
         gaps = list(self.confinement.gaps) if self.confinement else []
         unlimited = self.limits.gap(pids=self._pids is not None)
-        return gaps + ([unlimited] if unlimited else [])
+        return gaps + ([unlimited] if unlimited else []) + self.limits.lowered
 
     def start(
         self, command: list[str], cwd: Path, env: Mapping[str, str]
@@ -206,6 +195,13 @@ class Processes:
             # Run between fork and exec: only pre-bound calls, no imports (threads exist).
             preexec_fn=self._child_setup(os.fsencode(os.path.abspath(cwd)), pids),
         )
+
+    def probe(self, cwd: Path, env: Mapping[str, str]) -> str | None:
+        """Start `true` as every command starts: the set-up step that fails, if one does."""
+        process = self.start(["true"], cwd, env)
+        output, _ = process.communicate()
+        self.finished(process)
+        return failed_step(process.returncode, output)
 
     def finished(self, process: subprocess.Popen[bytes]) -> None:
         """The command ended: if nothing is left in its group, the group's number is no longer

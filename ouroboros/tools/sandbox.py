@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.tools import namespaces
+from ouroboros.tools.child_exit import LANDLOCK, NO_NEW_PRIVS, SOCKET_FILTER
 from ouroboros.tools.namespaces import Isolation
 from ouroboros.tools.privileges import CapabilityDrop, holds_setpcap
 from ouroboros.tools.seccomp import SocketFilter, socket_filter
@@ -155,11 +156,11 @@ class Confinement:
         if self.isolation is not None:
             self.isolation.enter(cwd)
         if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            os._exit(126)
+            os._exit(NO_NEW_PRIVS)
         if self.sockets is not None and not self.sockets.install():
-            os._exit(126)
+            os._exit(SOCKET_FILTER)
         if _syscall(_RESTRICT_SELF, self.fd, 0) != 0:
-            os._exit(126)
+            os._exit(LANDLOCK)
         self.capabilities.drop()
 
     def close(self) -> None:

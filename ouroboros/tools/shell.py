@@ -19,6 +19,7 @@ import anyio
 
 from ouroboros.tools import safefs
 from ouroboros.tools.builtin import Output, ShellExecArgs, ToolFailed
+from ouroboros.tools.child_exit import failed_step
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import PathRefused, Workspace
 
@@ -170,4 +171,7 @@ async def shell_exec(
         text += f"\n[{total - len(output):,} more bytes not captured]"
     if code is None:
         return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
+    step = failed_step(code, output)
+    if step is not None:
+        raise ToolFailed(f"the command never ran: {step} (exit code {code})")
     return Output(f"exit code {code}\n{text}{note}", code)
