@@ -26,6 +26,7 @@ from ouroboros.context.truncate import saved_name
 from ouroboros.messages import ToolCall
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolOutcome, ToolRunner, safefs
+from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project, wait_for
 from tests.test_hostile import Place, place, refused_in_one_line, shell, untouched
@@ -377,3 +378,29 @@ def test_planted_links_through_a_real_run(project: Project) -> None:
     assert json.loads(before.splitlines()[0])["kind"] == "run_start"
     assert sorted(os.listdir(outside)) == ["sentinel"]
     assert (outside / "sentinel").read_text() == "untouched\n"
+
+
+def test_the_workspace_named_through_a_link_of_the_users_is_reached(tmp_path: Path) -> None:
+    """A home folder that is a link (`/home` -> `/data/home`): the agent may name its files
+    by either path. A link of the agent's below the workspace is still never followed."""
+    real = tmp_path / "real" / "project" / "workspace"
+    real.mkdir(parents=True)
+    (real / "notes.md").write_text("mine\n")
+    (tmp_path / "home").symlink_to(tmp_path / "real")
+    (real / "loop").symlink_to(real)
+    ws = Workspace(tmp_path / "home" / "project" / "workspace", tmp_path / "SYSTEM_PROMPT.md")
+    runner = ToolRunner(ws, 5, 4000, True, None, Processes(None, use_cgroup=False))
+    try:
+        through = str(tmp_path / "home" / "project" / "workspace" / "notes.md")
+        read = anyio.run(
+            runner.run, ToolCall(id="r", name="file_read", arguments=json.dumps({"path": through}))
+        )
+        assert read.message.content == "mine"
+        looped = str(tmp_path / "home" / "project" / "workspace" / "loop" / "notes.md")
+        refused = anyio.run(
+            runner.run, ToolCall(id="l", name="file_read", arguments=json.dumps({"path": looped}))
+        )
+        assert refused.message.error
+        assert "link" in refused.message.content
+    finally:
+        runner.close()

@@ -64,10 +64,25 @@ class Workspace:
             return Location(self.root, tuple(relative.split("/")), _cut(relative))
         if path == str(self.system_prompt):
             return Location(self.system_prompt.parent, (self.system_prompt.name,), path)
+        through = self._through_a_link_of_the_users(path)
+        if through is not None:
+            return through
         raise PathRefused(
             f"{_cut(raw)!r} resolves to {_cut(path)}, outside the workspace "
             f"{self.root}; only the workspace and {self.system_prompt} are reachable"
         )
+
+
+    def _through_a_link_of_the_users(self, path: str) -> Location | None:
+        """`path` names the workspace through a link above it (a home folder that is a link,
+        `~` to it): the shortest prefix that is the workspace, the rest taken as named. Links
+        above the workspace are the user's; none below it is followed, by the opener."""
+        parts = path.split("/")
+        for end in range(2, len(parts) + 1):
+            if os.path.realpath("/".join(parts[:end])) == str(self.root):
+                rest = tuple(parts[end:])
+                return Location(self.root, rest, _cut("/".join(rest)) if rest else ".")
+        return None
 
 
 def _cut(text: str) -> str:
