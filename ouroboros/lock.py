@@ -119,6 +119,8 @@ def refuse_lost_journal(state_dir: Path) -> None:
     journal = state_dir / "journal.jsonl"
     with storage(journal):
         first = _first_line(journal)
+        if first is not None and not first.endswith(b"\n") and journal.stat().st_size == len(first):
+            first = None  # the first write, torn: the journal sets it aside, as any torn tail
     if first is not None:
         if not _is_run_start(first):
             raise RunError(
@@ -136,7 +138,8 @@ def refuse_lost_journal(state_dir: Path) -> None:
     if started_mark(state_dir).exists() or (usage.exists() and usage.stat().st_size):
         what = "its journal is gone" if state_dir.exists() else "the state folder is gone"
         raise RunError(
-            f"a run began in {state_dir} and {what} ({journal} is missing or empty): {AFRESH}"
+            f"a run began in {state_dir} and {what} ({journal} is missing, empty or holds no "
+            f"whole line): {AFRESH}"
         )
 
 

@@ -55,7 +55,10 @@ class Supervisor:
 
     async def run(self) -> RunOutcome:
         state = self.journal.state
-        self.journal.append(self.run_start(resumed=state.started_at is not None))
+        resumed = state.started_at is not None
+        self.journal.append(self.run_start(resumed))
+        if not resumed:  # only once the run start is on disk: a run that began can resume
+            mark_started(self.settings.paths.state_dir)
         while True:
             if not state.session_open:
                 outcome = await self.next_session()
@@ -242,8 +245,6 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                         else:
                             info = await discover_server(settings, client, log)
                             harness = build_harness(settings, client, info, journal, log)
-                            if journal.state.started_at is None:
-                                mark_started(settings.paths.state_dir)
                             outcome = await Supervisor(harness).run()
                     except (LLMError, RunError, StateUnwritable) as e:
                         failure = e

@@ -208,7 +208,7 @@ def test_a_lost_journal_is_never_a_silent_new_start(project: Project, lost: str)
         assert refused.returncode == 1
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1, refused.stderr
-        assert "journal.jsonl is missing or empty" in lines[0]
+        assert "journal.jsonl is missing, empty or holds no whole line" in lines[0]
         assert "run --fresh" in lines[0]
         assert len(server.chat_requests()) == 2, "nothing ran"
         assert project.run("run", "--fresh", "--max-turns", "1").returncode == 0
