@@ -21,7 +21,7 @@ from ouroboros.errors import RunError
 from ouroboros.events import EventLog
 from ouroboros.jsonl import storage
 from ouroboros.records import JOURNAL_RECORD, RunStart
-from ouroboros.snapshot import journal_size_then
+from ouroboros.snapshot import journal_size_then, snapshot_path
 
 RESUME_REQUEST = "resume"
 COMPACT_REQUEST = "compact"
@@ -131,7 +131,8 @@ def refuse_lost_journal(state_dir: Path) -> None:
         if then is not None and size < then:
             raise RunError(
                 f"{journal} is shorter ({size:,} bytes) than when its snapshot was taken "
-                f"({then:,}): records were cut from it; {AFRESH}"
+                f"({then:,}): records were cut from it; if you restored an older copy on "
+                f"purpose, remove {snapshot_path(journal).name} beside it; else {AFRESH}"
             )
         return
     usage = state_dir / "token_usage.jsonl"

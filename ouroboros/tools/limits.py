@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.tools.child_exit import MEMORY_LIMIT, PROCESS_LIMIT
+from ouroboros.tools.libc import libc
 
 _RLIMIT_DATA, _RLIMIT_NPROC = 2, 6
 REMOVE_WAIT_S = 2.0
 """How long the session's end waits for killed processes to leave their pids cgroups."""
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_setrlimit = _libc.setrlimit
+_setrlimit = libc.setrlimit
 
 
 class _Limit(ctypes.Structure):

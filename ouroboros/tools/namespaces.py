@@ -45,6 +45,8 @@ from ouroboros.tools.child_exit import (
     READ_ONLY,
     UNSHARE,
 )
+from ouroboros.tools.libc import libc
+from ouroboros.tools.libc import syscall as _syscall
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
@@ -54,12 +56,9 @@ _SIOCSIFFLAGS, _IFF_UP_LOOPBACK_RUNNING = 0x8914, 0x1 | 0x8 | 0x40
 _AF_INET, _SOCK_DGRAM = 2, 2
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-_unshare, _setns, _mount, _chdir = _libc.unshare, _libc.setns, _libc.mount, _libc.chdir
-_openat, _write, _close = _libc.openat, _libc.write, _libc.close
-_socket, _ioctl = _libc.socket, _libc.ioctl
+_unshare, _setns, _mount, _chdir = libc.unshare, libc.setns, libc.mount, libc.chdir
+_openat, _write, _close = libc.openat, libc.write, libc.close
+_socket, _ioctl = libc.socket, libc.ioctl
 
 
 class _MountAttr(ctypes.Structure):

@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ouroboros.tools.child_exit import CAPABILITIES
+from ouroboros.tools.libc import libc
+from ouroboros.tools.libc import prctl as _prctl
 
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_prctl = _libc.prctl
-_prctl.restype = ctypes.c_int
-_capset = _libc.capset
+_capset = libc.capset
 _capset.restype = ctypes.c_int
 
 

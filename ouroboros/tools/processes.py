@@ -13,7 +13,6 @@ Each command also gets the run's limits (`limits.py`): processes and memory.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import secrets
 import signal
@@ -23,11 +22,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ouroboros.tools.child_exit import failed_step
+from ouroboros.tools.libc import prctl as _prctl
 from ouroboros.tools.limits import Limits, PidsCgroups, mounted, remove_pids_cgroup
 from ouroboros.tools.sandbox import Confinement
 
 _PR_SET_PDEATHSIG = 1
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
 WATCHDOG = """
 import os, signal, sys, time
 cgroup = sys.argv[1]

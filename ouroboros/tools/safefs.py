@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ouroboros.tools.libc import libc
 from ouroboros.tools.workspace import Location, PathRefused
 
 USE_OPENAT2: bool | None = None
@@ -48,7 +49,7 @@ class _OpenHow(ctypes.Structure):
 _HOW_SIZE = ctypes.sizeof(_OpenHow)
 
 
-_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_syscall = libc["syscall"]  # its own: it declares argtypes
 _syscall.restype = ctypes.c_long
 _syscall.argtypes = [
     ctypes.c_long,

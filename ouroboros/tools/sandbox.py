@@ -32,6 +32,8 @@ from pathlib import Path
 
 from ouroboros.tools import namespaces
 from ouroboros.tools.child_exit import LANDLOCK, NO_NEW_PRIVS, SOCKET_FILTER
+from ouroboros.tools.libc import prctl as _prctl
+from ouroboros.tools.libc import syscall as _syscall
 from ouroboros.tools.namespaces import Isolation
 from ouroboros.tools.privileges import CapabilityDrop, holds_setpcap
 from ouroboros.tools.seccomp import SocketFilter, socket_filter
@@ -40,7 +42,7 @@ _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 """The same numbers on every architecture Linux gives Landlock."""
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
+_PR_SET_NO_NEW_PRIVS = 38
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _MAKE_AND_REMOVE = sum(1 << bit for bit in range(4, 13))
@@ -54,12 +56,6 @@ SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 READ = EXECUTE | READ_FILE | READ_DIR
 FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-_prctl = _libc.prctl
-_prctl.restype = ctypes.c_int
 
 
 class _RulesetAttr(ctypes.Structure):

@@ -16,6 +16,8 @@ import ctypes
 import platform
 from dataclasses import dataclass
 
+from ouroboros.tools.libc import prctl as _prctl
+
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _LOAD, _JUMP_IF_EQUAL, _RETURN = 0x20, 0x15, 0x06
 _ALLOW, _REFUSE = 0x7FFF0000, 0x00050000 | 13
@@ -42,10 +44,6 @@ _MACHINES = {
     "x86_64": _Machine(0xC000003E, 41, True, 0x40000003, (102, 359, _IO_URING_SETUP)),
     "aarch64": _Machine(0xC00000B7, 198, False, 0x40000028, (102, 281, _IO_URING_SETUP)),
 }
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_prctl = _libc.prctl
-_prctl.restype = ctypes.c_int
 
 
 class _Instruction(ctypes.Structure):

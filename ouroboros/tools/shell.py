@@ -29,6 +29,8 @@ EXIT_POLL_S = 0.05
 """How often a command that prints nothing is checked for having exited."""
 BACKGROUND_LOG_LIMIT = 10 * 1024 * 1024
 """Bytes of a background job's later output kept in its log file; the rest is dropped."""
+KILL_WAIT_S = 2.0
+"""How long a killed command is waited for before the harness goes on without it."""
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 """The longest command bash can be given: Linux refuses a longer single argument to exec
 (MAX_ARG_STRLEN, 32 pages, with its terminating NUL)."""
@@ -86,7 +88,9 @@ async def run_command(
     finally:
         if process.returncode is None:  # timed out, or the harness is stopping
             processes.kill(process.pid)
-            with anyio.CancelScope(shield=True):
+            # Bounded: a process stuck in the kernel (a hung mount) must not keep the harness
+            # from stopping; the session's end and the watchdog reap what is left.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_WAIT_S):
                 while process.poll() is None:
                     await anyio.sleep(0.005)
     if deadline.cancelled_caught or ended:

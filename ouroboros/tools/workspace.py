@@ -27,16 +27,8 @@ class Location:
     """How messages name it: relative to the workspace, or in full outside it."""
 
     @property
-    def parent(self) -> Location:
-        return Location(self.base, self.parts[:-1], self.shown)
-
-    @property
     def name(self) -> str:
         return self.parts[-1]
-
-    def beside(self, name: str) -> Location:
-        """Another name in the same folder."""
-        return Location(self.base, (*self.parts[:-1], name), self.shown)
 
 
 class Workspace:
@@ -71,7 +63,6 @@ class Workspace:
             f"{_cut(raw)!r} resolves to {_cut(path)}, outside the workspace "
             f"{self.root}; only the workspace and {self.system_prompt} are reachable"
         )
-
 
     def _through_a_link_of_the_users(self, path: str) -> Location | None:
         """`path` names the workspace through a link above it (a home folder that is a link,
