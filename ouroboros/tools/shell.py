@@ -29,7 +29,7 @@ EXIT_POLL_S = 0.05
 """How often a command that prints nothing is checked for having exited."""
 BACKGROUND_LOG_LIMIT = 10 * 1024 * 1024
 """Bytes of a background job's later output kept in its log file; the rest is dropped."""
-KILL_WAIT_S = 2.0
+KILL_WAIT_S = 0.5
 """How long a killed command is waited for before the harness goes on without it."""
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 """The longest command bash can be given: Linux refuses a longer single argument to exec
