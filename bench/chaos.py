@@ -380,7 +380,8 @@ def check_logs(project: Project, found: Findings, journal: list[dict[str, Any]])
 
 
 def verify(project: Project, found: Findings, final: subprocess.CompletedProcess[str]) -> None:
-    if final.returncode != 0 or "max_total_turns" not in final.stderr:
+    # The run's end is on its terminal (stdout); errors alone are on stderr.
+    if final.returncode != 0 or "max_total_turns" not in final.stdout + final.stderr:
         found.fail(
             f"the run did not reach its end (exit {final.returncode}): {final.stderr[-600:]}"
         )

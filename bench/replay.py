@@ -400,6 +400,8 @@ def replay(
             context={"limit": window, **(context or {})},
             session={"shell_timeout_s": 30},
             supervisor={"max_total_turns": 3 * len(steps) + 30},
+            # Commands inherit only what tools.env lets through: the recorded outputs' script too.
+            tools={"env": ["PATH", "HOME", "LANG", "LC_*", "BASH_ENV"]},
         )
         (root / "config.toml").write_text(config)
         env = {k: v for k, v in os.environ.items() if not k.startswith("OUROBOROS_")}
