@@ -214,7 +214,7 @@ class Project:
                 [sys.executable, "-m", "ouroboros", "run", "--max-turns", str(target)],
                 cwd=self.root,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                stdout=stderr,  # the terminal too: the run's end is said there
                 stderr=stderr,
                 env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO)},
             )
