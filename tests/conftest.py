@@ -112,3 +112,33 @@ def server() -> Iterator[ScriptedServer]:
 def llama_server() -> Iterator[ScriptedServer]:
     with ScriptedServer(dialect="llama", n_ctx=8192) as s:
         yield s
+
+
+@pytest.fixture
+def small_disk(project: Project) -> Iterator[Path]:
+    """The state folder on a 256 KB tmpfs (root and mount(8) needed; skipped elsewhere)."""
+    project.state.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(project.state)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield project.state
+    finally:
+        subprocess.run(["umount", "-l", str(project.state)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Take the disk's space but `leave` bytes."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+        f.truncate(max(0, f.tell() - leave))
+    return filler

@@ -20,8 +20,7 @@ import pytest
 from ouroboros import snapshot
 from ouroboros.observe.printable import printable
 from ouroboros.scripted import Reply, ScriptedServer, tool
-from tests.conftest import Project
-from tests.test_storage import fill
+from tests.conftest import Project, fill
 
 CLOSED = "http://127.0.0.1:9/v1"
 """Nothing listens there: a run that got as far as the server would retry, then fail."""
@@ -246,37 +245,28 @@ def test_an_immutable_state_file_at_start_is_one_line_and_the_run_resumes(
     assert len(log) == len(set(log)) == 4
 
 
-def test_a_first_run_stopped_by_a_full_disk_runs_after_the_fix(project: Project) -> None:
+def test_a_first_run_stopped_by_a_full_disk_runs_after_the_fix(
+    project: Project, small_disk: Path
+) -> None:
     """The run's start mark is made once its run start is on disk: a first run stopped by a
     full disk, whichever write it stops at (the logs, status.json, the journal's first record),
     is a first run again once there is room, never "a run began here and its journal is
     gone". Tried with the disk full at each of several points."""
-    project.state.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(project.state)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
     stopped_at = set()
-    try:
-        with echo_agent(project) as server:
-            project.configure(server.url)
-            for leave in range(4096, 32768, 4096):
-                filler = fill(project.state, leave)
-                full = project.run("run", "--max-turns", "1", timeout=60)
-                filler.unlink()
-                if full.returncode == 0:
-                    break
-                stopped_at.add(one_line(full.stderr).split(" (")[0].rsplit("/", 1)[-1])
-                again = project.run("run", "--max-turns", "1", timeout=60)
-                assert again.returncode == 0, again.stderr
-                for path in project.state.iterdir():
-                    path.unlink()
-                (project.root / ".ouroboros.run").unlink(missing_ok=True)
-    finally:
-        subprocess.run(["umount", "-l", str(project.state)], check=False)
+    with echo_agent(project) as server:
+        project.configure(server.url)
+        for leave in range(4096, 32768, 4096):
+            filler = fill(small_disk, leave)
+            full = project.run("run", "--max-turns", "1", timeout=60)
+            filler.unlink()
+            if full.returncode == 0:
+                break
+            stopped_at.add(one_line(full.stderr).split(" (")[0].rsplit("/", 1)[-1])
+            again = project.run("run", "--max-turns", "1", timeout=60)
+            assert again.returncode == 0, again.stderr
+            for path in small_disk.iterdir():
+                path.unlink()
+            (project.root / ".ouroboros.run").unlink(missing_ok=True)
     assert "journal.jsonl" in stopped_at, stopped_at
 
 

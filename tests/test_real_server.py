@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,7 +45,7 @@ from ouroboros.config_file import to_toml
 from ouroboros.journal import Journal
 from ouroboros.jsonl import JsonlReader
 from ouroboros.ledger import Counting, Ledger
-from ouroboros.llm import ContextOverflow, LLMClient, TransientError
+from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -428,10 +428,16 @@ def cache_after_a_change(server: Any) -> tuple[int, int]:
         return list(answer["tokens"])
 
     async def ask() -> int:
-        llm = LLMClient(settings_for(server, max_output_tokens=16))
+        settings = settings_for(server, max_output_tokens=16)
+        llm = LLMClient(settings)
+
+        def complete(messages: list[Message]) -> Awaitable[Completion]:
+            # As the run does: a kept-alive connection the server closed meanwhile is retried.
+            return retrying(partial(llm.complete, messages, []), settings, lambda *_: None)
+
         try:
-            await llm.complete(prompts[0], [])
-            after = await llm.complete(prompts[1], [])
+            await complete(prompts[0])
+            after = await complete(prompts[1])
         finally:
             await llm.aclose()
         assert after.prefill.cached_tokens is not None

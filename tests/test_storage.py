@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -15,37 +14,7 @@ from ouroboros.messages import ToolCall
 from ouroboros.scripted import Reply, ScriptedServer
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
-from tests.conftest import Project
-
-
-@pytest.fixture
-def small_disk(project: Project) -> Iterator[Path]:
-    """The state folder on a 256 KB tmpfs (root and mount(8) needed; skipped elsewhere)."""
-    project.state.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(project.state)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield project.state
-    finally:
-        subprocess.run(["umount", "-l", str(project.state)], check=False)
-
-
-def fill(disk: Path, leave: int) -> Path:
-    """Take the disk's space but `leave` bytes."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
-        f.truncate(max(0, f.tell() - leave))
-    return filler
+from tests.conftest import Project, fill
 
 
 def test_a_full_disk_stops_the_run_in_one_line_and_the_run_resumes(
