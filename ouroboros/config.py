@@ -114,9 +114,9 @@ class ToolSettings(_Section):
     """What the agent's tools may do."""
 
     sandbox: Literal["auto", "landlock", "off"] = "auto"
-    """Confine shell commands with Landlock: `auto` where the kernel has it (else say so and
-    guard them with the block list only), `landlock` always (refuse to start without it),
-    `off` never."""
+    """Confine shell commands: `auto` with what the kernel has (Landlock, namespaces, the
+    socket filter; no capabilities always) and a warning for what it lacks, `landlock` the
+    same but refuse to start without Landlock, `off` not at all (the block list only)."""
     network: bool = True
     """Commands may use the network; false: none at all, a network namespace with only its own
     loopback and no socket but IP and netlink (Landlock ABI 4+ refuses TCP where there are no

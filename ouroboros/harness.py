@@ -216,7 +216,13 @@ def confine(settings: Settings, tmp: Path) -> tuple[Confinement | None, str]:
     if t.sandbox == "off":
         return None, "off (tools.sandbox)"
     try:
-        confinement = sandbox.build([paths.workspace, tmp], t.readable, paths.state_dir, t.network)
+        confinement = sandbox.build(
+            [paths.workspace, tmp],
+            t.readable,
+            paths.state_dir,
+            t.network,
+            landlock_required=t.sandbox == "landlock",
+        )
     except sandbox.SandboxError as e:
         if t.sandbox == "landlock":
             raise RunError(f'tools.sandbox is "landlock" but {e}') from None

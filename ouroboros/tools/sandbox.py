@@ -133,7 +133,8 @@ class Confinement:
     """A Landlock ruleset built once, with what goes around it; `confine` applies them in a
     child about to exec."""
 
-    fd: int
+    fd: int | None
+    """The Landlock ruleset; None on a kernel without Landlock, where the rest still holds."""
     abi: int
     isolation: Isolation | None
     sockets: SocketFilter | None
@@ -155,26 +156,55 @@ class Confinement:
             os._exit(NO_NEW_PRIVS)
         if self.sockets is not None and not self.sockets.install():
             os._exit(SOCKET_FILTER)
-        if _syscall(_RESTRICT_SELF, self.fd, 0) != 0:
+        if self.fd is not None and _syscall(_RESTRICT_SELF, self.fd, 0) != 0:
             os._exit(LANDLOCK)
         self.capabilities.drop()
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
         if self.isolation is not None:
             self.isolation.close()
 
 
-def build(writable: list[Path], readable: list[Path], hidden: Path, network: bool) -> Confinement:
-    """The ruleset for a command: write in `writable`, read in `readable` but `hidden`."""
-    abi = abi_version()
-    if abi == 0:
+def build(
+    writable: list[Path],
+    readable: list[Path],
+    hidden: Path,
+    network: bool,
+    landlock_required: bool = False,
+    abi: int | None = None,
+) -> Confinement:
+    """The ruleset for a command: write in `writable`, read in `readable` but `hidden`; what
+    holds without Landlock (namespaces, the socket filter, no capabilities) where the kernel
+    has none, unless it is required. `abi`: the kernel's, unless given (tests)."""
+    abi = abi_version() if abi is None else abi
+    if abi == 0 and landlock_required:
         raise SandboxError(
             "this kernel has no Landlock (Linux 5.13 or later, with landlock in the lsm= boot "
-            'list): set tools.sandbox = "off" to run commands unconfined'
+            'list): set tools.sandbox = "auto" to confine commands with what it has'
         )
-    handled = _fs_rights(abi)
     isolation, isolated = namespaces.build(writable, network)
+    fd = _ruleset(abi, writable, readable, hidden, network, isolation) if abi else None
+    sockets = None if network else socket_filter()
+    own_user_namespace = isolation is not None and isolation.as_user
+    drop = CapabilityDrop(bounding=own_user_namespace or holds_setpcap())
+    filtered = sockets is not None
+    summary = _summary(abi, isolated, filtered)
+    gaps = _gaps(abi, isolated, isolation is not None, network, filtered)
+    return Confinement(fd, abi, isolation, sockets, drop, summary, gaps)
+
+
+def _ruleset(
+    abi: int,
+    writable: list[Path],
+    readable: list[Path],
+    hidden: Path,
+    network: bool,
+    isolation: Isolation | None,
+) -> int:
+    """The Landlock ruleset's descriptor."""
+    handled = _fs_rights(abi)
     # Inside a network namespace TCP reaches only the command's own loopback: let it connect.
     tcp_refused = abi >= 4 and not network and isolation is None
     attr = _RulesetAttr(handled, CONNECT_TCP if tcp_refused else 0)
@@ -192,27 +222,26 @@ def build(writable: list[Path], readable: list[Path], hidden: Path, network: boo
     except BaseException:
         os.close(fd)
         raise
-    sockets = None if network else socket_filter()
-    own_user_namespace = isolation is not None and isolation.as_user
-    drop = CapabilityDrop(bounding=own_user_namespace or holds_setpcap())
-    filtered = sockets is not None
-    summary = _summary(abi, isolated, filtered)
-    gaps = _gaps(abi, isolated, isolation is not None, network, filtered)
-    return Confinement(fd, abi, isolation, sockets, drop, summary, gaps)
+    return int(fd)
 
 
 def _summary(abi: int, isolated: str, sockets: bool) -> str:
     """What holds: `Landlock ABI 7; read-only outside ...; no socket but IP and netlink; no
     capabilities`."""
-    parts = [f"Landlock ABI {abi}", isolated] + (
-        ["no socket but IP and netlink"] if sockets else []
-    )
+    landlock = f"Landlock ABI {abi}" if abi else "no Landlock"
+    parts = [landlock, isolated] + (["no socket but IP and netlink"] if sockets else [])
     return "; ".join([*parts, "no capabilities"])
 
 
 def _gaps(abi: int, isolated: str, isolation: bool, network: bool, sockets: bool) -> list[str]:
     """What does not hold on this machine, each said as a warning at start."""
     gaps = []
+    if not abi:
+        gaps.append(
+            "this kernel has no Landlock (Linux 5.13 or later, with landlock in the lsm= boot "
+            "list): the state folder is readable, and writes outside the workspace are refused "
+            "only by the read-only view" + ("" if isolation else ", which is missing too")
+        )
     if not isolation:
         network_too = "" if network else "; nor is UDP, ICMP or a packet socket"
         gaps.append(
