@@ -67,6 +67,19 @@ def clean(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def killed_once_started(project: Project, *args: str) -> None:
+    """`run ARGS`, killed with SIGKILL once a command of its has touched `started`."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ouroboros", "run", *args],
+        cwd=project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for((project.workspace / "started").exists, timeout=60)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 # --- row 15: malformed stream data -------------------------------------------------------------
 
 FINISH = chunk(finish="stop")
@@ -372,15 +385,7 @@ def test_reused_call_ids_resume_after_kill_nine_without_running_a_call_twice(
 
     with ScriptedServer(agent) as server:
         project.configure(server.url)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run"],
-            cwd=project.root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for((project.workspace / "started").exists, timeout=60)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
+        killed_once_started(project)
         result = project.run("run")
     clean(result)
     lines = (project.workspace / "runs.log").read_text().splitlines()
@@ -542,15 +547,7 @@ def test_the_agent_is_told_of_dropped_calls_once_also_after_a_kill_nine(project:
     calls += [tool("shell_exec", command=f"echo {n} >> runs.log") for n in range(3)]
     with ScriptedServer([Reply(tool_calls=calls)]) as server:
         project.configure(server.url, llm={"max_tool_calls_per_reply": 2})
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ouroboros", "run", "--max-turns", "1"],
-            cwd=project.root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for((project.workspace / "started").exists, timeout=60)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
+        killed_once_started(project, "--max-turns", "1")
         clean(project.run("run", "--max-turns", "1"))  # finishes the step: tells
         clean(project.run("run", "--max-turns", "1"))  # the step is done: tells no more
     assert (project.workspace / "runs.log").read_text().splitlines() == ["0"]
