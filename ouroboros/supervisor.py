@@ -17,7 +17,7 @@ from ouroboros.events import EventLog
 from ouroboros.harness import Harness, SessionEnded, build_harness, discover_server
 from ouroboros.instructions import system_message
 from ouroboros.journal import Journal
-from ouroboros.llm import FatalError, LLMClient, LLMError
+from ouroboros.llm import FatalError, LLMClient, LLMError, Model
 from ouroboros.lock import (
     mark_started,
     refuse_lost_journal,
@@ -27,6 +27,7 @@ from ouroboros.lock import (
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from ouroboros.observe.live import LiveView
 from ouroboros.records import EndReason, RunEnd, RunLimits, RunStart, SessionEnd, SessionStart
+from ouroboros.servers import ServerInfo
 from ouroboros.session import Session
 from ouroboros.tokens import tools_estimate
 
@@ -211,8 +212,11 @@ def open_journal(settings: Settings, log: EventLog) -> Journal:
     return journal
 
 
-async def run(settings: Settings, log: EventLog) -> RunOutcome:
-    """Run until a limit, a finish, a stop signal or a fatal error."""
+async def run(
+    settings: Settings, log: EventLog, model: Model | None = None, info: ServerInfo | None = None
+) -> RunOutcome:
+    """Run until a limit, a finish, a stop signal or a fatal error; against `settings.llm`'s
+    server, or `model` (in-process: tests, benches) whose server is `info`."""
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with state_lock(settings.paths.state_dir, log):
         journal = open_journal(settings, log)
@@ -243,8 +247,8 @@ async def run(settings: Settings, log: EventLog) -> RunOutcome:
                         if journal.state.finished:
                             outcome = RunOutcome("this run already finished; use --fresh", 0)
                         else:
-                            info = await discover_server(settings, client, log)
-                            harness = build_harness(settings, client, info, journal, log)
+                            found = info or await discover_server(settings, client, log)
+                            harness = build_harness(settings, model or client, found, journal, log)
                             outcome = await Supervisor(harness).run()
                     except (LLMError, RunError, StateUnwritable) as e:
                         failure = e
