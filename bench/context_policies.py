@@ -58,6 +58,7 @@ from rich.console import Console
 
 from ouroboros import prompts
 from ouroboros.cache_check import common_prefix
+from ouroboros.call_figures import CallFigures, WindowFigures
 from ouroboros.config import (
     ContextSettings,
     LLMSettings,
@@ -89,7 +90,7 @@ from ouroboros.messages import (
     to_wire,
 )
 from ouroboros.observe.live import LiveView
-from ouroboros.records import CallFigures, EndReason, MaskReason, MessageRecord, WindowFigures
+from ouroboros.records import EndReason, MaskReason, MessageRecord
 from ouroboros.scripted_wire import count_tokens
 from ouroboros.session import Session
 from ouroboros.supervisor import Supervisor

@@ -26,21 +26,19 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ouroboros.call_figures import CallFigures, RunLimits, WindowFigures
 from ouroboros.journal import Journal, Sink
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ouroboros.records import (
-    CallFigures,
     EndReason,
     Mask,
     MaskReason,
     MessageRecord,
-    RunLimits,
     RunStart,
     SessionEnd,
     SessionStart,
     ToolStarted,
     WindDown,
-    WindowFigures,
 )
 from ouroboros.snapshot import snapshot_path
 

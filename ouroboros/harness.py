@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from ouroboros.call_figures import WindowFigures
 from ouroboros.config import Settings
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.errors import RunError
@@ -16,7 +17,7 @@ from ouroboros.journal import Journal
 from ouroboros.ledger import Counting, Ledger
 from ouroboros.llm import Completion, LLMClient, Model
 from ouroboros.lock import started_mark
-from ouroboros.records import EndReason, WindowFigures
+from ouroboros.records import EndReason
 from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, choose_window, discover
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget

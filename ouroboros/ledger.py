@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ouroboros.records import Measurement, RawTally
+from ouroboros.call_figures import Measurement, RawTally
 from ouroboros.tokens import (
     FRAME_KIND,
     MIN_TOKENS_FOR_TRUNCATION_CHECK,

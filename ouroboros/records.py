@@ -11,21 +11,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
+from ouroboros.call_figures import CallFigures, Measurement, RunLimits, WindowFigures
 from ouroboros.messages import Message, UserMessage
-
-if TYPE_CHECKING:
-    from ouroboros.config import Settings
 
 SCHEMA_VERSION = 2
 """Written in every line. 1: before typed records (folds the same)."""
-
-Zone = Literal["normal", "soft", "hard", "over"]
-RawTally = dict[str, int]
-"""Raw estimate per content kind (see `tokens.content_kind`)."""
 
 
 class EndReason(StrEnum):
@@ -68,78 +62,6 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
     v: int = SCHEMA_VERSION
     ts: str = Field(default_factory=now_iso)
-
-
-class Measurement(BaseModel):
-    """What one model call told us about tokens."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    prompt_tokens: int
-    completion_tokens: int
-    source: Literal["server", "timings", "estimate", "refused"]
-    """`refused`: a prompt the server refused as too long, with its exact count (no reply)."""
-    raw_prompt: int
-    """Raw estimate of the prompt that was sent (messages + tool schemas)."""
-    raw_reply: int
-    silent_truncation: bool
-    raw_kinds: RawTally = Field(default_factory=dict)
-    """`raw_prompt` per content kind (empty in journals written before kinds were kept)."""
-
-
-class CallFigures(Measurement):
-    """A model call as `token_usage.jsonl` shows it: its measurement, and where it stood."""
-
-    turn: int
-    estimated_prompt_tokens: int | None = None
-    context_limit: int | None = None
-    zone: Zone | None = None
-    finish_reason: str | None = None
-    purpose: str | None = None
-    """A call outside the conversation (`compaction`): no turn of its own."""
-    cached_tokens: int | None = None
-    """Prompt tokens the server took from its prompt cache (None: it did not say)."""
-    processed_tokens: int | None = None
-    """Prompt tokens it processed for this call: the prompt less the cached prefix."""
-    prefill_ms: float | None = None
-    """Time it spent processing them (llama-server's `timings.prompt_ms`)."""
-
-
-class WindowFigures(BaseModel):
-    """The window a run works in, as the server and the settings made it."""
-
-    model_config = ConfigDict(frozen=True)
-    server: str
-    detail: str
-    context_limit: int
-    prompt_budget: int
-    soft_line: int
-    hard_line: int
-    """The configured hard line; the line in force is placed below it from the run's replies."""
-    frame_tokens: float
-
-
-class RunLimits(BaseModel):
-    """The settings `status` and `report` need, as this run was started with them."""
-
-    model_config = ConfigDict(frozen=True)
-    max_total_turns: int | None = None
-    max_total_tokens: int | None = None
-    max_wall_time_s: float | None = None
-    max_restarts: int | None = None
-    max_turns: int | None = None
-    wind_down_turns: int
-
-    @classmethod
-    def of(cls, settings: Settings) -> RunLimits:
-        s = settings
-        return cls(
-            max_total_turns=s.supervisor.max_total_turns,
-            max_total_tokens=s.supervisor.max_total_tokens,
-            max_wall_time_s=s.supervisor.max_wall_time_s,
-            max_restarts=s.supervisor.max_restarts,
-            max_turns=s.session.max_turns,
-            wind_down_turns=s.session.wind_down_turns,
-        )
 
 
 class RunStart(Record):
@@ -262,6 +184,44 @@ class SideCall(Record):
     usage: CallFigures
 
 
+NoticeKind = Literal[
+    "warning",
+    "retry",
+    "waiting",
+    "tools",
+    "context_overflow",
+    "silent_truncation",
+    "wind_down_missed",
+]
+
+
+class Notice(Record):
+    """News a reader shows that decides nothing: a warning, a retry, a wait for the server or
+    for `resume`, the tools' confinement, a refused or silently cut prompt, a missed wind-down.
+    Journalled like everything else, so what people read is a fold of the journal."""
+
+    kind: Literal["notice"] = "notice"
+    event: NoticeKind
+    session: int | None = None
+    message: str = ""
+    once: str | None = None
+    """A warning given once a run, by this name: the fold remembers it was given."""
+    details: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
+    """The event's own figures, shown as fields of its line in `events.jsonl`."""
+
+
+class CompactionFailed(Record):
+    """A compaction that did not make the view smaller: not tried again before the history
+    has grown past `retry_above` raw tokens (a forced one is always tried)."""
+
+    kind: Literal["compaction_failed"] = "compaction_failed"
+    session: int
+    message: str
+    projected_before: int | None = None
+    projected_after: int | None = None
+    retry_above: int = 0
+
+
 class SessionEnd(Record):
     kind: Literal["session_end"] = "session_end"
     session: int
@@ -290,6 +250,8 @@ JournalRecord = Annotated[
     | Compaction
     | WindDown
     | SideCall
+    | Notice
+    | CompactionFailed
     | SessionEnd
     | RunEnd,
     Field(discriminator="kind"),

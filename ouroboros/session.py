@@ -12,19 +12,12 @@ from dataclasses import replace
 from functools import partial
 
 from ouroboros import prompts, reply_limits
+from ouroboros.call_figures import CallFigures, RawTally
 from ouroboros.harness import Harness, SessionEnded
 from ouroboros.ledger import Ledger
 from ouroboros.llm import Completion, ContextOverflow
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ouroboros.records import (
-    CallFigures,
-    EndReason,
-    MessageRecord,
-    RawTally,
-    Refused,
-    ToolRun,
-    ToolStarted,
-)
+from ouroboros.records import EndReason, MessageRecord, Refused, ToolRun, ToolStarted
 from ouroboros.reply_limits import Admitted
 from ouroboros.retry import retrying
 from ouroboros.tools import Fit

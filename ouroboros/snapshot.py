@@ -16,12 +16,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from ouroboros.call_figures import RunLimits, WindowFigures
 from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import RECENT
 from ouroboros.jsonl import storage
 from ouroboros.ledger import Ledger
 from ouroboros.messages import Message
-from ouroboros.records import RunEnd, RunLimits, WindowFigures
+from ouroboros.records import RunEnd
 from ouroboros.state import PrefillTally, RunState
 
 SNAPSHOT_FORMAT = 3

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import singledispatchmethod
 
+from ouroboros.call_figures import CallFigures, RunLimits, WindowFigures
 from ouroboros.context.view import ContextView
 from ouroboros.context.winddown import RECENT
 from ouroboros.ledger import Ledger
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.records import (
-    CallFigures,
     Compaction,
     Cut,
     EndReason,
@@ -25,14 +25,12 @@ from ouroboros.records import (
     Record,
     Refused,
     RunEnd,
-    RunLimits,
     RunStart,
     SessionEnd,
     SessionStart,
     SideCall,
     ToolStarted,
     WindDown,
-    WindowFigures,
 )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import anyio
 
 from ouroboros import prompts
+from ouroboros.call_figures import RunLimits
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
@@ -26,7 +27,7 @@ from ouroboros.lock import (
 )
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from ouroboros.observe.live import LiveView
-from ouroboros.records import EndReason, RunEnd, RunLimits, RunStart, SessionEnd, SessionStart
+from ouroboros.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
 from ouroboros.servers import ServerInfo
 from ouroboros.session import Session
 from ouroboros.tokens import tools_estimate

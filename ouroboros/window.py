@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 
 from ouroboros import prompts
 from ouroboros.cache_check import reuse_warning, shared_tokens
+from ouroboros.call_figures import CallFigures, RawTally, Zone
 from ouroboros.compaction import Compactor
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.mask import round_waits_below, worth_a_round
@@ -21,16 +22,7 @@ from ouroboros.context.winddown import WindDownLine, place
 from ouroboros.harness import Harness, SessionEnded, reported
 from ouroboros.llm import Completion
 from ouroboros.messages import Message, ToolMessage, UserMessage
-from ouroboros.records import (
-    CallFigures,
-    Cut,
-    EndReason,
-    Mask,
-    MaskReason,
-    RawTally,
-    WindDown,
-    Zone,
-)
+from ouroboros.records import Cut, EndReason, Mask, MaskReason, WindDown
 from ouroboros.tokens import SCHEMA_KIND, output_kind, raw_estimate, tools_estimate, units
 
 BYTES_PER_RAW_TOKEN = 4

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ouroboros.call_figures import Measurement
 from ouroboros.context.mask import (
     MaskPolicy,
     apply_masks,
@@ -36,7 +37,7 @@ from ouroboros.messages import (
     UserMessage,
     tool_call_pairs_valid,
 )
-from ouroboros.records import JOURNAL_RECORD, Measurement
+from ouroboros.records import JOURNAL_RECORD
 from ouroboros.state import RunState
 from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
 

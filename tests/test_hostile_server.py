@@ -279,9 +279,7 @@ def test_a_slow_reply_that_moves_on_is_not_cut_by_the_idle_timeout() -> None:
 def test_a_reply_that_trickles_text_forever_ends_at_the_whole_reply_deadline() -> None:
     started = time.monotonic()
     with pytest.raises(TransientError) as caught:
-        complete(
-            Reply(wire=trickle(60, every=0.1, text="a")), timeout_s=10, reply_timeout_s=1
-        )
+        complete(Reply(wire=trickle(60, every=0.1, text="a")), timeout_s=10, reply_timeout_s=1)
     assert time.monotonic() - started < 20
     assert "llm.reply_timeout_s" in str(caught.value)
 

@@ -6,10 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from ouroboros.call_figures import CallFigures, WindowFigures
 from ouroboros.journal import Journal, fold
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ouroboros.records import (
-    CallFigures,
     Compaction,
     Cut,
     EndReason,
@@ -23,7 +23,6 @@ from ouroboros.records import (
     SideCall,
     ToolStarted,
     WindDown,
-    WindowFigures,
 )
 from ouroboros.snapshot import load, snapshot_path
 from ouroboros.state import RunState

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from ouroboros.call_figures import RawTally
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
 from ouroboros.context.truncate import saved_name, shown
 from ouroboros.messages import Message, ToolMessage
-from ouroboros.records import RawTally
 from ouroboros.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
 
 

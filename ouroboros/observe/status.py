@@ -238,7 +238,7 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
     # The limits the run was started with; today's settings only for a run that recorded none.
     limits = run.get("limits")
     if limits is None:
-        from ouroboros.records import RunLimits
+        from ouroboros.call_figures import RunLimits
 
         limits = RunLimits.of(settings()).model_dump()
     for name, value in _budgets(limits, snap):
