@@ -18,10 +18,12 @@ from ouroboros.ledger import Ledger
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.records import (
     Compaction,
+    CompactionFailed,
     Cut,
     EndReason,
     Mask,
     MessageRecord,
+    Notice,
     Record,
     Refused,
     RunEnd,
@@ -88,6 +90,10 @@ class RunState:
     window: WindowFigures | None = None
     limits: RunLimits | None = None
     """As the latest start of the supervisor recorded them."""
+    warned: set[str] = field(default_factory=set)
+    """Warnings given once a run, by name (`Notice.once`)."""
+    compaction_retry_above: int = 0
+    """After a failed compaction: the raw size the view must reach before the next try."""
 
     @property
     def total_tokens(self) -> int:
@@ -140,6 +146,16 @@ class RunState:
     @apply.register
     def _(self, record: Compaction) -> None:
         self.view.compact(record.start, record.snapshot)
+        self.compaction_retry_above = 0
+
+    @apply.register
+    def _(self, record: CompactionFailed) -> None:
+        self.compaction_retry_above = record.retry_above
+
+    @apply.register
+    def _(self, record: Notice) -> None:
+        if record.once is not None:
+            self.warned.add(record.once)
 
     @apply.register
     def _(self, record: SideCall) -> None:
@@ -189,6 +205,7 @@ class RunState:
         self.dropped_calls = 0
         self.wind_down_replies = None
         self.ended_reason = None
+        self.compaction_retry_above = 0
 
     @apply.register
     def _(self, record: RunStart) -> None:
