@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ouroboros import snapshot
 from ouroboros.jsonl import JsonlReader, JsonlWriter, Problem, storage
-from ouroboros.records import JOURNAL_RECORD, JournalRecord, SessionStart
+from ouroboros.records import JOURNAL_RECORD, JournalRecord, Notice, NoticeKind, SessionStart
 from ouroboros.state import RunState
 
 Sink = Callable[[JournalRecord, RunState], None]
@@ -59,6 +59,27 @@ class Journal:
                 snapshot.save(self._writer.path, self.state, size, self._lines, written)
         for sink in self.sinks:
             sink(record, self.state)
+
+    def notify(
+        self,
+        event: NoticeKind,
+        message: str = "",
+        *,
+        session: int | None = None,
+        once: str | None = None,
+        **details: int | float | str | bool | None,
+    ) -> None:
+        """Journals news a reader shows (a warning, a wait, ...); one named by `once` is given
+        once a run, as the fold remembers it."""
+        if once is not None and once in self.state.warned:
+            return
+        self.append(
+            Notice(event=event, message=message, session=session, once=once, details=details)
+        )
+
+    def retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
+        """Tenacity's report before it sleeps: readers show that the run waits, and why."""
+        self.notify("retry", str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
 
     def close(self) -> None:
         if self._writer is not None:

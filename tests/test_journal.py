@@ -181,3 +181,20 @@ def test_a_bad_line_is_skipped_and_named_and_a_snapshot_spares_the_lines_before_
     assert [str(p)[:43] for p in reader.problems] == ["journal.jsonl, line 4: not a valid record ("]
     assert str(reader.problems[0]).endswith("; skipped (the file keeps it)")
     assert state.total_turns == 10
+
+
+def test_a_notice_named_once_is_journalled_once_a_run_even_across_a_resume(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.notify("warning", "tools run unconfined", once="unconfined")
+    journal.notify("warning", "tools run unconfined", once="unconfined")
+    journal.retry(2, 1.234, RuntimeError("HTTP 503"))
+    journal.close()
+    resumed = Journal(path)
+    resumed.notify("warning", "tools run unconfined", once="unconfined")
+    resumed.close()
+    kinds = [line.split('"event":"')[1].split('"')[0] for line in path.read_text().splitlines()]
+    assert kinds == ["warning", "retry"]
+    assert '"wait_s":1.23' in path.read_text().splitlines()[1]
