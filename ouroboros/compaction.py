@@ -61,7 +61,10 @@ class Compactor:
         raw_request = tally(request)
         try:
             completion = await retrying(
-                partial(self.h.llm.complete, request, []), self.h.settings.llm, self.h.log.retry
+                partial(self.h.llm.complete, request, []),
+                self.h.settings.llm,
+                self.h.log.retry,
+                self.h.clock,
             )
         except (ContextOverflow, TransientError) as e:
             self.failed(before, None, f"the snapshot call failed: {e}")

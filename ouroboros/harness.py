@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ouroboros.call_figures import WindowFigures
+from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.errors import RunError
@@ -84,6 +85,8 @@ class Harness:
     policy: ContextPolicy = field(default_factory=Managed)
     warned: set[str] = field(default_factory=set)
     """Warnings given once a run, by name."""
+    clock: Clock = SYSTEM_CLOCK
+    """What the run's wall time is measured on and retries wait on."""
 
     @property
     def ledger(self) -> Ledger:
@@ -152,7 +155,12 @@ def window_for(settings: Settings, info: ServerInfo, log: EventLog) -> WindowFig
 
 
 def build_harness(
-    settings: Settings, model: Model, info: ServerInfo, journal: Journal, log: EventLog
+    settings: Settings,
+    model: Model,
+    info: ServerInfo,
+    journal: Journal,
+    log: EventLog,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Harness:
     """The budget, ledger and tools that follow from what the server is."""
     s = settings
@@ -162,7 +170,9 @@ def build_harness(
     tools = build_tools(s, budget, log)
     rendered = info.renders_tools is not False
     policy = mask_policy(s, budget)
-    return Harness(s, model, tools, journal, log, budget, counting, policy, window, rendered)
+    return Harness(
+        s, model, tools, journal, log, budget, counting, policy, window, rendered, clock=clock
+    )
 
 
 def build_tools(settings: Settings, budget: Budget, log: EventLog) -> ToolRunner:

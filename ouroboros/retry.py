@@ -10,23 +10,38 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception_type,
-    stop_after_delay,
     stop_never,
     wait_random_exponential,
 )
+from tenacity.stop import stop_base
 
+from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import LLMSettings
 from ouroboros.llm import TransientError
 
 T = TypeVar("T")
 
 
+class StopAfter(stop_base):
+    """Stop once `seconds` have passed on `clock` since the first attempt (tenacity's own
+    `stop_after_delay` reads the system's monotonic time, which a fake clock does not move)."""
+
+    def __init__(self, seconds: float, clock: Clock):
+        self.deadline = clock.now() + seconds
+        self.clock = clock
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.clock.now() >= self.deadline
+
+
 async def retrying(
     call: Callable[[], Awaitable[T]],
     settings: LLMSettings,
     on_retry: Callable[[int, float, BaseException], None],
+    clock: Clock = SYSTEM_CLOCK,
 ) -> T:
-    """The one retry layer: transient errors only, exponential backoff with jitter."""
+    """The one retry layer: transient errors only, exponential backoff with jitter, waiting on
+    `clock`."""
 
     def report(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -42,11 +57,12 @@ async def retrying(
         asked = error.retry_after if isinstance(error, TransientError) else None
         return max(backoff(state), min(asked or 0.0, settings.retry_max_s))
 
-    stop = stop_after_delay(settings.retry_for_s) if settings.retry_for_s else stop_never
+    stop = StopAfter(settings.retry_for_s, clock) if settings.retry_for_s else stop_never
     async for attempt in AsyncRetrying(
         retry=retry_if_exception_type(TransientError),
         wait=wait,
         stop=stop,
+        sleep=clock.sleep,
         before_sleep=report,
         reraise=True,
     ):

@@ -10,6 +10,7 @@ import anyio
 
 from ouroboros import prompts
 from ouroboros.call_figures import RunLimits
+from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
@@ -214,10 +215,15 @@ def open_journal(settings: Settings, log: EventLog) -> Journal:
 
 
 async def run(
-    settings: Settings, log: EventLog, model: Model | None = None, info: ServerInfo | None = None
+    settings: Settings,
+    log: EventLog,
+    model: Model | None = None,
+    info: ServerInfo | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RunOutcome:
     """Run until a limit, a finish, a stop signal or a fatal error; against `settings.llm`'s
-    server, or `model` (in-process: tests, benches) whose server is `info`."""
+    server, or `model` (in-process: tests, benches) whose server is `info`; its wall time and
+    retries on `clock`."""
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with state_lock(settings.paths.state_dir, log):
         journal = open_journal(settings, log)

@@ -7,8 +7,10 @@ import signal
 from typing import Any
 
 from ouroboros import prompts
+from ouroboros.clock import FakeClock
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
+from tests.inprocess import run_here
 from tests.test_context_run import fill_workspace, reader
 
 
@@ -17,14 +19,10 @@ def worker(body: dict[str, Any]) -> Reply:
 
 
 def test_max_total_tokens_stops_the_run_and_a_higher_limit_goes_on(project: Project) -> None:
-    with ScriptedServer(worker) as server:
-        project.configure(server.url, supervisor={"max_total_tokens": 3000})
-        first = project.run("run")
-        used = sum(u["total_tokens"] for u in project.usage())
-        project.configure(server.url, supervisor={"max_total_tokens": used + 1500})
-        second = project.run("run")
-    assert first.returncode == 0, first.stderr
-    assert second.returncode == 0, second.stderr
+    first = run_here(project, worker, supervisor={"max_total_tokens": 3000})
+    used = sum(u["total_tokens"] for u in project.usage())
+    second = run_here(project, worker, supervisor={"max_total_tokens": used + 1500})
+    assert (first.reason, second.reason) == ("max_total_tokens", "max_total_tokens")
     ends = project.events("run_end")
     assert [e["reason"] for e in ends] == ["max_total_tokens", "max_total_tokens"]
     totals = [u["total_tokens"] for u in project.usage()]
@@ -35,31 +33,31 @@ def test_max_total_tokens_stops_the_run_and_a_higher_limit_goes_on(project: Proj
 
 
 def test_max_wall_time_stops_the_run(project: Project) -> None:
-    def slow(body: dict[str, Any]) -> Reply:
-        return Reply(
-            text="Slowly.", tool_calls=[tool("shell_exec", command="echo step")], delay_s=0.4
-        )
+    clock = FakeClock()
 
-    with ScriptedServer(slow) as server:
-        project.configure(server.url, supervisor={"max_wall_time_s": 1.5})
-        result = project.run("run")
-    assert result.returncode == 0, result.stderr
+    def slow(body: dict[str, Any]) -> Reply:
+        clock.advance(1000)  # each reply takes 1,000 s on the run's clock
+        return Reply(text="Slowly.", tool_calls=[tool("shell_exec", command="echo step")])
+
+    limits = {"max_wall_time_s": 3600, "max_total_turns": 20}
+    ran = run_here(project, slow, clock=clock, supervisor=limits)
+    assert ran.reason == "max_wall_time", ran.error
     (end,) = project.events("run_end")
     assert end["reason"] == "max_wall_time"
-    assert 2 <= len(project.usage()) <= 5
+    # The hour is up during the fourth reply: the run asks for no fifth.
+    assert len(project.usage()) == 4
 
 
 def test_no_wind_down_turns_ends_the_session_at_the_hard_line(project: Project) -> None:
     fill_workspace(project, words=200)
-    with ScriptedServer(reader(), dialect="llama", n_ctx=4096) as server:
-        project.configure(
-            server.url,
-            session={"wind_down_turns": 0},
-            supervisor={"max_restarts": 1, "max_total_turns": 100},
-        )
-        result = project.run("run")
-        requests = server.chat_requests()
-    assert result.returncode == 0, result.stderr
+    ran = run_here(
+        project,
+        reader(),
+        session={"wind_down_turns": 0},
+        supervisor={"max_restarts": 1, "max_total_turns": 100},
+    )
+    assert ran.reason == "max_restarts", ran.error
+    requests = ran.chat_requests()
     notices = project.events("wind_down")
     assert [n["turns_left"] for n in notices] == [0, 0]
     ends = project.events("session_end")

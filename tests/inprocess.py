@@ -1,0 +1,129 @@
+"""A whole run in the test's process: the supervisor, sessions and journal of a real run, against
+`FakeModel` fed the same scripts as `ScriptedServer` (a list of `Reply`, or a function of the
+request body), with no HTTP and no subprocess. For what a session does; the client, the CLI,
+signals, kill -9 and locks stay with the subprocess and the loopback server."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from ouroboros.chunks import Completion, Usage
+from ouroboros.clock import SYSTEM_CLOCK, Clock
+from ouroboros.config_file import load_settings
+from ouroboros.errors import RunError
+from ouroboros.events import EventLog
+from ouroboros.fake_model import FakeModel
+from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
+from ouroboros.observe.live import LiveView
+from ouroboros.scripted import Reply, Responder, quick_config
+from ouroboros.supervisor import run
+from tests.conftest import Project
+
+_CALL_IDS = itertools.count(1)
+UNSUPPORTED = ("status", "error_body", "cut", "stream_error", "stall_s", "retry_after", "wire")
+"""What only a server on the wire can do: such replies belong in a subprocess test."""
+
+
+def as_message(reply: Reply) -> AssistantMessage:
+    """The message a scripted reply streams."""
+    for name in UNSUPPORTED:
+        if getattr(reply, name) != getattr(Reply(), name):
+            raise ValueError(f"Reply.{name} needs the loopback server (ScriptedServer)")
+    ids = list(reply.call_ids)
+    calls = tuple(
+        ToolCall(
+            id=ids[index] if index < len(ids) else f"call_{next(_CALL_IDS):08d}",
+            name=name,
+            arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+        )
+        for index, (name, arguments) in enumerate(reply.tool_calls)
+    )
+    return AssistantMessage(content=reply.text, tool_calls=calls)
+
+
+@dataclass
+class Scripted:
+    """`ScriptedServer`'s script as a `FakeModel` replier; `requests` are the request bodies as
+    the client would have sent them (`messages` only)."""
+
+    script: Iterable[Reply] | Responder
+    model: FakeModel = field(init=False)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._responder = self.script if callable(self.script) else None
+        self._queue: deque[Reply] = deque(() if callable(self.script) else self.script)
+
+    def __call__(self, messages: list[Message]) -> AssistantMessage | Completion:
+        body = {"messages": [to_wire(m) for m in messages]}
+        self.requests.append(body)
+        if self._responder is not None:
+            reply = self._responder(body)
+        else:
+            reply = self._queue.popleft() if self._queue else Reply(text="(no more replies)")
+        message = as_message(reply)
+        if reply.usage and reply.prompt_tokens is None and reply.completion_tokens is None:
+            return message  # FakeModel reports the counts it made
+        finish = "tool_calls" if message.tool_calls else "stop"
+        if not reply.usage:
+            return Completion(message, finish, None)
+        prompt = reply.prompt_tokens
+        if prompt is None:
+            prompt = self.model.prompt_tokens(messages, [])
+        completion = reply.completion_tokens
+        if completion is None:
+            completion = self.model.prompt_tokens([message], [])
+        return Completion(message, finish, Usage(prompt, completion, "server"))
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return list(self.requests)
+
+
+@dataclass
+class Ran:
+    """What an in-process run left: its outcome (or the one-line error), the terminal's lines,
+    and the requests the model saw."""
+
+    reason: str
+    error: str
+    stdout: str
+    scripted: Scripted
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return self.scripted.chat_requests()
+
+
+def run_here(
+    project: Project,
+    script: Iterable[Reply] | Responder | Scripted,
+    window: int = 4096,
+    renders_tools: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
+    **sections: dict[str, Any],
+) -> Ran:
+    """`python -m ouroboros run` in this process, with `quick_config`'s settings and `sections`
+    over them; a run error is returned (as the CLI prints it), not raised."""
+    scripted = script if isinstance(script, Scripted) else Scripted(script)
+    scripted.model = FakeModel(scripted, window=window, renders_tools=renders_tools)
+    config = project.root / "config.toml"
+    config.write_text(quick_config("http://127.0.0.1:9/v1", **sections))
+    settings = load_settings(config)
+    out = io.StringIO()
+    log = EventLog(settings.paths.state_dir, LiveView(Console(file=out, width=200)))
+    model = scripted.model
+    try:
+        outcome = anyio.run(run, settings, log, model, model.info, clock)
+    except RunError as e:
+        return Ran("error", str(e), out.getvalue(), scripted)
+    finally:
+        log.close()
+    return Ran(outcome.reason, "", out.getvalue(), scripted)
