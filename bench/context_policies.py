@@ -67,16 +67,12 @@ from ouroboros.config import (
     Settings,
     SupervisorSettings,
 )
+from ouroboros.context import policy as managed
+from ouroboros.context import room
 from ouroboros.context.mask import masked
-from ouroboros.events import EventLog
-from ouroboros.harness import (
-    ContextPolicy,
-    Harness,
-    Managed,
-    SessionEnded,
-    mask_policy,
-    tool_output_cap,
-)
+from ouroboros.context.policy import ContextPolicy, Decision, End
+from ouroboros.context.room import Rules, StepFigures, projected
+from ouroboros.harness import mask_policy, tool_output_cap
 from ouroboros.journal import Journal
 from ouroboros.ledger import Counting
 from ouroboros.llm import Completion, ContextOverflow, Usage
@@ -89,16 +85,17 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
-from ouroboros.observe.live import LiveView
-from ouroboros.records import EndReason, MaskReason, MessageRecord
+from ouroboros.records import Cut, EndReason, Mask, MaskReason, MessageRecord
 from ouroboros.scripted_wire import count_tokens
-from ouroboros.session import Session
+from ouroboros.session import Parts, Session
+from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.live import LiveView
+from ouroboros.state import RunState
 from ouroboros.supervisor import Supervisor
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget
+from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
 from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
-from ouroboros.window import Window
 
 SEED = 20240611
 MIN_TOOL_CALLS = 330
@@ -518,46 +515,38 @@ def tool_message(observation: Observation, cap: int | None) -> ToolMessage:
 # --- the policies: the harness's own, or another context management --------------------------
 
 
-class RefusalEndsSession:
+def refused_ends_session(state: RunState, rules: Rules) -> list[Mask | Cut]:
     """No response to an overflow: a refused prompt just ends the session."""
-
-    async def after_overflow(self, window: Window) -> bool:
-        return False
-
-    def end_at_hard(self, window: Window) -> None:
-        projected = window.projected()
-        if window.h.budget.zone(projected) in ("hard", "over"):
-            raise SessionEnded(EndReason.CONTEXT_FULL, f"next prompt ~{projected:,} tokens")
+    return []
 
 
-class NoManagement(RefusalEndsSession):
-    async def after_step(self, window: Window) -> None:
-        pass
+def end_at_hard(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    now = projected(state, rules)
+    if rules.budget.zone(now) in ("hard", "over"):
+        return [End(EndReason.CONTEXT_FULL, f"next prompt ~{now:,} tokens")]
+    return []
 
 
-class TruncationOnly(RefusalEndsSession):
-    async def after_step(self, window: Window) -> None:
-        self.end_at_hard(window)
+def rust_masking(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    """The 3 oldest unmasked results, once the fill is over 70% of the window."""
+    if projected(state, rules) <= RUST_MASK_AT * rules.budget.limit:
+        return []
+    view = state.view
+    oldest = (
+        m.tool_call_id
+        for m in view.history
+        if isinstance(m, ToolMessage) and m.tool_call_id not in view.masked_ids
+    )
+    chosen = list(islice(oldest, RUST_MASK_PER_ROUND))
+    decision = managed.mask(state, rules, chosen, MaskReason.SOFT_THRESHOLD)
+    return [decision] if decision else []
 
 
-class RustOriginal(RefusalEndsSession):
-    async def after_step(self, window: Window) -> None:
-        if window.projected() > RUST_MASK_AT * window.h.budget.limit:
-            oldest = (
-                m.tool_call_id
-                for m in window.view.history
-                if isinstance(m, ToolMessage) and m.tool_call_id not in window.view.masked_ids
-            )
-            chosen = list(islice(oldest, RUST_MASK_PER_ROUND))
-            await window.mask(chosen, reason=MaskReason.SOFT_THRESHOLD)
-        self.end_at_hard(window)
-
-
-CONTEXT_POLICIES: dict[Policy, type[ContextPolicy]] = {
-    "none": NoManagement,
-    "truncate": TruncationOnly,
-    "ours": Managed,
-    "rust": RustOriginal,
+CONTEXT_POLICIES: dict[Policy, ContextPolicy] = {
+    "none": ContextPolicy((), refused_ends_session),
+    "truncate": ContextPolicy((end_at_hard,), refused_ends_session),
+    "ours": managed.MANAGED,
+    "rust": ContextPolicy((rust_masking, end_at_hard), refused_ends_session),
 }
 
 
@@ -601,31 +590,34 @@ class Replay:
         self.recent: deque[Observation] = deque(maxlen=RECENT)
         self.track_recent = True
         self.model = ScriptedModel(self)
-        self.harness = Harness(
-            s,
-            self.model,
-            ScriptedTools(self, self.cap),
-            self.journal,
-            EventLog(STATE_DIR, LiveView(Console(file=io.StringIO()))),
+        tools = ScriptedTools(self, self.cap)
+        c = s.context
+        rules = Rules(
             budget,
-            Counting(limit),
             self.mask_policy,
-            WindowFigures(
-                server="scripted",
-                detail="bench",
-                context_limit=limit,
-                prompt_budget=budget.prompt_budget,
-                soft_line=budget.soft_line,
-                hard_line=budget.hard_line,
-                frame_tokens=MESSAGE_OVERHEAD,
-            ),
-            policy=CONTEXT_POLICIES[policy](),
+            c,
+            s.session.wind_down_turns,
+            s.llm.max_output_tokens,
+            tools_estimate(tools.schemas()),
         )
-        self.supervisor = Supervisor(self.harness)
+        self.parts = Parts(
+            s, self.model, tools, self.journal, rules, Counting(limit), CONTEXT_POLICIES[policy]
+        )
+        window = WindowFigures(
+            server="scripted",
+            detail="bench",
+            context_limit=limit,
+            prompt_budget=budget.prompt_budget,
+            soft_line=budget.soft_line,
+            hard_line=budget.hard_line,
+            frame_tokens=MESSAGE_OVERHEAD,
+        )
+        self.log = EventLog(STATE_DIR, LiveView(Console(file=io.StringIO())))
+        self.supervisor = Supervisor(self.parts, window, self.log)
 
     async def run(self) -> Outcome:
         await self.supervisor.run()
-        self.harness.log.close()
+        self.log.close()
         self.out.sessions = self.journal.state.session
         return self.out
 
@@ -738,8 +730,8 @@ async def time_context_work(
     replay = Replay("ours", 2 * unmaskable, steps, server)
     replay.track_recent = False
     await replay.supervisor.next_session()
-    session = Session(replay.harness)
-    while len(session.window.view.history) < size - PERF_TURNS * per_step / 2:
+    session = Session(replay.parts)
+    while len(replay.journal.state.view.history) < size - PERF_TURNS * per_step / 2:
         await one_turn(replay, session, None)
     # As timeit does: the collector's full passes cost what the whole heap holds (the bench's
     # own script and counts included), whichever code happens to trigger them.
@@ -774,23 +766,26 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     messages: list[Message] = [step.reply, *results]
     if not results:
         messages.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-    window, state = session.window, replay.journal.state
+    state, rules = replay.journal.state, replay.parts.rules
     clock = time.perf_counter
     t0 = clock()
-    sent = window.view.messages()  # what `Session.call_model` hands the model
-    raw_prompt = window.raw_prompt()
+    sent = state.view.messages()  # what `Session.call_model` hands the model
+    raw_prompt = room.raw_prompt(state, rules)
     t1 = clock()
     prompt = replay.server.prompt_tokens(sent)
     completion = replay.server.completion_tokens(step.reply)
     served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
-    usage: CallFigures | None = window.figures(served, raw_prompt, state.session_turns + 1)
+    turn = state.session_turns + 1
+    usage: CallFigures | None = room.call_figures(
+        state, rules, replay.parts.counting, served, raw_prompt, turn
+    )
     for message in messages:
         # The fold of each record: the view and, with a reply, the ledger.
         replay.journal.append(MessageRecord(session=state.session, message=message, usage=usage))
         usage = None
     t3 = clock()
-    await replay.harness.policy.after_step(window)
+    await session.after_step()
     t4 = clock()
     if spent is not None:
         spent["view copy"] += t1 - t0

@@ -28,8 +28,8 @@ from pathlib import Path
 from resume import write_journal
 from rich.console import Console
 
-from ouroboros.events import EventLog
-from ouroboros.observe.live import LiveView
+from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.live import LiveView
 
 STATUS_S = 0.2
 REPORT_MB = 1.0

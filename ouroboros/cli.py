@@ -31,6 +31,7 @@ from ouroboros.observe import status
 from ouroboros.observe.describe import stderr_console, stdout_console
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.printable import printable
+from ouroboros.state_folder import EVENTS, JOURNAL, USAGE
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -41,7 +42,7 @@ Loader = Callable[[], "Settings"]
 
 UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR}
 """Why a state or workspace folder cannot be written: said in one line, not a traceback."""
-RUN_FILES = ("journal.jsonl", "events.jsonl", "token_usage.jsonl")
+RUN_FILES = (JOURNAL, EVENTS, USAGE)
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
 
@@ -163,7 +164,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     from ouroboros.lock import fresh_state
-    from ouroboros.observe.live import LiveView
+    from ouroboros.sinks.live import LiveView
     from ouroboros.supervisor import run_to_end
 
     settings = load()
@@ -242,13 +243,13 @@ def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
 
 
 def _resume(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.lock import RESUME_REQUEST
+    from ouroboros.state_folder import RESUME_REQUEST
 
     return _ask(load(), RESUME_REQUEST, "go on", console)
 
 
 def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.lock import COMPACT_REQUEST
+    from ouroboros.state_folder import COMPACT_REQUEST
 
     return _ask(load(), COMPACT_REQUEST, "compact the context at its next turn", console)
 

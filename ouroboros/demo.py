@@ -20,8 +20,8 @@ from rich.console import Console
 
 from ouroboros.config_file import load_settings, to_toml
 from ouroboros.lock import fresh_state
-from ouroboros.observe.live import LiveView
 from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.sinks.live import LiveView
 from ouroboros.supervisor import run_to_end
 
 N_CTX = 4096

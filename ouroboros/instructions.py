@@ -15,7 +15,7 @@ from pathlib import Path
 from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.errors import RunError
-from ouroboros.events import EventLog
+from ouroboros.journal import Journal
 from ouroboros.messages import SystemMessage
 from ouroboros.tokens import Budget
 from ouroboros.tools import safefs
@@ -49,7 +49,7 @@ def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
 
 
 def system_message(
-    settings: Settings, budget: Budget, log: EventLog, last: SystemMessage | None
+    settings: Settings, budget: Budget, journal: Journal, last: SystemMessage | None
 ) -> SystemMessage:
     """A session's system message from the instructions as they are now; `last`, the one the
     previous session had, where they cannot be read (the agent may have broken its own file:
@@ -60,12 +60,12 @@ def system_message(
     except RunError as e:
         if last is None:
             raise
-        log.emit("warning", message=f"{e}; the last instructions are used again")
+        journal.notify("warning", f"{e}; the last instructions are used again")
         return last
     if cut_from is not None:
-        log.emit(
+        journal.notify(
             "warning",
-            message=f"{s.paths.system_prompt} is {cut_from:,} bytes, more than a session can "
+            f"{s.paths.system_prompt} is {cut_from:,} bytes, more than a session can "
             "hold: the agent is shown its start and told to shorten it",
         )
     text = prompts.system_prompt(

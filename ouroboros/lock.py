@@ -18,15 +18,11 @@ import anyio
 from pydantic import ValidationError
 
 from ouroboros.errors import RunError
-from ouroboros.events import EventLog
+from ouroboros.journal import Journal
 from ouroboros.jsonl import storage
-from ouroboros.records import JOURNAL_RECORD, RunStart
+from ouroboros.records import JOURNAL_RECORD, Notice, RunStart
 from ouroboros.snapshot import journal_size_then, snapshot_path
-
-RESUME_REQUEST = "resume"
-COMPACT_REQUEST = "compact"
-"""File in the state folder by which `python -m ouroboros resume` lets a waiting run go on."""
-
+from ouroboros.state_folder import JOURNAL, LOCK, RESUME_REQUEST, USAGE
 
 LOCK_PATIENCE_S = 1.0
 """`status` takes the lock for an instant to see whether a run holds it: a run starting in that
@@ -46,9 +42,11 @@ def _take(handle: IO[str]) -> bool:
 
 
 @contextmanager
-def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
-    """flock is released by the kernel when the owner dies, so only a live owner blocks us."""
-    path = state_dir / "lock"
+def state_lock(state_dir: Path) -> Iterator[str | None]:
+    """Holds the state folder, before any file of the run is opened; yields the pid of a dead
+    owner whose lock it took over (None: there was none), for the run to journal. flock is
+    released by the kernel when the owner dies, so only a live owner blocks us."""
+    path = state_dir / LOCK
     with storage(path):
         state_dir.mkdir(parents=True, exist_ok=True)
         handle = path.open("a+")
@@ -61,15 +59,13 @@ def state_lock(state_dir: Path, log: EventLog | None = None) -> Iterator[None]:
         ) from None
     handle.seek(0)
     previous = handle.read().strip()
-    if previous and log is not None:
-        log.emit("warning", message=f"took over a stale lock left by pid {previous}")
     with storage(path):
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
         handle.flush()
     try:
-        yield
+        yield previous or None
     finally:
         # A lock made immutable meanwhile keeps its pid: the next run takes it over as a dead
         # owner's, or says in one line why it cannot.
@@ -94,13 +90,25 @@ FIRST_LINE_BYTES = 1 << 20
 AFRESH = "restore it to resume, or start a new run with `run --fresh` (nothing is deleted)"
 
 
-def _first_line(journal: Path) -> bytes | None:
-    """The journal's first line (None: no journal, or an empty one)."""
+def _first_line(journal: Path) -> tuple[bytes | None, bool]:
+    """The journal's first line after the notices a first start may journal before its run
+    start (a wait for the server, a warning), and whether the file ends with it; None: no
+    journal, or none but notices."""
     try:
         with journal.open("rb") as f:
-            return f.readline(FIRST_LINE_BYTES) or None
+            while line := f.readline(FIRST_LINE_BYTES):
+                if not _is_notice(line):
+                    return line, f.tell() == os.fstat(f.fileno()).st_size
+            return None, True
     except FileNotFoundError:
-        return None
+        return None, True
+
+
+def _is_notice(line: bytes) -> bool:
+    try:
+        return line.endswith(b"\n") and isinstance(JOURNAL_RECORD.validate_json(line), Notice)
+    except ValidationError:
+        return False
 
 
 def _is_run_start(line: bytes) -> bool:
@@ -116,11 +124,11 @@ def refuse_lost_journal(state_dir: Path) -> None:
     """Refuse, in one line, to start over where a run's journal was lost, emptied or replaced:
     every run's journal begins with its run start, and a run that began left its mark beside
     the state folder. Only a first start, in a folder with no journal yet, goes on."""
-    journal = state_dir / "journal.jsonl"
+    journal = state_dir / JOURNAL
     with storage(journal):
-        first = _first_line(journal)
-        if first is not None and not first.endswith(b"\n") and journal.stat().st_size == len(first):
-            first = None  # the first write, torn: the journal sets it aside, as any torn tail
+        first, last = _first_line(journal)
+        if first is not None and not first.endswith(b"\n") and last:
+            first = None  # the last write, torn: the journal sets it aside, as any torn tail
     if first is not None:
         if not _is_run_start(first):
             raise RunError(
@@ -135,7 +143,7 @@ def refuse_lost_journal(state_dir: Path) -> None:
                 f"purpose, remove {snapshot_path(journal).name} beside it; else {AFRESH}"
             )
         return
-    usage = state_dir / "token_usage.jsonl"
+    usage = state_dir / USAGE
     if started_mark(state_dir).exists() or (usage.exists() and usage.stat().st_size):
         what = "its journal is gone" if state_dir.exists() else "the state folder is gone"
         raise RunError(
@@ -152,7 +160,7 @@ def fresh_state(state_dir: Path) -> Path | None:
         if mark.exists():
             mark.rename(mark.with_name(f"{mark.name}.{stamp}"))
         return None
-    lock = state_dir / "lock"
+    lock = state_dir / LOCK
     if lock.exists():
         with lock.open("a+") as handle:  # closing it releases the flock at once
             try:
@@ -168,11 +176,11 @@ def fresh_state(state_dir: Path) -> Path | None:
     return aside
 
 
-async def wait_for_resume(state_dir: Path, log: EventLog) -> None:
+async def wait_for_resume(state_dir: Path, journal: Journal) -> None:
     flag = state_dir / RESUME_REQUEST
-    log.emit(
+    journal.notify(
         "waiting",
-        message="auto_restart is off: press Enter here, or run "
+        "auto_restart is off: press Enter here, or run "
         "`python -m ouroboros resume`, to start the next session",
     )
     # Polled, not read in a thread: a thread blocked in readline would keep the process alive

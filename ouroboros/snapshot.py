@@ -2,31 +2,36 @@
 of the last session.
 
 Written at every session start, next to the journal: the session's own state is then its opening
-messages, and the rest is the run's counters and ledger. It is a cache: missing, unreadable, or
-not matching the journal's bytes at its offset, it is ignored and the whole journal is folded,
-which gives the same state.
+messages, and the rest is the run's fields of `RunState`, saved by their one declaration there.
+It is a cache: missing, unreadable, or not matching the journal's bytes at its offset, it is
+ignored and the whole journal is folded, which gives the same state.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections import deque
+from dataclasses import fields
 from pathlib import Path
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
-from ouroboros.call_figures import RunLimits, WindowFigures
 from ouroboros.context.view import ContextView
-from ouroboros.context.winddown import RECENT
 from ouroboros.jsonl import storage
-from ouroboros.ledger import Ledger
 from ouroboros.messages import Message
-from ouroboros.records import RunEnd
-from ouroboros.state import PrefillTally, RunState
+from ouroboros.state import RunState
 
-SNAPSHOT_FORMAT = 3
-"""3: with the run's call ids (an older snapshot is ignored: the whole journal is folded)."""
+SNAPSHOT_FORMAT = 4
+"""4: the run's fields as `RunState` declares them (an older snapshot is ignored: the whole
+journal is folded)."""
+
+_HINTS = get_type_hints(RunState)
+_RUN_FIELDS: dict[str, Any] = {
+    f.name: (_HINTS[f.name], ...) for f in fields(RunState) if not f.metadata.get("session")
+}
+SavedRun: type[BaseModel] = create_model("SavedRun", **_RUN_FIELDS)
+"""The run's fields of `RunState`: every one not reset by a session start."""
 
 
 class Snapshot(BaseModel):
@@ -37,22 +42,9 @@ class Snapshot(BaseModel):
     line_sha256: str
     """Of the journal's last line before `offset`: the journal this state belongs to."""
     line_bytes: int
-    started_at: float | None
-    session: int
-    total_turns: int
-    total_prompt_tokens: int
-    total_completion_tokens: int
-    restarts: int
-    prefill: PrefillTally
-    ledger: Ledger
+    run: SavedRun
     messages: list[Message]
     """The session's opening."""
-    recent_replies: list[int]
-    wind_down_reply_tokens: list[tuple[int, int]]
-    run_end: RunEnd | None
-    window: WindowFigures | None
-    limits: RunLimits | None
-    call_ids: list[str]
 
 
 def snapshot_path(journal: Path) -> Path:
@@ -62,26 +54,14 @@ def snapshot_path(journal: Path) -> Path:
 def save(journal: Path, state: RunState, offset: int, lines: int, last_line: bytes) -> None:
     """Replace the snapshot (atomically: a crash leaves the old one or the new one) with
     `state` as it is right after the session start record `last_line`."""
+    run: dict[str, Any] = {name: getattr(state, name) for name in SavedRun.model_fields}
     snap = Snapshot(
         offset=offset,
         lines=lines,
         line_sha256=hashlib.sha256(last_line).hexdigest(),
         line_bytes=len(last_line),
-        started_at=state.started_at,
-        session=state.session,
-        total_turns=state.total_turns,
-        total_prompt_tokens=state.total_prompt_tokens,
-        total_completion_tokens=state.total_completion_tokens,
-        restarts=state.restarts,
-        prefill=state.prefill,
-        ledger=state.ledger,
+        run=SavedRun.model_validate(run),
         messages=state.view.history,
-        recent_replies=list(state.recent_replies),
-        wind_down_reply_tokens=state.wind_down_reply_tokens,
-        run_end=state.run_end,
-        window=state.window,
-        limits=state.limits,
-        call_ids=sorted(state.call_ids),
     )
     path = snapshot_path(journal)
     temporary = path.with_name(path.name + ".tmp")
@@ -114,22 +94,6 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
         return None
     if snap.format != SNAPSHOT_FORMAT or hashlib.sha256(line).hexdigest() != snap.line_sha256:
         return None
-    state = RunState(
-        started_at=snap.started_at,
-        session=snap.session,
-        session_open=True,
-        total_turns=snap.total_turns,
-        total_prompt_tokens=snap.total_prompt_tokens,
-        total_completion_tokens=snap.total_completion_tokens,
-        restarts=snap.restarts,
-        prefill=snap.prefill,
-        ledger=snap.ledger,
-        view=ContextView(snap.messages),
-        recent_replies=deque(snap.recent_replies, maxlen=RECENT),
-        wind_down_reply_tokens=snap.wind_down_reply_tokens,
-        run_end=snap.run_end,
-        window=snap.window,
-        limits=snap.limits,
-        call_ids=set(snap.call_ids),
-    )
+    run = {name: getattr(snap.run, name) for name in SavedRun.model_fields}
+    state = RunState(**run, session_open=True, view=ContextView(snap.messages))
     return state, snap.offset, snap.lines

@@ -7,7 +7,7 @@ ledger (anchor and calibration) and the counters are all here, moved only by `ap
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import singledispatchmethod
 
@@ -57,33 +57,40 @@ class PrefillTally:
             self.prefill_ms += figures.prefill_ms
 
 
+SESSION = {"session": True}
+"""Marks the fields a session start resets: the rest is the run's, and all a snapshot keeps."""
+
+
 @dataclass
 class RunState:
+    """Every field is declared here once: the fold moves them, `snapshot` saves the run's ones
+    (those not marked `SESSION`) by this declaration."""
+
     started_at: float | None = None
     session: int = 0
-    session_open: bool = False
-    session_turns: int = 0
+    session_open: bool = field(default=False, metadata=SESSION)
+    session_turns: int = field(default=0, metadata=SESSION)
     total_turns: int = 0
     total_prompt_tokens: int = 0
     total_completion_tokens: int = 0
     restarts: int = 0
     prefill: PrefillTally = field(default_factory=PrefillTally)
     ledger: Ledger = field(default_factory=Ledger)
-    view: ContextView = field(default_factory=ContextView)
+    view: ContextView = field(default_factory=ContextView, metadata=SESSION)
     """The current (or just ended) session: its messages, and what the model is sent of them."""
-    started_calls: set[str] = field(default_factory=set)
+    started_calls: set[str] = field(default_factory=set, metadata=SESSION)
     call_ids: set[str] = field(default_factory=set)
     """Every tool-call id the run recorded: a new reply's may repeat none (`reply_limits`)."""
-    dropped_calls: int = 0
+    dropped_calls: int = field(default=0, metadata=SESSION)
     """Calls the session's newest reply had past the cap: the agent is told after its results."""
     recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
     """Completion tokens of the newest replies (they place the wind-down)."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
     """Every reply the agent gave after a wind-down message in the run: which one it was after
     the message (1, 2, ...) and its completion tokens."""
-    wind_down_replies: int | None = None
+    wind_down_replies: int | None = field(default=None, metadata=SESSION)
     """Replies the agent gave since this session's wind-down message; None before it."""
-    ended_reason: EndReason | None = None
+    ended_reason: EndReason | None = field(default=None, metadata=SESSION)
     """Why the last session ended, while no next session has started."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
@@ -92,8 +99,15 @@ class RunState:
     """As the latest start of the supervisor recorded them."""
     warned: set[str] = field(default_factory=set)
     """Warnings given once a run, by name (`Notice.once`)."""
-    compaction_retry_above: int = 0
+    compaction_retry_above: int = field(default=0, metadata=SESSION)
     """After a failed compaction: the raw size the view must reach before the next try."""
+    last_request: tuple[list[Message], int] | None = field(default=None, metadata=SESSION)
+    """The session's newest request and its prompt tokens; None after a call the server's
+    cache saw in between (a compaction's): what the cache check compares the next with."""
+
+    def __post_init__(self) -> None:
+        # A snapshot's list becomes the bounded window again.
+        self.recent_replies = deque(self.recent_replies, maxlen=RECENT)
 
     @property
     def total_tokens(self) -> int:
@@ -114,6 +128,9 @@ class RunState:
 
     @apply.register
     def _(self, record: MessageRecord) -> None:
+        if record.usage is not None:
+            # The reply's record is the first after its request: the view is what was sent.
+            self.last_request = (self.view.messages(), record.usage.prompt_tokens)
         self._message(record.message)
         if isinstance(record.message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
@@ -160,6 +177,7 @@ class RunState:
     @apply.register
     def _(self, record: SideCall) -> None:
         # Tokens spent outside the conversation: no turn, no anchor.
+        self.last_request = None
         self.total_prompt_tokens += record.usage.prompt_tokens
         self.total_completion_tokens += record.usage.completion_tokens
         self.prefill.add(record.usage)
@@ -198,14 +216,11 @@ class RunState:
         if self.session:
             self.restarts += 1
         self.session = record.session
+        fresh = RunState()
+        for name in session_fields():
+            setattr(self, name, getattr(fresh, name))
         self.session_open = True
-        self.session_turns = 0
         self.view = ContextView(record.messages)
-        self.started_calls = set()
-        self.dropped_calls = 0
-        self.wind_down_replies = None
-        self.ended_reason = None
-        self.compaction_retry_above = 0
 
     @apply.register
     def _(self, record: RunStart) -> None:
@@ -217,6 +232,10 @@ class RunState:
             self.ledger.calibration.set_frame(record.window.frame_tokens)
         if record.limits is not None:
             self.limits = record.limits
+
+
+def session_fields() -> list[str]:
+    return [f.name for f in fields(RunState) if f.metadata.get("session")]
 
 
 def replay(records: list[Record]) -> RunState:

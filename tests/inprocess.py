@@ -20,11 +20,11 @@ from ouroboros.chunks import Completion, Usage
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
-from ouroboros.events import EventLog
 from ouroboros.fake_model import FakeModel
 from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
-from ouroboros.observe.live import LiveView
 from ouroboros.scripted import Reply, Responder, quick_config
+from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.live import LiveView
 from ouroboros.supervisor import run
 from tests.conftest import Project
 

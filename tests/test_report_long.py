@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ouroboros.events import EventLog
 from ouroboros.observe.chart import LEFT, RIGHT, W
-from ouroboros.observe.live import LiveView
 from ouroboros.observe.overview import BUCKETS, ZOOM_CALLS
+from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.live import LiveView
 from tests.conftest import PROJECT_ROOT, load_module
 from tests.test_report_demo import report
 

@@ -24,13 +24,13 @@ from rich.console import Console
 from ouroboros.cli import main
 from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
-from ouroboros.events import EventLog
 from ouroboros.lock import state_lock
-from ouroboros.observe.live import LiveView
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, snapshot
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
+from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.live import LiveView
 from ouroboros.supervisor import run
 from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ouroboros.call_figures import RawTally
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
 from ouroboros.context.truncate import saved_name, shown
-from ouroboros.messages import Message, ToolMessage
+from ouroboros.messages import AssistantMessage, Message, ToolMessage
 from ouroboros.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
 
 
@@ -39,6 +39,8 @@ class ContextView:
         self._cursor = 0
         for message in messages:
             self.append(message)
+        self.opening = len(self.history)
+        """Messages the session opened with (the system prompt, the marker, the carry-over)."""
         self.cut(cuts or {})
         self.mask(masked_ids)
 
@@ -147,7 +149,7 @@ class ContextView:
     def choose_masks(self, policy: MaskPolicy, calibration: Calibration, excess: int) -> list[str]:
         """Oldest unmasked results worth masking to reclaim `excess` calibrated tokens, priced
         as they are shown."""
-        self._advance_cursor(policy, calibration)
+        self._advance_cursor()
         return choose_masks(
             self.view,
             self.masked_ids,
@@ -180,16 +182,26 @@ class ContextView:
             freed += tokens(self.view[index]) - tokens(masked(original))
         return freed
 
-    def _advance_cursor(self, policy: MaskPolicy, calibration: Calibration) -> None:
-        # Skip messages that can never become candidates again (not results, masked, small).
+    def repeated_calls(self) -> int:
+        """How many of this session's replies with calls, newest first, made the same calls as
+        the newest (a reply without calls neither counts nor breaks the run)."""
+        newest: list[tuple[str, str]] | None = None
+        count = 0
+        for message in reversed(self.history[self.opening :]):
+            if not isinstance(message, AssistantMessage) or not message.tool_calls:
+                continue
+            calls = [(c.name, c.arguments) for c in message.tool_calls]
+            if newest is not None and calls != newest:
+                break
+            newest, count = calls, count + 1
+        return count
+
+    def _advance_cursor(self) -> None:
+        # Skip messages that can never become candidates again: not results, or masked. (A
+        # result too small to mask may not stay so under a later calibration: not skipped, or
+        # a resumed run, whose cursor starts at 0, could choose differently.)
         while self._cursor < len(self.history):
             message = self.history[self._cursor]
-            kind = content_kind(message)
-            small = calibration.tokens(self.raw[self._cursor], kind) <= policy.min_tokens
-            if (
-                isinstance(message, ToolMessage)
-                and message.tool_call_id not in self.masked_ids
-                and not small
-            ):
+            if isinstance(message, ToolMessage) and message.tool_call_id not in self.masked_ids:
                 break
             self._cursor += 1

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ouroboros.state_folder import LOCK
+
 
 @dataclass(frozen=True)
 class Liveness:
@@ -42,7 +44,7 @@ def _lock_held(path: Path) -> bool:
 
 def liveness(state_dir: Path) -> Liveness:
     """Alive means both: the pid in `lock` exists and the flock on `lock` is held."""
-    path = state_dir / "lock"
+    path = state_dir / LOCK
     if not path.exists():
         return Liveness(False, None, "never started here")
     text = path.read_text().strip()

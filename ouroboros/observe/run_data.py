@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ouroboros.events import EVENTS_FILE, USAGE_FILE
 from ouroboros.jsonl import read_objects
+from ouroboros.state_folder import EVENTS, USAGE
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,8 @@ def _records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def load(state_dir: Path) -> RunData:
-    usage_records, skipped = _records(state_dir / USAGE_FILE)
-    events, skipped_events = _records(state_dir / EVENTS_FILE)
+    usage_records, skipped = _records(state_dir / USAGE)
+    events, skipped_events = _records(state_dir / EVENTS)
     usage = [r for r in usage_records if r.get("kind") == "token_usage"]
     # The curve is the conversation's context; side calls (a snapshot request) are other prompts.
     calls = [_call(i, r) for i, r in enumerate(r for r in usage if not r.get("purpose"))]

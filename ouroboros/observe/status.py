@@ -24,10 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.errors import ConfigError
-from ouroboros.observe import summary
 from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.printable import printable
+from ouroboros.sinks import summary
+from ouroboros.state_folder import JOURNAL, SUMMARY
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -65,43 +66,24 @@ class Snapshot:
 
 
 def snapshot(state_dir: Path, now: float | None = None) -> Snapshot:
-    """Everything `status` shows, read without writing a byte."""
+    """Everything `status` shows, read without writing a byte: from `status.json`, or where
+    it is missing or behind the journal (a run killed between the two), from a fold of the
+    journal that makes the same."""
     moment = time.time() if now is None else now
     data = summary.read(state_dir)
+    problems: list[str] = []
     if data is None:
-        return _folded(state_dir, moment)
-    # Before its first record (the server is not up yet) the run's state is a fresh one.
-    run = data.get("run") or _folded(state_dir, moment).run
+        data, problems = summary.folded(state_dir)
     return Snapshot(
         state_dir,
         liveness(state_dir),
-        run,
+        data["run"],
         data.get("last_usage"),
         data.get("last_event"),
         data.get("waiting"),
         data.get("warnings", []),
-        [],
+        problems,
         moment,
-    )
-
-
-def _folded(state_dir: Path, now: float) -> Snapshot:
-    """A run without `status.json` (from before it, or lost): fold its journal."""
-    from ouroboros.events import EVENTS_FILE, USAGE_FILE
-    from ouroboros.journal import fold
-    from ouroboros.jsonl import last_line
-
-    state, reader = fold(state_dir / "journal.jsonl")
-    return Snapshot(
-        state_dir,
-        liveness(state_dir),
-        summary.of_state(state),
-        last_line(state_dir / USAGE_FILE),
-        last_line(state_dir / EVENTS_FILE),
-        None,
-        [],
-        [str(p) for p in reader.problems],
-        now,
     )
 
 
@@ -249,7 +231,7 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
 
 
 def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> int:
-    if not any((state_dir / name).exists() for name in ("journal.jsonl", summary.SUMMARY_FILE)):
+    if not any((state_dir / name).exists() for name in (JOURNAL, SUMMARY)):
         out.print(f"no run in {escape(str(state_dir))}")
         return 1
     out.print(render_status(snapshot(state_dir), settings))

@@ -17,9 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ouroboros.events import EVENTS_FILE, USAGE_FILE
 from ouroboros.jsonl import JsonlReader, offset_of_last
 from ouroboros.observe.describe import describe
+from ouroboros.state_folder import EVENTS, USAGE
 
 POLL_S = 0.25
 MAX_HOLD_S = 1.0
@@ -82,7 +82,7 @@ class Merger:
 
     @classmethod
     def for_state(cls, state_dir: Path) -> Merger:
-        return cls([Follower(state_dir / USAGE_FILE), Follower(state_dir / EVENTS_FILE)])
+        return cls([Follower(state_dir / USAGE), Follower(state_dir / EVENTS)])
 
     def poll(self, final: bool = False) -> list[Line]:
         self.pending.extend(line for f in self.followers for line in f.read())
@@ -155,7 +155,7 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
 def _selected(state_dir: Path, options: TailOptions, last: int | None) -> tuple[Merger, list[Line]]:
     """The lines to show first: every wanted one, or the last `last` of them. Each file is read
     from near its end, and further back only until it holds `last` wanted lines."""
-    paths = (state_dir / USAGE_FILE, state_dir / EVENTS_FILE)
+    paths = (state_dir / USAGE, state_dir / EVENTS)
     reach = None if last is None else max(2 * last, 20)
     while True:
         followers = [Follower(p, offset_of_last(p, reach) if reach else 0) for p in paths]
@@ -188,7 +188,7 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
     """Print both logs merged (all, or the last `lines`, of a session, since a time); with
     `follow`, start near the end and keep printing what the run appends."""
     if not options.follow:
-        if not any((state_dir / name).exists() for name in (USAGE_FILE, EVENTS_FILE)):
+        if not any((state_dir / name).exists() for name in (USAGE, EVENTS)):
             err.print(f"no run in {escape(str(state_dir))} (use --follow to wait for one)")
             return 1
         merger, lines = _selected(state_dir, options, options.lines)
@@ -199,7 +199,7 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
             if follower.reader.torn:
                 err.print(f"[dim]{follower.path.name}: its last line is not complete yet[/]")
         return 0
-    if not (state_dir / EVENTS_FILE).exists():
+    if not (state_dir / EVENTS).exists():
         err.print(f"[dim]waiting for a run in {escape(str(state_dir))} (Ctrl-C to stop)[/]")
     backlog = FOLLOW_BACKLOG if options.lines is None else options.lines
     merger, lines = _selected(state_dir, options, backlog)

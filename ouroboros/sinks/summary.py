@@ -1,9 +1,11 @@
-"""`status.json`: where the run stands, kept by a sink as records and log lines are written, so
-that `status` reads one small file instead of folding the journal.
+"""`status.json`: where the run stands, so that `status` reads one small file instead of folding
+the journal.
 
-It is a cache of what the journal and the logs say: written atomically after each change (a crash
-leaves the old one or the new one), and `status` folds the journal when it is missing. Light to
-import: plain JSON, no models.
+Made only from the journal: after each record, from the lines the record makes
+(`lines.lines_of`) and the state folded so far, by the same `update` that `status` folds the
+journal with when the file is missing, older than the journal's last record (a kill between
+the two writes) or of another format. Written atomically (a crash leaves the old one or the new
+one). Light to import: plain JSON, no models.
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ouroboros.errors import unwritable
+from ouroboros.state_folder import JOURNAL, SUMMARY
 
 if TYPE_CHECKING:
-    from ouroboros.records import JournalRecord
     from ouroboros.state import RunState
 
-SUMMARY_FILE = "status.json"
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 MAX_WARNINGS = 3
 
 
@@ -53,47 +54,54 @@ def of_state(state: RunState) -> dict[str, Any]:
     }
 
 
-class Summary:
-    """Kept by two hooks: the journal's sink (`record`) and the event log's (`line`)."""
-
-    def __init__(self, state_dir: Path):
-        self.path = state_dir / SUMMARY_FILE
-        self.data: dict[str, Any] = read(state_dir) or {"format": SUMMARY_FORMAT}
-
-    def record(self, record: JournalRecord, state: RunState) -> None:
-        self.data["run"] = of_state(state)
-        self.data["pid"] = os.getpid()
-        self.save()
-
-    def line(self, line: dict[str, Any], save: bool = True) -> None:
-        """A line of either log, as written (saved now unless its record will be)."""
-        kind = line.get("kind")
+def update(data: dict[str, Any], lines: list[dict[str, Any]], state: RunState) -> None:
+    """`data` after a record that made `lines` and left the run in `state`."""
+    for line in lines:
+        kind = line["kind"]
         if kind == "token_usage":
-            self.data["last_usage"] = line
-            self.data["waiting"] = None
+            data["last_usage"] = line
+            data["waiting"] = None
         elif kind == "retry":
             # A streak of retries is one wait: since its first, until a call gets through.
-            waiting = self.data.get("waiting") or {"since": line.get("ts")}
+            waiting = data.get("waiting") or {"since": line["ts"]}
             waiting.update(
                 attempt=line.get("attempt"),
                 wait_s=line.get("wait_s"),
-                ts=line.get("ts"),
+                ts=line["ts"],
                 message=line.get("message"),
             )
-            self.data["waiting"] = waiting
+            data["waiting"] = waiting
         elif kind == "warning":
             # What the run warned of (a smaller window than configured, a cache the server
             # drops): the newest few, for `status` to repeat.
-            warnings = [
-                w for w in self.data.get("warnings", []) if w.get("message") != line.get("message")
-            ]
-            self.data["warnings"] = [*warnings, line][-MAX_WARNINGS:]
+            said = line.get("message")
+            warnings = [w for w in data.get("warnings", []) if w.get("message") != said]
+            data["warnings"] = [*warnings, line][-MAX_WARNINGS:]
         if kind not in ("token_usage", "tool_call"):
-            self.data["last_event"] = line
+            data["last_event"] = line
         if kind in ("run_start", "run_end"):
-            self.data["waiting"] = None
-        if save:
-            self.save()
+            data["waiting"] = None
+    data["run"] = of_state(state)
+
+
+def fresh() -> dict[str, Any]:
+    return {"format": SUMMARY_FORMAT}
+
+
+class Summary:
+    """The journal's last sink: `status.json` after each record."""
+
+    def __init__(self, state_dir: Path):
+        self.path = state_dir / SUMMARY
+        self.journal = state_dir / JOURNAL
+        # Folded from the journal where this run's summary is not whole: a resume goes on
+        # from what the journal says, not from a file a kill left behind it.
+        self.data = read(state_dir) or folded(state_dir)[0]
+
+    def record(self, lines: list[dict[str, Any]], state: RunState) -> None:
+        update(self.data, lines, state)
+        self.data["journal_bytes"] = self.journal.stat().st_size if self.journal.exists() else 0
+        self.save()
 
     def save(self) -> None:
         temporary = self.path.with_name(self.path.name + ".tmp")
@@ -107,8 +115,30 @@ class Summary:
 
 
 def read(state_dir: Path) -> dict[str, Any] | None:
+    """The run's `status.json`, where it is of this format and as long as the journal (None:
+    fold the journal)."""
     try:
-        data = json.loads((state_dir / SUMMARY_FILE).read_text())
+        data = json.loads((state_dir / SUMMARY).read_text())
+        size = (state_dir / JOURNAL).stat().st_size
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == SUMMARY_FORMAT else None
+    if not isinstance(data, dict) or data.get("format") != SUMMARY_FORMAT:
+        return None
+    return data if data.get("journal_bytes") == size else None
+
+
+def folded(state_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """`status.json` as the run would have written it, folded from its journal alone; and the
+    journal's problems (lines skipped)."""
+    from ouroboros.jsonl import JsonlReader
+    from ouroboros.records import JOURNAL_RECORD
+    from ouroboros.sinks.lines import lines_of
+    from ouroboros.state import RunState
+
+    data, state = fresh(), RunState()
+    reader = JsonlReader(state_dir / JOURNAL)
+    for record in reader.records(JOURNAL_RECORD):
+        state.apply(record)
+        update(data, lines_of(record, state), state)
+    data["run"] = of_state(state)
+    return data, [str(p) for p in reader.problems]

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ouroboros.jsonl import Problem, parse_object
+from ouroboros.state_folder import EVENTS, JOURNAL
 from ouroboros.tools.builtin import Output, ToolArgs, ToolFailed
 
 EXCERPT_CHARS = 240
@@ -153,14 +154,14 @@ def search_logs(
 
 
 def search_context(state_dir: Path, workspace: Path, args: SearchContextArgs) -> Output:
-    journal = state_dir / "journal.jsonl"
+    journal = state_dir / JOURNAL
     skipped: list[Problem] = []
     if args.source == "sessions":
         found = search_sessions(journal, args.query, args.last_n, skipped)
     elif args.source == "commands":
         found = search_commands(journal, args.query, args.exit_code, args.last_n, skipped)
     else:
-        events = state_dir / "events.jsonl"
+        events = state_dir / EVENTS
         found = search_logs(events, args.query, args.type, args.last_n, skipped)
     notes = [str(problem) for problem in skipped]
     if not found:

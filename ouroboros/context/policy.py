@@ -1,0 +1,232 @@
+"""The context policy: what to do as the window fills, decided from the run's state alone.
+
+Pure: every function here reads the fold (`RunState`) and the run's fixed rules (`Rules`) and
+returns decisions as values (`Mask`, `Cut`, `WindDown` and `Notice` records not yet journalled,
+`End`, `FreeRoom`); the session carries them out in one place (`Session.carry_out`). The step's
+figures (`StepFigures`: the prompt it projects, the lines in force) are computed once per step.
+
+Past the soft line (or the hard line, when the run placed it first) old results are masked, or
+the older part compacted; past the hard line the agent is told to wind down; a prompt that would
+not fit ends the session. Results are cut to the room left, and when the server refuses a prompt
+the results the model has not seen are cut too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ouroboros import prompts
+from ouroboros.context.carryover import fit_step
+from ouroboros.context.mask import round_waits_below, worth_a_round
+from ouroboros.context.room import Rules, StepFigures, projected
+from ouroboros.context.truncate import shown
+from ouroboros.messages import ToolMessage, UserMessage
+from ouroboros.records import Cut, EndReason, Mask, MaskReason, Notice, WindDown
+from ouroboros.state import RunState
+
+
+@dataclass(frozen=True)
+class End:
+    """The session is over."""
+
+    reason: EndReason
+    detail: str
+
+
+Means = Literal["mask", "compact"]
+
+
+@dataclass(frozen=True)
+class FreeRoom:
+    """Past `line`, room is freed down to `target` by the means of `order`, in turn: the first
+    always, the next only while the prompt is still past the line and no compaction worked.
+    (Which results a mask takes is decided when it is carried out: `mask_down_to`.)"""
+
+    line: int
+    target: int
+    reason: MaskReason
+    waits_below: int
+    order: tuple[Means, ...]
+    forced: bool = False
+    """The compaction was asked for (`python -m ouroboros compact`)."""
+
+
+Decision = Mask | Cut | WindDown | Notice | End | FreeRoom
+
+
+# --- masking -----------------------------------------------------------------------------------
+
+
+def mask(state: RunState, rules: Rules, call_ids: list[str], reason: MaskReason) -> Mask | None:
+    """These results masked, with what it does: the next prompt before and after, and what a
+    server's prompt cache would process again (everything from the first of them on)."""
+    if not call_ids:
+        return None
+    view, calibration = state.view, state.ledger.calibration
+    return Mask(
+        session=state.session,
+        call_ids=call_ids,
+        reason=reason,
+        projected_before=projected(state, rules),
+        projected_after=projected(state, rules, view.masked_tally(call_ids)),
+        processed_again=round(calibration.tally_tokens(view.tally_from_first(call_ids))),
+    )
+
+
+def mask_down_to(
+    state: RunState, rules: Rules, target: int, reason: MaskReason, waits_below: int = 0
+) -> Mask | None:
+    """The oldest results masked down to `target`; below `waits_below`, only a round worth what
+    it makes the server process again (`worth_a_round`)."""
+    excess = projected(state, rules) - max(target, 0)
+    chosen = state.view.choose_masks(rules.masking, state.ledger.calibration, excess)
+    decision = mask(state, rules, chosen, reason)
+    if decision is None or decision.projected_before is None or decision.projected_after is None:
+        return None
+    freed = decision.projected_before - decision.projected_after
+    if decision.projected_before >= waits_below or worth_a_round(
+        freed, decision.processed_again or 0
+    ):
+        return decision
+    return None
+
+
+def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
+    """The server refused the prompt: mask everything outside the protected window; if the
+    prompt would still be too big, cut the results the model has not seen (it would never see
+    them whole anyway), as the carry-over cuts a step. Empty if nothing can be made smaller."""
+    view, calibration = state.view, state.ledger.calibration
+    chosen = view.all_but_protected(rules.masking, calibration)
+    decisions: list[Mask | Cut] = []
+    masking = mask(state, rules, chosen, MaskReason.OVERFLOW)
+    after = projected(state, rules)
+    if masking is not None:
+        decisions.append(masking)
+        after = masking.projected_after or after
+    over = after - rules.budget.prompt_budget
+    unseen = view.unseen()
+    if over <= 0 or not unseen:
+        return decisions
+    tokens = calibration.message_tokens
+    fitted = fit_step(list(unseen), sum(tokens(shown(m)) for m in unseen) - over, tokens)
+    cuts = {
+        m.tool_call_id: m.room_bytes
+        for m in fitted
+        if isinstance(m, ToolMessage) and m.room_bytes is not None
+    }
+    if cuts:
+        decisions.append(Cut(session=state.session, cuts=cuts))
+    return decisions
+
+
+# --- after every step: phases, each seeing what the one before did ----------------------------
+
+
+def spent(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    """A wind-down whose replies are used ends the session (before any room is freed: a
+    session that ends needs none)."""
+    replies = state.wind_down_replies
+    if replies is not None and replies >= rules.wind_down_turns:
+        return [End(EndReason.CONTEXT_FULL, "wind-down replies used")]
+    return []
+
+
+def free_room(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    """Past the soft line, or (before a wind-down) past the hard line when it comes first: how
+    room is freed, as configured (mask, or compact); nothing while the prompt is below."""
+    c, budget = rules.context, rules.budget
+    low_water = int(c.mask_low_water * budget.prompt_budget)
+    if state.wind_down_replies is None and step.hard_line < budget.soft_line:
+        line, target = step.hard_line, min(low_water, step.hard_line - 1)
+        reason = MaskReason.WIND_DOWN_LINE
+    else:
+        line, target, reason = budget.soft_line, low_water, MaskReason.SOFT_THRESHOLD
+    forced = step.compaction_requested
+    if not forced and projected(state, rules) < line:
+        return []
+    compacts = state.view.raw_total >= state.compaction_retry_above
+    if forced or (c.strategy == "compact" and compacts):
+        # A compaction first; masking only if it failed, and then at once.
+        return [FreeRoom(line, target, reason, 0, ("compact", "mask"), forced)]
+    if c.strategy == "compact":
+        return [FreeRoom(line, target, reason, 0, ("mask",))]
+    waits_below = round_waits_below(line, step.hard_line)
+    order: tuple[Means, ...] = (
+        ("mask", "compact") if c.strategy == "mask_then_compact" and compacts else ("mask",)
+    )
+    return [FreeRoom(line, target, reason, waits_below, order)]
+
+
+def room_for_replies(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    """In a wind-down, the promised replies need their room more than results the model has
+    seen: when the line moved under a step (the run's replies grew) or one step went far past
+    it, those are masked, the newest too; never one it has not seen."""
+    short = projected(state, rules) - step.hard_line
+    if state.wind_down_replies is None or short <= 0:
+        return []
+    relaxed = replace(rules.masking, protected_count=0)
+    chosen = state.view.choose_masks(relaxed, state.ledger.calibration, short)
+    decision = mask(state, rules, chosen, MaskReason.WIND_DOWN_ROOM)
+    return [decision] if decision else []
+
+
+def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    """A prompt past the budget ends the session (saying so when it jumped over the wind-down);
+    one past the hard line (or after a suspected truncation) starts the wind-down."""
+    budget, turns = rules.budget, rules.wind_down_turns
+    winding = state.wind_down_replies is not None
+    now = projected(state, rules)
+    if now > budget.prompt_budget:
+        end = End(
+            EndReason.CONTEXT_FULL, f"next prompt ~{now:,} tokens > budget {budget.prompt_budget:,}"
+        )
+        if winding:
+            return [end]
+        missed = Notice(
+            event="wind_down_missed",
+            session=state.session,
+            message="one step went past the hard line and the cut at once: no room was left "
+            "to ask the agent to save its state",
+            details={
+                "projected": now,
+                "hard_line": step.hard_line,
+                "prompt_budget": budget.prompt_budget,
+            },
+        )
+        return [missed, end]
+    if winding or not (now >= step.hard_line or state.ledger.truncation_suspected):
+        return []
+    room = budget.prompt_budget - now
+    notice = UserMessage(content=prompts.wind_down(room, turns), origin="wind_down")
+    wind_down = WindDown(
+        session=state.session,
+        projected=now,
+        hard_line=step.hard_line,
+        room=room,
+        reply_allowance=step.lines.reply,
+        turns_left=turns,
+        message=notice if turns else None,
+    )
+    if turns == 0:
+        return [wind_down, End(EndReason.CONTEXT_FULL, "hard threshold reached")]
+    return [wind_down]
+
+
+Phase = Callable[[RunState, Rules, StepFigures], list[Decision]]
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    """What is done as the window fills: phases run after every step, in order, each on the
+    state the decisions of the one before made; and the answer to a refused prompt (empty: the
+    session ends). The harness's own is `MANAGED`; a bench compares others of the same shape."""
+
+    after_step: tuple[Phase, ...]
+    after_overflow: Callable[[RunState, Rules], list[Mask | Cut]]
+
+
+MANAGED = ContextPolicy(
+    (spent, free_room, room_for_replies, wind_down_or_end, room_for_replies), after_overflow
+)
