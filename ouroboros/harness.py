@@ -1,28 +1,27 @@
-"""What a session works with, built once per run from what the server says, and how a session
-ends."""
+"""The wiring: settings → discovery → the window and its lines → tools → the parts a run's
+sessions are built with (`Parts`)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
 
 from ouroboros.call_figures import WindowFigures
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.room import Rules
 from ouroboros.errors import RunError
 from ouroboros.journal import Journal
-from ouroboros.ledger import Counting, Ledger
-from ouroboros.llm import Completion, LLMClient, Model
+from ouroboros.ledger import Counting
+from ouroboros.llm import LLMClient, Model
 from ouroboros.lock import started_mark
-from ouroboros.records import EndReason
 from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, choose_window, discover
+from ouroboros.session import Parts
 from ouroboros.sinks.events import EventLog
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget
-from ouroboros.tools import ToolRunner, Tools, sandbox
+from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
+from ouroboros.tools import ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.environment import command_env
 from ouroboros.tools.processes import Processes
@@ -33,70 +32,6 @@ from ouroboros.tools.workspace import Workspace
 BYTES_PER_TOKEN = 4
 TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
-
-
-if TYPE_CHECKING:
-    from ouroboros.window import Window
-
-
-class ContextPolicy(Protocol):
-    """What is done as the window fills: the harness's own (`Managed`), or another a bench
-    compares it with."""
-
-    async def after_step(self, window: Window) -> None:
-        """After every step: free room, wind down, or end the session (`SessionEnded`)."""
-
-    async def after_overflow(self, window: Window) -> bool:
-        """The server refused the prompt: False when nothing could be made smaller."""
-
-
-class Managed:
-    async def after_step(self, window: Window) -> None:
-        await window.manage()
-
-    async def after_overflow(self, window: Window) -> bool:
-        return await window.room_after_overflow()
-
-
-class SessionEnded(Exception):
-    """The session is over; `reason` tells the supervisor whether to restart or stop."""
-
-    def __init__(self, reason: EndReason, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass
-class Harness:
-    """The components a session works with."""
-
-    settings: Settings
-    llm: Model
-    tools: Tools
-    journal: Journal
-    log: EventLog
-    budget: Budget
-    counting: Counting
-    mask_policy: MaskPolicy
-    window: WindowFigures
-    tools_rendered: bool = True
-    """False when the server drops the tool schemas: they then cost no prompt tokens."""
-    policy: ContextPolicy = field(default_factory=Managed)
-    warned: set[str] = field(default_factory=set)
-    """Warnings given once a run, by name."""
-    clock: Clock = SYSTEM_CLOCK
-    """What the run's wall time is measured on and retries wait on."""
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.journal.state.ledger
-
-
-def reported(completion: Completion) -> tuple[int, int, Literal["server", "timings"]] | None:
-    """The server's own figures for this call, if it gave any."""
-    usage = completion.usage
-    return (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
 
 
 def tool_output_cap(settings: Settings, budget: Budget) -> int:
@@ -156,25 +91,31 @@ def window_for(settings: Settings, info: ServerInfo, journal: Journal) -> Window
     )
 
 
-def build_harness(
+def build_parts(
     settings: Settings,
     model: Model,
     info: ServerInfo,
     journal: Journal,
     log: EventLog,
     clock: Clock = SYSTEM_CLOCK,
-) -> Harness:
-    """The budget, ledger and tools that follow from what the server is."""
+) -> tuple[Parts, WindowFigures]:
+    """What the run's sessions work with, from the settings and what the server is: the window
+    and its lines, the rules of the context policy, the tools."""
     s = settings
     window = window_for(s, info, journal)
     budget = Budget(window.context_limit, window.prompt_budget, window.soft_line, window.hard_line)
     counting = Counting(budget.limit, info.truncates_silently, info.counts_whole_prompt)
     tools = build_tools(s, budget, journal)
-    rendered = info.renders_tools is not False
-    policy = mask_policy(s, budget)
-    return Harness(
-        s, model, tools, journal, log, budget, counting, policy, window, rendered, clock=clock
+    schema_raw = tools_estimate(tools.schemas()) if info.renders_tools is not False else 0
+    rules = Rules(
+        budget,
+        mask_policy(s, budget),
+        s.context,
+        s.session.wind_down_turns,
+        s.llm.max_output_tokens,
+        schema_raw,
     )
+    return Parts(s, model, tools, journal, rules, counting, clock=clock), window
 
 
 def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRunner:

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import anyio
 
 from ouroboros import prompts
-from ouroboros.call_figures import RunLimits
+from ouroboros.call_figures import RunLimits, WindowFigures
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.truncate import shown
 from ouroboros.errors import RunError, StateUnwritable
-from ouroboros.harness import Harness, SessionEnded, build_harness, discover_server
+from ouroboros.harness import build_parts, discover_server
 from ouroboros.instructions import system_message
 from ouroboros.journal import Journal
 from ouroboros.llm import FatalError, LLMClient, LLMError, Model
@@ -28,7 +28,7 @@ from ouroboros.lock import (
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from ouroboros.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
 from ouroboros.servers import ServerInfo
-from ouroboros.session import Session
+from ouroboros.session import Parts, Session, SessionEnded
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
 from ouroboros.state_folder import JOURNAL
@@ -52,10 +52,9 @@ class RunOutcome:
 class Supervisor:
     """Sessions in a loop over one harness: starts, restarts with carry-over, ends."""
 
-    def __init__(self, harness: Harness):
-        self.h = harness
-        self.settings = harness.settings
-        self.journal = harness.journal
+    def __init__(self, parts: Parts, window: WindowFigures, log: EventLog):
+        self.parts, self.window, self.log = parts, window, log
+        self.settings, self.journal = parts.settings, parts.journal
 
     async def run(self) -> RunOutcome:
         state = self.journal.state
@@ -69,7 +68,7 @@ class Supervisor:
                 if outcome:
                     return outcome
             try:
-                await Session(self.h).run()
+                await Session(self.parts).run()
             except SessionEnded as end:
                 outcome = self.session_ended(end)
                 if outcome:
@@ -81,13 +80,13 @@ class Supervisor:
             model=s.llm.model,
             base_url=s.llm.base_url,
             resumed=resumed,
-            window=self.h.window,
+            window=self.window,
             limits=RunLimits.of(s),
         )
 
     def session_ended(self, end: SessionEnded) -> RunOutcome | None:
         state = self.journal.state
-        self.h.tools.end_session()  # the background jobs its commands left
+        self.parts.tools.end_session()  # the background jobs its commands left
         if not end.reason.restarts and end.reason != EndReason.FINISH:
             # Run limits leave the session open: raising the limit and running again continues it.
             return self.finished(end.reason, end.detail)
@@ -133,8 +132,8 @@ class Supervisor:
     async def carryover(self, previous: list[Message], system: SystemMessage) -> list[Message]:
         """The last step always (whole where the fresh session has room below its soft line),
         then earlier steps within a share of that room."""
-        harness = self.h
-        calibration = harness.ledger.calibration
+        tools = self.parts.tools
+        calibration = self.journal.state.ledger.calibration
 
         def tokens(message: Message) -> int:
             return calibration.message_tokens(
@@ -142,9 +141,9 @@ class Supervisor:
             )
 
         fixed = tokens(system) + calibration.tokens(
-            tools_estimate(harness.tools.schemas()) + OPENING_ALLOWANCE
+            tools_estimate(tools.schemas()) + OPENING_ALLOWANCE
         )
-        capacity = harness.budget.soft_line - fixed
+        capacity = self.parts.rules.budget.soft_line - fixed
         carried = select_carryover(
             previous,
             self.settings.context.carryover_turns,
@@ -160,7 +159,7 @@ class Supervisor:
             if isinstance(m, ToolMessage)
             and (m.room_bytes is not None or (m.masked and m.name != "file_read"))
         }
-        await harness.tools.save_whole(
+        await tools.save_whole(
             [m for m in previous if isinstance(m, ToolMessage) and m.tool_call_id in shortened]
         )
         return carried
@@ -168,7 +167,7 @@ class Supervisor:
     def system_message(self) -> SystemMessage:
         s = self.settings
         last = next((m for m in self.journal.state.messages if isinstance(m, SystemMessage)), None)
-        return system_message(s, self.h.budget, self.journal, last)
+        return system_message(s, self.parts.rules.budget, self.journal, last)
 
     def start_session(
         self, number: int, reason: str, carried: list[Message], system: SystemMessage
@@ -232,7 +231,7 @@ async def run(
     with state_lock(settings.paths.state_dir) as stale_owner:
         journal = open_journal(settings, log, stale_owner)
         client = LLMClient(settings.llm)
-        harness: Harness | None = None
+        parts: Parts | None = None
         outcome = RunOutcome("stopped", 0)
         failure: Exception | None = None
         try:
@@ -253,14 +252,16 @@ async def run(
                         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
                 async def supervise() -> None:
-                    nonlocal outcome, failure, harness
+                    nonlocal outcome, failure, parts
                     try:
                         if journal.state.finished:
                             outcome = RunOutcome("this run already finished; use --fresh", 0)
                         else:
                             found = info or await discover_server(settings, client, journal)
-                            harness = build_harness(settings, model or client, found, journal, log)
-                            outcome = await Supervisor(harness).run()
+                            parts, window = build_parts(
+                                settings, model or client, found, journal, log, clock
+                            )
+                            outcome = await Supervisor(parts, window, log).run()
                     except (LLMError, RunError, StateUnwritable) as e:
                         failure = e
                     tg.cancel_scope.cancel()
@@ -269,8 +270,8 @@ async def run(
                 tg.start_soon(supervise)
         finally:
             await client.aclose()
-            if harness is not None:
-                harness.tools.close()
+            if parts is not None:
+                parts.tools.close()
             signal.signal(signal.SIGINT, handlers[0])
             signal.signal(signal.SIGTERM, handlers[1])
             if failure is not None:
