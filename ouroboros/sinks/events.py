@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from ouroboros.jsonl import JsonlWriter, last_line
-from ouroboros.records import SCHEMA_VERSION, JournalRecord, now_iso
+from ouroboros.records import JournalRecord
 from ouroboros.sinks.lines import USAGE_KIND, lines_of
 from ouroboros.sinks.live import LiveView
 from ouroboros.sinks.summary import Summary
@@ -58,19 +57,6 @@ class EventLog:
         # After the lines: a crash between leaves `status.json` behind the journal, which
         # `status` sees and folds the journal instead.
         summary.record(lines, state)
-
-    def emit(self, kind: str, **fields: Any) -> None:
-        """A line not from a record: only until the session journals its notices too."""
-        if self._files is None:
-            self.sinks()
-        assert self._files is not None
-        self.seq += 1
-        line = {"v": SCHEMA_VERSION, "seq": self.seq, "ts": now_iso(), "kind": kind, **fields}
-        self._files[0].append(line)
-        self.view.line(line)
-
-    def retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
-        self.emit("retry", message=str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
 
     def close(self) -> None:
         self.view.flush()
