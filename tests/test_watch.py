@@ -9,6 +9,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from rich.console import Console
 from ouroboros.cli import main
 from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
+from ouroboros.journal import Journal
 from ouroboros.lock import state_lock
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, snapshot
@@ -31,6 +33,7 @@ from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
+from ouroboros.state_folder import JOURNAL
 from ouroboros.supervisor import run
 from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace
@@ -437,3 +440,96 @@ def test_status_of_a_killed_run(tmp_path: Path) -> None:
 def test_status_without_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--state", str(tmp_path / "nothing")]) == 1
     assert "no run in" in capsys.readouterr().out
+
+
+def status_both_ways(state: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    """`status` of two copies of a run's state folder: as it reads it (from `status.json` where
+    that is whole) and from the journal alone (without `status.json`); the ages left out."""
+    said = []
+    for name in ("kept", "fold"):
+        copy = state.parent / name / ".ouroboros"
+        shutil.rmtree(copy.parent, ignore_errors=True)
+        shutil.copytree(state, copy)
+        if name == "fold":
+            (copy / "status.json").unlink()
+        assert main(["status", "--state", str(copy)]) == 0
+        out = capsys.readouterr().out.replace(f"/{name}/", "/copy/")
+        said.append(re.sub(r"\d+ (s|min \d+ s) ago", "… ago", out))
+    return said[0], said[1]
+
+
+def test_status_from_its_summary_is_the_fold_of_the_journal_after_a_kill_and_after_the_end(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `status` says comes from the journal: the same from `status.json` and from a fold of
+    the journal alone, after a kill -9 mid-run (also when the kill came between a record and
+    `status.json`), and after a run that took over the dead run's lock ended."""
+    opening = iter([Reply(status=503, error_body={"message": "model is loading"})])
+
+    def respond(body: dict[str, Any]) -> Reply:
+        command = tool("shell_exec", command="echo step; sleep 0.05")
+        return next(opening, None) or Reply(text="On.", tool_calls=[command])
+
+    with ScriptedServer(respond, dialect="llama", n_ctx=4096) as server:
+        # A window larger than the server's: a warning given when the run starts.
+        project.configure(server.url, context={"limit": 8192})
+        process = project.start("run")
+        wait_for(lambda: len(project.usage()) >= 4)
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate()
+        kept, folded = status_both_ways(project.state, capsys)
+        assert kept == folded
+        assert "not running" in kept
+        assert "warning" in kept
+        # A kill between a record and `status.json`: the record is in the journal only.
+        journal = Journal(project.state / JOURNAL)
+        journal.notify("warning", "journalled just before the kill")
+        journal.close()
+        kept, folded = status_both_ways(project.state, capsys)
+        assert kept == folded
+        assert "journalled just before the kill" in kept
+        project.configure(server.url, context={"limit": 8192}, supervisor={"max_total_turns": 8})
+        assert project.run("run").returncode == 0
+    kept, folded = status_both_ways(project.state, capsys)
+    assert kept == folded
+    assert "took over a stale lock left by pid" in kept
+    assert "max_total_turns" in kept
+
+
+def test_a_run_refused_by_the_lock_leaves_the_live_runs_files_as_they_are(torn: Path) -> None:
+    """The lock comes before any file of the run is opened: a second supervisor does not set
+    aside the line the live run is writing, nor touch its summary."""
+    before = {path.name: path.read_bytes() for path in torn.iterdir() if path.is_file()}
+    settings = load_settings(torn.parent / "config.toml")
+    assert settings.paths.state_dir == torn
+    log = EventLog(torn, LiveView(Console(file=io.StringIO())))
+    with state_lock(torn), pytest.raises(RunError, match="another supervisor"):
+        anyio.run(run, settings, log)
+    log.close()
+    after = {path.name: path.read_bytes() for path in torn.iterdir() if path.is_file()}
+    assert after.keys() - {"lock"} == before.keys() - {"lock"}
+    assert all(after[name] == data for name, data in before.items() if name != "lock")
+
+
+def test_every_call_draws_the_hard_line_in_force(
+    recorded: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a wind-down the session holds to the line it placed, below the configured one:
+    the usage lines, and the bars `tail` draws from them, show that line."""
+    configured = recorded.events("context_window")[0]["hard_line"]
+    usage = recorded.usage()
+    assert all(u["hard_line"] <= configured for u in usage)
+    wind_downs = recorded.events("wind_down")
+    assert wind_downs
+    for wind_down in wind_downs:
+        after = next(
+            u for u in usage if u["session"] == wind_down["session"] and u["seq"] > wind_down["seq"]
+        )
+        assert after["hard_line"] == wind_down["hard_line"] < configured
+    assert main(["tail", "--state", str(recorded.state)]) == 0
+    bars = re.findall(r"^\S+ s\d t\d+ +([█░┊]+) ", capsys.readouterr().out, flags=re.M)
+    for line, drawn in zip(usage, bars, strict=True):
+        marks = [i for i, cell in enumerate(drawn) if cell == "┊"]
+        hard_at = round(line["hard_line"] / line["prompt_budget"] * len(drawn)) - 1
+        filled = drawn.count("█")
+        assert (hard_at in marks) == (hard_at >= filled)

@@ -8,6 +8,7 @@ import html
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from ouroboros.observe.printable import printable
 from ouroboros.observe.run_data import Mark, RunData, SessionSummary
@@ -74,14 +75,16 @@ class Lines:
             return self.recorded[limit]
         return Budget.for_window(limit, self.soft, self.hard, self.max_output, self.margin)
 
-    def levels(self, limit: int) -> list[tuple[str, int, str, str]]:
-        """(name, tokens, colour, dash) of each line, top to bottom."""
+    def levels(self, limit: int, in_force: int | None = None) -> list[tuple[str, int, str, str]]:
+        """(name, tokens, colour, dash) of each line, top to bottom; the hard line where it
+        was in force (`in_force`, placed below the configured one), else where configured."""
         b = self.budget(limit)
-        soft, hard = b.soft_line / b.prompt_budget, b.hard_line / b.prompt_budget
+        hard_line = in_force or b.hard_line
+        soft, hard = b.soft_line / b.prompt_budget, hard_line / b.prompt_budget
         return [
             (f"window {limit:,}", limit, "#222", ""),
             (f"prompt budget {b.prompt_budget:,}", b.prompt_budget, "#777", "2,3"),
-            (f"hard {hard:.0%}: {b.hard_line:,}", b.hard_line, "#d62728", "7,4"),
+            (f"hard {hard:.0%}: {hard_line:,}", hard_line, "#d62728", "7,4"),
             (f"soft {soft:.0%}: {b.soft_line:,}", b.soft_line, "#d9a400", "7,4"),
         ]
 
@@ -136,16 +139,21 @@ def grid(f: Frame, first: int = 0) -> Iterable[str]:
 
 
 def _thresholds(f: Frame, sessions: list[SessionSummary], lines: Lines) -> Iterable[str]:
+    """The lines as each call had them: a step where the hard line in force moved."""
     with_calls = [s for s in sessions if s.calls]
     for s in with_calls:
-        x0, x1 = f.x(s.calls[0].index - 0.5), f.x(s.calls[-1].index + 0.5)
-        for name, tokens, colour, dash in lines.levels(s.calls[-1].limit):
-            y = f.y(tokens)
-            yield (
-                f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{colour}" '
-                f'stroke-width="1.5" stroke-dasharray="{dash}"><title>{escape(name)}</title></line>'
-            )
-    levels = lines.levels(with_calls[-1].calls[-1].limit)
+        for (limit, in_force), group in groupby(s.calls, lambda c: (c.limit, c.hard_line)):
+            calls = list(group)
+            x0, x1 = f.x(calls[0].index - 0.5), f.x(calls[-1].index + 0.5)
+            for name, tokens, colour, dash in lines.levels(limit, in_force):
+                y = f.y(tokens)
+                yield (
+                    f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
+                    f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="{dash}">'
+                    f"<title>{escape(name)}</title></line>"
+                )
+    last = with_calls[-1].calls[-1]
+    levels = lines.levels(last.limit, last.hard_line)
     for (name, _tokens, colour, _dash), y in zip(
         levels, _spread([f.y(t) for _, t, _, _ in levels], 14), strict=True
     ):

@@ -32,15 +32,20 @@ def figure(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def line_marks(usage: dict[str, Any]) -> tuple[float, ...]:
+    """The soft line and the hard line in force for a call, as fractions of its prompt budget
+    (a usage line keeps both)."""
+    budget = usage.get("prompt_budget") or 0
+    return tuple(usage[k] / budget for k in ("soft_line", "hard_line") if budget and usage.get(k))
+
+
 def usage_text(r: dict[str, Any]) -> Text:
     zone = str(r.get("zone", "normal"))
     fraction = float(r.get("fraction", 0.0))
     text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
     if r.get("purpose"):  # a call outside the conversation (a compaction snapshot): no turn
         text.append(f"[{r['purpose']}] ", style="cyan")
-    budget = r.get("prompt_budget") or 0
-    lines = tuple(r[k] / budget for k in ("soft_line", "hard_line") if budget and r.get(k))
-    filled = bar(fraction, lines=lines)
+    filled = bar(fraction, lines=line_marks(r))
     text.append(f"{filled} {fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
     text.append(
         f" prompt {figure(r.get('prompt_tokens'))} + out {figure(r.get('completion_tokens'))} "

@@ -181,8 +181,9 @@ def page(data: RunData, lines: Lines, session: int | None = None) -> str:
 {_charts(data, lines, session)}
 <p class=note>The lines are the harness's own: the prompt budget is the window less
 {lines.max_output:,} tokens kept for the reply and a {lines.margin:.0%} safety margin; masking
-starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard line
-({lines.hard:.0%}), as the run recorded them. Hover a point for its figures.</p>
+starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard line in force
+(at most {lines.hard:.0%}, lower where the run placed it from the size of its replies), as the
+run recorded them call by call. Hover a point for its figures.</p>
 <h2>Sessions</h2>
 {_sessions(data.sessions)}
 <h2>Errors, warnings and retries</h2>

@@ -27,6 +27,8 @@ class Call:
     cached: int | None = None
     processed: int | None = None
     prefill_ms: float | None = None
+    hard_line: int | None = None
+    """The hard line in force for the call (None: a log from before it was kept)."""
 
     @property
     def total(self) -> int:
@@ -107,6 +109,7 @@ def _call(index: int, r: dict[str, Any]) -> Call:
         r.get("cached_tokens"),
         r.get("processed_tokens"),
         r.get("prefill_ms"),
+        r.get("hard_line"),
     )
 
 

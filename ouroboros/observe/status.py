@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.errors import ConfigError
-from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure
+from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure, line_marks
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.printable import printable
 from ouroboros.sinks import summary
@@ -156,7 +156,10 @@ def _context(usage: dict[str, Any] | None) -> Text:
         return Text("no model call yet", style="dim")
     zone = str(usage.get("zone", "normal"))
     fraction = float(usage.get("fraction", 0.0))
-    text = Text(f"{bar(fraction)} {fraction:.0%} {zone}", style=ZONE_STYLE.get(zone, "white"))
+    text = Text(
+        f"{bar(fraction, lines=line_marks(usage))} {fraction:.0%} {zone}",
+        style=ZONE_STYLE.get(zone, "white"),
+    )
     text.append(
         f"  {figure(usage.get('total_tokens'))} of {figure(usage.get('prompt_budget'))} tokens "
         f"(session {usage.get('session')}, turn {usage.get('turn')}, {usage.get('source')})"
