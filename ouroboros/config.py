@@ -69,7 +69,7 @@ class ContextSettings(_Section):
     where the oldest tool observations start to be masked."""
     hard_threshold: float = Field(0.90, gt=0, le=1)
     """Fraction of the prompt budget where, at the latest, the agent is told to save its state;
-    the run places the line lower when its replies need more room (`context.winddown`)."""
+    the run places the line lower when its replies need more room (`context.room`)."""
     safety_margin: float = Field(0.05, ge=0, lt=0.5)
     """Fraction of the limit kept free besides the output reserve, for estimate error."""
     carryover_turns: int = Field(5, ge=0)

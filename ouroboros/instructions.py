@@ -23,11 +23,13 @@ from ouroboros.tools.workspace import Location, PathRefused
 
 BYTES_PER_BUDGET_TOKEN = 2
 """Bytes of instructions read per token of the prompt budget: about half the budget."""
+MAX_INSTRUCTIONS_BYTES = 4 << 20
+"""Whatever the window: a read of the budget's share of an unbounded window cannot be made."""
 
 
 def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
     """The instructions as shown, and the file's size in bytes where only its start is."""
-    limit = max(4096, prompt_budget * BYTES_PER_BUDGET_TOKEN)
+    limit = min(max(4096, prompt_budget * BYTES_PER_BUDGET_TOKEN), MAX_INSTRUCTIONS_BYTES)
     try:
         fd = safefs.open_regular(Location(path.parent, (path.name,), str(path)))
         with os.fdopen(fd, "rb") as f:

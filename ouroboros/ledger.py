@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ouroboros.call_figures import Measurement, RawTally
+from ouroboros.chunks import above_window
 from ouroboros.tokens import (
     FRAME_KIND,
     MIN_TOKENS_FOR_TRUNCATION_CHECK,
     Calibration,
     difference,
 )
-from ouroboros.usage_check import above_window
 
 
 @dataclass(frozen=True)

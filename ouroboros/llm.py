@@ -16,11 +16,10 @@ from typing import Any, Protocol
 import anyio
 import openai
 
-from ouroboros.chunks import Completion, Prefill, ReportedBy, StreamState, Usage
+from ouroboros.chunks import Completion, Prefill, ReportedBy, StreamState, Usage, count
 from ouroboros.config import LLMSettings
 from ouroboros.messages import Message, to_wire
 from ouroboros.stream_cap import ReplyTooLarge, capped_client
-from ouroboros.usage_check import count
 
 __all__ = [
     "Completion",

@@ -23,15 +23,18 @@ T = TypeVar("T")
 
 
 class StopAfter(stop_base):
-    """Stop once `seconds` have passed on `clock` since the first attempt (tenacity's own
+    """Stop once `seconds` have passed on `clock` since the first failure (tenacity's own
     `stop_after_delay` reads the system's monotonic time, which a fake clock does not move)."""
 
     def __init__(self, seconds: float, clock: Clock):
-        self.deadline = clock.now() + seconds
-        self.clock = clock
+        self.seconds, self.clock = seconds, clock
+        self.deadline: float | None = None
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.clock.now() >= self.deadline
+        now = self.clock.now()
+        if self.deadline is None:
+            self.deadline = now + self.seconds
+        return now >= self.deadline
 
 
 async def retrying(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ouroboros import prompts, reply_limits
+from ouroboros import prompts, reply_checks
 from ouroboros.call_figures import CallFigures
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.compaction import compact, take_compaction_request
@@ -24,15 +24,15 @@ from ouroboros.ledger import Counting
 from ouroboros.llm import Completion, ContextOverflow, Model
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
-from ouroboros.reply_limits import Admitted
-from ouroboros.retry import retrying
-from ouroboros.session_checks import (
+from ouroboros.reply_checks import (
+    Admitted,
     admitted_reply,
     cache_reuse,
     learn_refused,
     overflow,
     silent_truncation,
 )
+from ouroboros.retry import retrying
 from ouroboros.tools import Tools
 
 
@@ -108,7 +108,7 @@ class Session:
         """What the agent is told once the step's results are in."""
         llm = self.settings.llm
         if dropped:
-            message = reply_limits.dropped_calls(dropped, llm.max_tool_calls_per_reply)
+            message = reply_checks.dropped_calls(dropped, llm.max_tool_calls_per_reply)
             self.append(UserMessage(content=message, origin="nudge"))
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
@@ -219,8 +219,8 @@ class Session:
         )
 
     async def run_tool(self, call: ToolCall, fits: room.Fits) -> None:
-        if (size := reply_limits.omitted_bytes(call)) is not None:
-            error = reply_limits.too_long(size, self.settings.llm.max_tool_argument_bytes)
+        if (size := reply_checks.omitted_bytes(call)) is not None:
+            error = reply_checks.too_long(size, self.settings.llm.max_tool_argument_bytes)
             tool = ToolRun(duration_s=0, output_bytes=0, error=error)
             self.append(self.error_result(call, error), tool=tool)
             return

@@ -13,7 +13,6 @@ from functools import singledispatchmethod
 
 from ouroboros.call_figures import CallFigures, RunLimits, WindowFigures
 from ouroboros.context.view import ContextView
-from ouroboros.context.winddown import RECENT
 from ouroboros.ledger import Ledger
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.records import (
@@ -57,6 +56,9 @@ class PrefillTally:
             self.prefill_ms += figures.prefill_ms
 
 
+RECENT = 200
+"""Replies and results looked at: the newest, so the lines follow what the agent does now."""
+
 SESSION = {"session": True}
 """Marks the fields a session start resets: the rest is the run's, and all a snapshot keeps."""
 
@@ -80,7 +82,7 @@ class RunState:
     """The current (or just ended) session: its messages, and what the model is sent of them."""
     started_calls: set[str] = field(default_factory=set, metadata=SESSION)
     call_ids: set[str] = field(default_factory=set)
-    """Every tool-call id the run recorded: a new reply's may repeat none (`reply_limits`)."""
+    """Every tool-call id the run recorded: a new reply's may repeat none (`reply_checks`)."""
     dropped_calls: int = field(default=0, metadata=SESSION)
     """Calls the session's newest reply had past the cap: the agent is told after its results."""
     recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))

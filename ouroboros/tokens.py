@@ -118,7 +118,7 @@ class Budget:
         return cls(limit, prompt_budget, int(prompt_budget * soft), int(prompt_budget * hard))
 
     def zone(self, tokens: int, hard_line: int | None = None) -> Zone:
-        """`hard_line`: where the run placed it (`context.winddown`), if not at the threshold."""
+        """`hard_line`: where the run placed it (`context.room`), if not at the threshold."""
         if tokens > self.prompt_budget:
             return "over"
         if tokens >= (self.hard_line if hard_line is None else hard_line):

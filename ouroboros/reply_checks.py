@@ -1,4 +1,7 @@
-"""What of a model's reply the harness records and runs, whatever the server sent.
+"""What a session checks of each model call before anything depends on it, and what it tells
+readers of it: every finding is a journal record (`Notice`, `Refused`), never a line aside.
+
+Of a reply, the harness records and runs only what holds whatever the server sent:
 
 - **Call ids are unique in the run.** Results, started calls, masks and cuts are all found by id:
   a server that sends `call_0` for every call would have each later call taken for one already
@@ -13,6 +16,9 @@
   parser, are not run, nor kept.** The recorded call holds a stand-in naming the size; its
   error result says why. Otherwise the arguments
   would be stored twice (in the call, and beside its result) and sent back every turn.
+- **Usage that cannot be true is not believed** (`chunks`), and is named once a run; so is a
+  refused prompt's count far from its projection, a count that shows a silently cut prompt, and
+  a server that processed again what its cache should have kept.
 """
 
 from __future__ import annotations
@@ -22,7 +28,16 @@ import secrets
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from ouroboros.messages import AssistantMessage, ToolCall
+from ouroboros.cache_check import reuse_warning, shared_tokens
+from ouroboros.call_figures import CallFigures, RawTally
+from ouroboros.chunks import above_window, refused_count, shown
+from ouroboros.chunks import warning as usage_warning
+from ouroboros.config import LLMSettings
+from ouroboros.journal import Journal
+from ouroboros.ledger import Counting, Ledger
+from ouroboros.llm import Completion, ContextOverflow
+from ouroboros.messages import AssistantMessage, Message, ToolCall
+from ouroboros.records import Refused
 
 MAX_ID_CHARS = 64
 """Longer ids are renamed: an id is sent back with every later request."""
@@ -120,3 +135,90 @@ def dropped_calls(dropped: int, cap: int) -> str:
         f"(llm.max_tool_calls_per_reply). The other {dropped:,} were dropped and not run: make "
         "fewer calls per reply, and send again those you still need."
     )
+
+
+def admitted_reply(
+    journal: Journal, completion: Completion, llm: LLMSettings, counting: Counting
+) -> Admitted:
+    """The reply as it is recorded and run (`reply_checks`); a server whose ids had to be
+    replaced, or whose usage is no count, is named once a run."""
+    state = journal.state
+    admitted = admit(
+        completion.message,
+        state.call_ids,
+        llm.max_tool_calls_per_reply,
+        llm.max_tool_argument_bytes,
+    )
+    if admitted.renamed:
+        reused = ", ".join(sorted({shown(old) for old in admitted.renamed.values()})[:3])
+        journal.notify(
+            "warning",
+            f"the server sent tool-call ids that are repeated or no ids ({reused}): the harness "
+            "gives such calls ids of its own, and journals which (warned once per run)",
+            session=state.session,
+            once="call_ids",
+        )
+    usage = completion.usage
+    rejected = completion.rejected or (
+        usage and above_window(usage.prompt_tokens, usage.completion_tokens, counting.limit)
+    )
+    if rejected:
+        journal.notify(
+            "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
+        )
+    return admitted
+
+
+def overflow(journal: Journal, error: ContextOverflow, projected: int, attempt: int) -> None:
+    journal.notify(
+        "context_overflow",
+        str(error)[:300],
+        session=journal.state.session,
+        n_prompt_tokens=error.n_prompt_tokens,
+        n_ctx=error.n_ctx,
+        projected=projected,
+        attempt=attempt,
+    )
+
+
+def learn_refused(journal: Journal, error: ContextOverflow, raw_prompt: RawTally) -> None:
+    """The exact count of a refused prompt teaches the calibration, if it can be true."""
+    state = journal.state
+    if not error.n_prompt_tokens:
+        return
+    rejected = refused_count(error.n_prompt_tokens, state.ledger.project(raw_prompt))
+    if rejected:
+        journal.notify(
+            "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
+        )
+        return
+    m = Ledger.refused(error.n_prompt_tokens, raw_prompt)
+    journal.append(Refused(session=state.session, **m.model_dump()))
+
+
+def silent_truncation(journal: Journal, figures: CallFigures, context_limit: int) -> None:
+    if figures.silent_truncation:
+        journal.notify(
+            "silent_truncation",
+            "the server counted far fewer prompt tokens than were sent: it probably cut the "
+            "prompt (Ollama does so silently); treating the context as full",
+            session=journal.state.session,
+            reported_prompt_tokens=figures.prompt_tokens,
+            estimated_prompt_tokens=figures.estimated_prompt_tokens,
+            context_limit=context_limit,
+        )
+
+
+def cache_reuse(
+    journal: Journal,
+    before: tuple[list[Message], int] | None,
+    messages: list[Message],
+    cached_tokens: int | None,
+) -> None:
+    """Once a run: say so when the server processed again what it should have kept."""
+    state = journal.state
+    if before is None or cached_tokens is None or "cache" in state.warned:
+        return
+    shared = shared_tokens(*before, messages, state.ledger.calibration.message_tokens)
+    if (warning := reuse_warning(cached_tokens, shared)) is not None:
+        journal.notify("warning", warning, session=state.session, once="cache")
