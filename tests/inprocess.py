@@ -51,12 +51,23 @@ def as_message(reply: Reply) -> AssistantMessage:
 
 
 @dataclass
+class ScriptedModel(FakeModel):
+    """`FakeModel` that keeps the tools of the request in hand, for the request's body."""
+
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        self.tools = tools
+        return await super().complete(messages, tools)
+
+
+@dataclass
 class Scripted:
     """`ScriptedServer`'s script as a `FakeModel` replier; `requests` are the request bodies as
-    the client would have sent them (`messages` only)."""
+    the client would have sent them (`messages` and `tools`)."""
 
     script: Iterable[Reply] | Responder
-    model: FakeModel = field(init=False)
+    model: ScriptedModel = field(init=False)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -64,7 +75,9 @@ class Scripted:
         self._queue: deque[Reply] = deque(() if callable(self.script) else self.script)
 
     def __call__(self, messages: list[Message]) -> AssistantMessage | Completion:
-        body = {"messages": [to_wire(m) for m in messages]}
+        body: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
+        if self.model.tools:
+            body["tools"] = self.model.tools
         self.requests.append(body)
         if self._responder is not None:
             reply = self._responder(body)
@@ -78,7 +91,7 @@ class Scripted:
             return Completion(message, finish, None)
         prompt = reply.prompt_tokens
         if prompt is None:
-            prompt = self.model.prompt_tokens(messages, [])
+            prompt = self.model.prompt_tokens(messages, self.model.tools)
         completion = reply.completion_tokens
         if completion is None:
             completion = self.model.prompt_tokens([message], [])
@@ -90,12 +103,13 @@ class Scripted:
 
 @dataclass
 class Ran:
-    """What an in-process run left: its outcome (or the one-line error), the terminal's lines,
+    """What an in-process run left, as the CLI would show it: the exit code, the terminal's
+    lines (`stdout`, ending with the reason the run stopped), the one-line error (`stderr`);
     and the requests the model saw."""
 
-    reason: str
-    error: str
+    returncode: int
     stdout: str
+    stderr: str
     scripted: Scripted
 
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -113,7 +127,7 @@ def run_here(
     """`python -m ouroboros run` in this process, with `quick_config`'s settings and `sections`
     over them; a run error is returned (as the CLI prints it), not raised."""
     scripted = script if isinstance(script, Scripted) else Scripted(script)
-    scripted.model = FakeModel(scripted, window=window, renders_tools=renders_tools)
+    scripted.model = ScriptedModel(scripted, window=window, renders_tools=renders_tools)
     config = project.root / "config.toml"
     config.write_text(quick_config("http://127.0.0.1:9/v1", **sections))
     settings = load_settings(config)
@@ -123,7 +137,8 @@ def run_here(
     try:
         outcome = anyio.run(run, settings, log, model, model.info, clock)
     except RunError as e:
-        return Ran("error", str(e), out.getvalue(), scripted)
+        return Ran(1, out.getvalue(), f"error: {e}", scripted)
     finally:
         log.close()
-    return Ran(outcome.reason, "", out.getvalue(), scripted)
+    stopped = f"{out.getvalue()}run stopped: {outcome.reason}\n"
+    return Ran(outcome.exit_code, stopped, "", scripted)

@@ -1,4 +1,5 @@
-"""LLM compaction (context.strategy): through the loopback server with a scripted snapshot."""
+"""LLM compaction (context.strategy): whole runs in process with a scripted snapshot; the
+`compact` command through the CLI and the loopback server."""
 
 from __future__ import annotations
 
@@ -9,22 +10,27 @@ import pytest
 from hypothesis import given, settings
 
 from ouroboros.context.compact import SNAPSHOT_HEADER, SNAPSHOT_SYSTEM, split_point
+from ouroboros.llm import ContextOverflow, LLMError
 from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.tokens import raw_estimate
 from tests.conftest import Project, wait_for
+from tests.inprocess import run_here
 from tests.test_context_policies import histories
 from tests.test_context_run import PLACEHOLDER, fill_workspace
 
 SNAPSHOT = "## Overall goal\nRead every module.\n## Current plan\nKeep reading."
 
 
-def agent(snapshot: Reply) -> Any:
-    """Reads modules one after another; answers a snapshot request (no tools) with `snapshot`."""
+def agent(snapshot: Reply | LLMError) -> Any:
+    """Reads modules one after another; answers a snapshot request (no tools) with `snapshot`
+    (or fails it, as the server would)."""
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
 
     def respond(body: dict[str, Any]) -> Reply:
         if body["messages"][0]["content"] == SNAPSHOT_SYSTEM:
+            if isinstance(snapshot, LLMError):
+                raise snapshot
             return snapshot
         return Reply(text="Reading on.", tool_calls=[tool("file_read", path=next(paths))])
 
@@ -35,18 +41,19 @@ def snapshot_calls(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [b for b in requests if b["messages"][0]["content"] == SNAPSHOT_SYSTEM]
 
 
-def run(project: Project, snapshot: Reply, strategy: str, turns: int = 30) -> list[dict[str, Any]]:
+def run(
+    project: Project, snapshot: Reply | LLMError, strategy: str, turns: int = 30
+) -> list[dict[str, Any]]:
     fill_workspace(project, words=300)
-    with ScriptedServer(agent(snapshot), dialect="llama", n_ctx=4096) as server:
-        project.configure(
-            server.url,
-            context={"strategy": strategy},
-            supervisor={"max_total_turns": turns, "max_restarts": 0},
-        )
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(
+        project,
+        agent(snapshot),
+        window=4096,
+        context={"strategy": strategy},
+        supervisor={"max_total_turns": turns, "max_restarts": 0},
+    )
     assert result.returncode == 0, result.stderr
-    return requests
+    return result.chat_requests()
 
 
 def test_compaction_replaces_the_older_part_with_a_snapshot(project: Project) -> None:
@@ -92,15 +99,8 @@ def test_inflated_snapshot_is_discarded_and_masking_takes_over(project: Project)
 
 
 def test_failed_snapshot_call_keeps_the_history(project: Project) -> None:
-    refusal = Reply(
-        status=400,
-        error_body={
-            "type": "exceed_context_size_error",
-            "code": 400,
-            "message": "request (9000 tokens) exceeds the available context size (4096 tokens)",
-            "n_prompt_tokens": 9000,
-            "n_ctx": 4096,
-        },
+    refusal = ContextOverflow(
+        "request (9000 tokens) exceeds the available context size (4096 tokens)", 9000, 4096
     )
     requests = run(project, refusal, "mask_then_compact")
     failures = project.events("compaction_failed")
@@ -118,15 +118,15 @@ def test_failed_snapshot_call_keeps_the_history(project: Project) -> None:
 
 def test_compaction_survives_a_resume(project: Project) -> None:
     run(project, Reply(text=SNAPSHOT), "compact", turns=20)
-    with ScriptedServer(agent(Reply(text=SNAPSHOT)), dialect="llama", n_ctx=4096) as server:
-        project.configure(
-            server.url,
-            context={"strategy": "compact"},
-            supervisor={"max_total_turns": 21, "max_restarts": 0},
-        )
-        assert project.run("run").returncode == 0
-        resumed = server.chat_requests()[0]
-    assert resumed["messages"][1]["content"].startswith(SNAPSHOT_HEADER)
+    resumed = run_here(
+        project,
+        agent(Reply(text=SNAPSHOT)),
+        window=4096,
+        context={"strategy": "compact"},
+        supervisor={"max_total_turns": 21, "max_restarts": 0},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.chat_requests()[0]["messages"][1]["content"].startswith(SNAPSHOT_HEADER)
 
 
 @given(histories())

@@ -1,4 +1,5 @@
-"""Context management seen from the wire: masking, wind-down, restart, overflow, truncation."""
+"""Context management: masking, wind-down and restart in a whole run in process; overflow,
+truncation and the prompt cache seen from the wire (the loopback server)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.scripted_wire import count_tokens
 from ouroboros.servers import _ollama_counts_whole_prompt
 from tests.conftest import Project
+from tests.inprocess import run_here
 
 PLACEHOLDER = "[file_read result masked:"
 
@@ -96,10 +98,10 @@ def tool_contents(body: dict[str, Any]) -> list[str]:
 
 def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
     fill_workspace(project, words=200)
-    with ScriptedServer(reader(), dialect="llama", n_ctx=4096) as server:
-        project.configure(server.url, supervisor={"max_restarts": 1, "max_total_turns": 100})
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(
+        project, reader(), window=4096, supervisor={"max_restarts": 1, "max_total_turns": 100}
+    )
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
 
     # Masking happened, oldest first, and the newest observations stayed intact.

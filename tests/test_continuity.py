@@ -1,7 +1,7 @@
-"""Continuity through restarts, seen from the wire: the real `run` command against the scripted
-server, with an agent whose last step before each restart is one of the hard cases (a reply
-longer than the old carry-over share, five parallel calls, a text-only reply, a big output cut
-for room), each of whose results runs after the session's last request."""
+"""Continuity through restarts: whole runs in process against a scripted model, with an agent
+whose last step before each restart is one of the hard cases (a reply longer than the old
+carry-over share, five parallel calls, a text-only reply, a big output cut for room), each of
+whose results runs after the session's last request."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, ToolMessage, UserMessage
-from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
+from ouroboros.scripted import Reply, Responder, tool
 from ouroboros.tokens import Budget
 from tests.conftest import Project
+from tests.inprocess import run_here
 from tests.test_context_run import assert_wind_downs_in_place, fill_workspace
 
 LONG_THOUGHT = "I have weighed the parser against the lexer and the cache, step by step. " * 40
@@ -80,14 +81,14 @@ def first_request(requests: list[dict[str, Any]], session: int) -> dict[str, Any
 def test_a_restart_never_loses_the_last_step(project: Project) -> None:
     fill_workspace(project, files=12, words=500)
     agent = HardCaseAgent()
-    with ScriptedServer(agent, dialect="llama", n_ctx=6144) as server:
-        project.configure(
-            server.url,
-            llm={"max_output_tokens": 1024},
-            supervisor={"max_restarts": 4, "max_total_turns": 200},
-        )
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(
+        project,
+        agent,
+        window=6144,
+        llm={"max_output_tokens": 1024},
+        supervisor={"max_restarts": 4, "max_total_turns": 200},
+    )
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
     by_session = sessions(project)
     assert len(by_session) == 5
@@ -149,10 +150,10 @@ def test_five_unseen_results_are_never_masked_and_placeholders_say_what_was_ther
     replies = [Reply(tool_calls=[tool("file_read", path=next(paths))]) for _ in range(6)]
     replies.append(Reply(tool_calls=[tool("file_read", path=next(paths)) for _ in range(5)]))
     replies.append(Reply(text="Read them all."))
-    with ScriptedServer(replies, dialect="llama", n_ctx=8192) as server:
-        project.configure(server.url, supervisor={"max_total_turns": 8, "max_restarts": 0})
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(
+        project, replies, window=8192, supervisor={"max_total_turns": 8, "max_restarts": 0}
+    )
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
     after_five = requests[7]["messages"]
     five = [m for m in after_five if m["role"] == "tool"][-5:]
@@ -174,10 +175,10 @@ def test_a_shell_placeholder_names_the_command_and_where_its_output_is(
         Reply(tool_calls=[tool("shell_exec", command=f"seq {n} {n + 700}; echo done {n}")])
         for n in range(8)
     ]
-    with ScriptedServer(replies, dialect="llama", n_ctx=4096) as server:
-        project.configure(server.url, supervisor={"max_total_turns": 8, "max_restarts": 0})
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(
+        project, replies, window=4096, supervisor={"max_total_turns": 8, "max_restarts": 0}
+    )
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
     placeholder = next(
         str(m["content"]) for b in requests for m in b["messages"] if MASKED in str(m["content"])
@@ -204,13 +205,13 @@ def test_a_shell_placeholder_names_the_command_and_where_its_output_is(
 def restarts_of(project: Project, agent: Responder, restarts: int) -> list[dict[str, Any]]:
     """Run `agent` at an 8K window (1,024 output tokens) until `restarts` restarts happened;
     every session's end that restarts (or would have)."""
-    with ScriptedServer(agent, dialect="llama", n_ctx=8192) as server:
-        project.configure(
-            server.url,
-            llm={"max_output_tokens": 1024},
-            supervisor={"max_restarts": restarts, "max_total_turns": 200},
-        )
-        result = project.run("run")
+    result = run_here(
+        project,
+        agent,
+        window=8192,
+        llm={"max_output_tokens": 1024},
+        supervisor={"max_restarts": restarts, "max_total_turns": 200},
+    )
     assert result.returncode == 0, result.stderr
     return [e for e in project.events("session_end") if e["reason"] == "context_full"]
 
@@ -246,14 +247,14 @@ def test_one_step_past_both_lines_is_logged_and_still_carried(project: Project) 
             return Reply(text=thought, tool_calls=[tool("file_read", path=next(paths))] * 12)
         return Reply(text="Reading on.", tool_calls=[tool("file_read", path=next(paths))])
 
-    with ScriptedServer(agent, dialect="llama", n_ctx=6144) as server:
-        project.configure(
-            server.url,
-            llm={"max_output_tokens": 1024},
-            supervisor={"max_restarts": 1, "max_total_turns": 200},
-        )
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(
+        project,
+        agent,
+        window=6144,
+        llm={"max_output_tokens": 1024},
+        supervisor={"max_restarts": 1, "max_total_turns": 200},
+    )
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
     missed = project.events("wind_down_missed")
     assert len(missed) == 1

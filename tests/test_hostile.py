@@ -13,7 +13,6 @@ import json
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,14 +146,15 @@ def tool_refused(name: str, **arguments: object) -> Check:
     return check
 
 
-def planted(setup: str, name: str, **arguments: object) -> Check:
-    """The shell plants something (a link, a FIFO), then a file tool is pointed at it."""
+def planted(setup: str, says: str, name: str, **arguments: object) -> Check:
+    """The shell plants something (a link, a FIFO), then a file tool is pointed at it: refused
+    for what it is (`says`), at once, not after waiting on it."""
 
     def check(place: Place) -> bool:
         shell(place, setup.format(root=place.root))
-        started = time.monotonic()
         outcome = call(place, name, **arguments)
-        return refused_in_one_line(outcome) and time.monotonic() - started < 2 and untouched(place)
+        said = says in outcome.message.content
+        return refused_in_one_line(outcome) and said and untouched(place)
 
     return check
 
@@ -171,18 +171,18 @@ def survives(command: str, timeout_s: float, *expected: str) -> Check:
 
 
 def nothing_outlives(command: str) -> Check:
-    """What the command leaves running is gone once the session ends."""
+    """The command returns at once (its job is not waited for, so no timeout), and what it
+    leaves running is gone once the session ends."""
 
     def check(place: Place) -> bool:
         pids = place.workspace / "pids"
-        started = time.monotonic()
-        shell(place, command.format(pids=pids))
-        quick = time.monotonic() - started < 2.5
+        outcome = shell(place, command.format(pids=pids))
+        returned = outcome.message.exit_code == 0 and "timed out" not in outcome.message.content
         left = [int(p) for p in pids.read_text().split()] if pids.exists() else []
         alive_before = any(map(alive, left))
         place.runner.end_session()
         wait_for(lambda: not any(map(alive, left)), timeout=5)
-        return quick and alive_before and not any(map(alive, left))
+        return returned and alive_before and not any(map(alive, left))
 
     return check
 
@@ -206,14 +206,14 @@ CASES: dict[str, Check] = {
     "file_read NUL": tool_refused("file_read", path="a\x00b"),
     "list_dir ..": tool_refused("list_dir", path=".."),
     "link to the state": planted(
-        "ln -s {root}/.ouroboros/journal.jsonl link", "file_read", path="link"
+        "ln -s {root}/.ouroboros/journal.jsonl link", "link", "file_read", path="link"
     ),
     "link to a folder outside": planted(
-        "ln -s {root}/outside out", "file_write", path="out/new", content="x"
+        "ln -s {root}/outside out", "a symbolic link", "file_write", path="out/new", content="x"
     ),
-    "symlink loop": planted("ln -s a b; ln -s b a", "file_read", path="a"),
-    "FIFO": planted("mkfifo pipe", "file_read", path="pipe"),
-    "device": planted("true", "file_read", path="/dev/zero"),
+    "symlink loop": planted("ln -s a b; ln -s b a", "a symbolic link", "file_read", path="a"),
+    "FIFO": planted("mkfifo pipe", "(a FIFO)", "file_read", path="pipe"),
+    "device": planted("true", "outside the workspace", "file_read", path="/dev/zero"),
     "malformed JSON": lambda p: refused_in_one_line(
         anyio.run(p.runner.run, ToolCall(id="c", name="file_read", arguments='{"path": '))
     ),

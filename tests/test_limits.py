@@ -22,7 +22,7 @@ def test_max_total_tokens_stops_the_run_and_a_higher_limit_goes_on(project: Proj
     first = run_here(project, worker, supervisor={"max_total_tokens": 3000})
     used = sum(u["total_tokens"] for u in project.usage())
     second = run_here(project, worker, supervisor={"max_total_tokens": used + 1500})
-    assert (first.reason, second.reason) == ("max_total_tokens", "max_total_tokens")
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
     ends = project.events("run_end")
     assert [e["reason"] for e in ends] == ["max_total_tokens", "max_total_tokens"]
     totals = [u["total_tokens"] for u in project.usage()]
@@ -41,7 +41,7 @@ def test_max_wall_time_stops_the_run(project: Project) -> None:
 
     limits = {"max_wall_time_s": 3600, "max_total_turns": 20}
     ran = run_here(project, slow, clock=clock, supervisor=limits)
-    assert ran.reason == "max_wall_time", ran.error
+    assert "run stopped: max_wall_time" in ran.stdout, ran.stderr
     (end,) = project.events("run_end")
     assert end["reason"] == "max_wall_time"
     # The hour is up during the fourth reply: the run asks for no fifth.
@@ -56,7 +56,7 @@ def test_no_wind_down_turns_ends_the_session_at_the_hard_line(project: Project) 
         session={"wind_down_turns": 0},
         supervisor={"max_restarts": 1, "max_total_turns": 100},
     )
-    assert ran.reason == "max_restarts", ran.error
+    assert "run stopped: max_restarts" in ran.stdout, ran.stderr
     requests = ran.chat_requests()
     notices = project.events("wind_down")
     assert [n["turns_left"] for n in notices] == [0, 0]

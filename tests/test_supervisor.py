@@ -19,6 +19,7 @@ import pytest
 
 from ouroboros import prompts
 from ouroboros.jsonl import read_objects
+from ouroboros.lock import state_lock
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 
@@ -357,19 +358,32 @@ def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:
 def test_a_status_taking_the_lock_for_an_instant_does_not_stop_a_run(project: Project) -> None:
     # `status` takes the lock for an instant to see whether a run holds it; a run starting in
     # that instant waits for it instead of refusing to start.
-    with ScriptedServer(lambda body: Reply(text="working")) as server:
-        project.configure(server.url)
-        project.state.mkdir()
-        with (project.state / "lock").open("a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            started = project.start("run", "--max-turns", "1")
-            # Its logs are opened just before it takes the lock: hold it a little past that.
-            wait_for(lambda: (project.state / "events.jsonl").exists())
-            time.sleep(0.3)
-            fcntl.flock(handle, fcntl.LOCK_UN)
-        _, stderr = started.communicate(timeout=60)
-    assert started.returncode == 0, stderr
-    assert len(project.usage()) == 1
+    project.state.mkdir()
+    taken: list[bool] = []
+
+    def start_a_run() -> None:
+        with state_lock(project.state):
+            taken.append(True)
+
+    with (project.state / "lock").open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        run = threading.Thread(target=start_a_run, daemon=True)
+        run.start()
+        wait_for(lambda: _waits_for_the_lock(run) or not run.is_alive())
+        assert _waits_for_the_lock(run), "the run did not wait for the lock"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    run.join()
+    assert taken == [True]
+
+
+def _waits_for_the_lock(thread: threading.Thread) -> bool:
+    """The thread is in the lock's wait (it found the lock held and tries again)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == "_take":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def test_what_a_command_started_dies_with_a_killed_harness(project: Project) -> None:
