@@ -1,0 +1,172 @@
+"""The context policy decides from the fold alone and returns its decisions as values: each
+phase is tested on a state built from records, with no session, model or file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from ouroboros.config import ContextSettings
+from ouroboros.context import policy, room
+from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.policy import End, FreeRoom
+from ouroboros.context.room import Rules
+from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ouroboros.records import (
+    CompactionFailed,
+    EndReason,
+    Mask,
+    MaskReason,
+    MessageRecord,
+    Notice,
+    SessionStart,
+    WindDown,
+)
+from ouroboros.state import RunState
+from ouroboros.tokens import Budget
+
+TURNS = 2
+MAX_OUTPUT = 16
+
+
+def session_with_results(sizes: list[int]) -> RunState:
+    """A session whose steps each read a result of so many words."""
+    state = RunState()
+    opening = [SystemMessage(content="Work."), UserMessage(content="Begin.", origin="restart")]
+    state.apply(SessionStart(session=1, reason="fresh", messages=opening))
+    for n, size in enumerate(sizes):
+        call = ToolCall(id=f"c{n}", name="shell_exec", arguments=json.dumps({"command": "x"}))
+        reply = AssistantMessage(content="", tool_calls=(call,))
+        output = " ".join(f"w{i}" for i in range(size))
+        result = ToolMessage(tool_call_id=call.id, name=call.name, content=output, exit_code=0)
+        for message in (reply, result):
+            state.apply(MessageRecord(session=1, message=message))
+    return state
+
+
+def rules_at(
+    state: RunState, hard_at: float, soft_at: float = 0.5, strategy: str = "mask"
+) -> Rules:
+    """Lines placed so that the state's next prompt sits at these fractions of the budget."""
+    bare = Rules(
+        Budget(10**6, 10**6, 10**6, 10**6),
+        MaskPolicy(1, 10**6, 10),
+        ContextSettings(),
+        TURNS,
+        MAX_OUTPUT,
+        0,
+    )
+    now = room.projected(state, bare)
+    budget_tokens = int(now / hard_at)
+    budget = Budget(
+        budget_tokens * 2, budget_tokens, int(budget_tokens * soft_at), int(budget_tokens * 0.9)
+    )
+    context = ContextSettings(strategy=strategy)
+    masking = MaskPolicy(1, budget_tokens, 10)
+    return Rules(budget, masking, context, TURNS, MAX_OUTPUT, 0)
+
+
+def step(state: RunState, rules: Rules, requested: bool = False) -> room.StepFigures:
+    return room.step_figures(state, rules, requested)
+
+
+def test_below_every_line_nothing_is_decided() -> None:
+    state = session_with_results([200, 200, 200])
+    rules = rules_at(state, hard_at=0.3, soft_at=0.9)
+    figures = step(state, rules)
+    for phase in policy.MANAGED.after_step:
+        assert phase(state, rules, figures) == []
+
+
+def test_past_the_soft_line_room_is_freed_by_the_configured_means_in_order() -> None:
+    state = session_with_results([300, 300, 300])
+    for strategy, order, waits in (
+        ("mask", ("mask",), True),
+        ("compact", ("compact", "mask"), False),
+        ("mask_then_compact", ("mask", "compact"), True),
+    ):
+        rules = rules_at(state, hard_at=0.8, soft_at=0.5, strategy=strategy)
+        [decision] = policy.free_room(state, rules, step(state, rules))
+        assert isinstance(decision, FreeRoom)
+        assert decision.order == order
+        assert decision.reason == MaskReason.SOFT_THRESHOLD
+        assert (decision.waits_below > 0) == waits, "only a compaction first masks at once"
+
+
+def test_a_failed_compaction_is_not_tried_again_before_the_history_grows() -> None:
+    state = session_with_results([300, 300, 300])
+    rules = rules_at(state, hard_at=0.8, soft_at=0.5, strategy="compact")
+    retry_above = state.view.raw_total + 1
+    state.apply(CompactionFailed(session=1, message="no", retry_above=retry_above))
+    [decision] = policy.free_room(state, rules, step(state, rules))
+    assert isinstance(decision, FreeRoom)
+    assert decision.order == ("mask",)
+    # Asked for by the person: tried whatever the back-off says.
+    [forced] = policy.free_room(state, rules, step(state, rules, requested=True))
+    assert isinstance(forced, FreeRoom)
+    assert forced.order == ("compact", "mask")
+    assert forced.forced
+
+
+def test_past_the_hard_line_the_agent_is_told_to_wind_down_once() -> None:
+    state = session_with_results([300, 300, 300])
+    rules = rules_at(state, hard_at=0.95)
+    figures = step(state, rules)
+    assert figures.hard_line < room.projected(state, rules) <= rules.budget.prompt_budget
+    [wind_down] = policy.wind_down_or_end(state, rules, figures)
+    assert isinstance(wind_down, WindDown)
+    assert wind_down.hard_line == figures.hard_line
+    assert wind_down.turns_left == TURNS
+    assert wind_down.message is not None
+    assert wind_down.message.origin == "wind_down"
+    state.apply(wind_down)
+    assert policy.wind_down_or_end(state, rules, step(state, rules)) == [], "told once"
+    # Its replies used: the session ends before anything else is done.
+    state.wind_down_replies = TURNS
+    assert policy.spent(state, rules, step(state, rules)) == [
+        End(EndReason.CONTEXT_FULL, "wind-down replies used")
+    ]
+
+
+def test_without_wind_down_turns_the_session_ends_at_the_hard_line() -> None:
+    state = session_with_results([300, 300, 300])
+    rules = replace(rules_at(state, hard_at=0.95), wind_down_turns=0)
+    decisions = policy.wind_down_or_end(state, rules, step(state, rules))
+    assert [type(d) for d in decisions] == [WindDown, End]
+    wind_down = decisions[0]
+    assert isinstance(wind_down, WindDown)
+    assert wind_down.message is None
+
+
+def test_a_step_past_the_budget_ends_the_session_and_says_the_wind_down_was_missed() -> None:
+    state = session_with_results([300, 300, 300])
+    rules = rules_at(state, hard_at=1.2)
+    missed, end = policy.wind_down_or_end(state, rules, step(state, rules))
+    assert isinstance(missed, Notice)
+    assert missed.event == "wind_down_missed"
+    assert isinstance(end, End)
+    assert end.reason == EndReason.CONTEXT_FULL
+
+
+def test_a_refused_prompt_masks_all_but_the_protected_and_cuts_what_was_not_seen() -> None:
+    state = session_with_results([300, 300, 300])
+    # The newest step unanswered: its result has not been seen. Masking the rest is not enough.
+    rules = rules_at(state, hard_at=5.0)
+    decisions = policy.after_overflow(state, rules)
+    mask = decisions[0]
+    assert isinstance(mask, Mask)
+    assert mask.reason == MaskReason.OVERFLOW
+    assert mask.call_ids == ["c0", "c1"], "the unseen newest result is never masked"
+    assert [type(d).__name__ for d in decisions] == ["Mask", "Cut"]
+
+
+def test_deciding_changes_nothing() -> None:
+    state = session_with_results([300, 300, 300, 300])
+    rules = rules_at(state, hard_at=0.95, soft_at=0.3)
+    before = (state.view.messages(), set(state.view.masked_ids), state.wind_down_replies)
+    figures = step(state, rules)
+    first = [phase(state, rules, figures) for phase in policy.MANAGED.after_step]
+    again = [phase(state, rules, figures) for phase in policy.MANAGED.after_step]
+    assert first == again
+    assert any(first)
+    assert (state.view.messages(), set(state.view.masked_ids), state.wind_down_replies) == before
