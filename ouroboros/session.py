@@ -34,6 +34,7 @@ from ouroboros.reply_checks import (
 )
 from ouroboros.retry import retrying
 from ouroboros.tools import Tools
+from ouroboros.tools.builtin import finish_summary
 
 
 class SessionEnded(Exception):
@@ -95,8 +96,8 @@ class Session:
         for call in reply.tool_calls:
             if call.id in results:
                 if call.name == "finish" and not results[call.id].error:
-                    # It died before it recorded the end.
-                    raise SessionEnded(EndReason.FINISH, results[call.id].content)
+                    # It died before it recorded the end: the end it would have recorded.
+                    raise SessionEnded(EndReason.FINISH, finish_summary(call))
             elif call.id in self.state.started_calls:
                 self.append(self.error_result(call, prompts.CRASH_INTERRUPTED))
             else:

@@ -93,6 +93,7 @@ class RunState:
     wind_down_replies: int | None = field(default=None, metadata=SESSION)
     """Replies the agent gave since this session's wind-down message; None before it."""
     ended_reason: EndReason | None = field(default=None, metadata=SESSION)
+    ended_detail: str = field(default="", metadata=SESSION)
     """Why the last session ended, while no next session has started."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
@@ -188,6 +189,7 @@ class RunState:
     def _(self, record: SessionEnd) -> None:
         self.session_open = False
         self.ended_reason = record.reason
+        self.ended_detail = record.detail
 
     @apply.register
     def _(self, record: RunEnd) -> None:

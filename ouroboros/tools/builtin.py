@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ouroboros.messages import ToolCall
 from ouroboros.tools import safefs
 from ouroboros.tools.workspace import Location, PathRefused, Workspace
 
@@ -70,6 +71,11 @@ class FinishArgs(ToolArgs):
     """Declare the whole task done: ends the run for good. Only when nothing is left to do."""
 
     summary: str = Field(description="What was achieved and where the results are")
+
+
+def finish_summary(call: ToolCall) -> str:
+    """The summary of a finish call that ran (its arguments were valid then)."""
+    return FinishArgs.model_validate_json(call.arguments).summary
 
 
 @contextlib.contextmanager
