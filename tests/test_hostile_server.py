@@ -1,8 +1,9 @@
 """Nothing a server sends crashes, hangs or misleads the run (issue 20, rows 11, 12, 14, 15, 16).
 
 The client against the loopback server where the promise is the client's (a malformed chunk, a
-trickle, a flood); the real CLI where it is the run's (reused call ids, a reply of thousands of
-calls, absurd usage). Every case: a normal end or a one-line error, never a traceback."""
+trickle, a flood); a whole run in process where it is the session's (reused call ids, a reply
+of thousands of calls), the real CLI where the run is killed or the wire matters (absurd usage).
+Every case: a normal end or a one-line error, never a traceback."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ouroboros.records import EndReason, MessageRecord, SessionEnd, SessionStart
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.scripted_hostile import call, chunk, events, flood, one_line, trickle, usage
 from tests.conftest import Project, wait_for
+from tests.inprocess import Ran, Scripted, run_here
 
 MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]
 
@@ -61,7 +63,7 @@ def replies(project: Project) -> list[dict[str, Any]]:
     ]
 
 
-def clean(result: subprocess.CompletedProcess[str]) -> None:
+def clean(result: subprocess.CompletedProcess[str] | Ran) -> None:
     """A run that ended on its own terms: exit 0 and no traceback."""
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 0, result.stderr
@@ -346,10 +348,7 @@ def test_a_server_reusing_call_ids_gets_every_call_run_once(project: Project) ->
         calls = [tool("shell_exec", command=f"echo call-{n}-{i} >> runs.log") for i in range(2)]
         return Reply(tool_calls=list(calls), call_ids=("call_0", "call_0"))
 
-    with ScriptedServer(agent) as server:
-        project.configure(server.url)
-        result = project.run("run", "--max-turns", "10")
-    clean(result)
+    clean(run_here(project, agent, supervisor={"max_total_turns": 10}))
     lines = (project.workspace / "runs.log").read_text().splitlines()
     assert sorted(lines) == sorted(f"call-{n}-{i}" for n in range(5) for i in range(2))
     records = journal(project)
@@ -405,12 +404,9 @@ def test_reused_call_ids_resume_after_kill_nine_without_running_a_call_twice(
 
 def test_a_reply_of_five_thousand_calls_runs_the_cap_and_the_run_goes_on(project: Project) -> None:
     flood_of_calls = Reply(tool_calls=[tool("list_dir", path=".")] * 5000)
-    with ScriptedServer([flood_of_calls]) as server:
-        project.configure(server.url)
-        first = project.run("run", "--max-turns", "2")
-        clean(first)
-        again = project.run("run", "--max-turns", "4")
-    clean(again)
+    model = Scripted([flood_of_calls])
+    clean(run_here(project, model, supervisor={"max_total_turns": 2}))
+    clean(run_here(project, model, supervisor={"max_total_turns": 4}))
     assert len(project.events("tool_call")) == 32
     reply = replies(project)[0]
     assert len(reply["message"]["tool_calls"]) == 32
@@ -428,10 +424,8 @@ def test_a_last_step_that_cannot_fit_is_left_out_and_the_next_session_starts(
     project: Project,
 ) -> None:
     calls = Reply(tool_calls=[tool("list_dir", path=".")] * 1500)
-    with ScriptedServer([calls], dialect="llama", n_ctx=8192) as server:
-        project.configure(server.url, llm={"max_tool_calls_per_reply": 5000})
-        result = project.run("run", "--max-turns", "3")
-    clean(result)
+    limits = {"llm": {"max_tool_calls_per_reply": 5000}, "supervisor": {"max_total_turns": 3}}
+    clean(run_here(project, [calls], window=8192, **limits))
     starts = [r for r in journal(project) if r["kind"] == "session_start"]
     assert len(starts) == 2
     assert starts[1]["carried"] == 0
@@ -486,10 +480,13 @@ def test_call_ids_stay_unique_across_sessions_and_resumes(project: Project) -> N
     """Each `run` resumes from the snapshot taken at the last session start: the ids the run
     recorded before it are known there too."""
     echo = tool("shell_exec", command="echo x >> runs.log")
-    with ScriptedServer(lambda body: Reply(tool_calls=[echo], call_ids=("call_0",))) as server:
-        project.configure(server.url, session={"max_turns": 2})
-        for turns in (3, 6, 9):
-            clean(project.run("run", "--max-turns", str(turns)))
+    model = Scripted(lambda body: Reply(tool_calls=[echo], call_ids=("call_0",)))
+    for turns in (3, 6, 9):
+        clean(
+            run_here(
+                project, model, session={"max_turns": 2}, supervisor={"max_total_turns": turns}
+            )
+        )
     assert (project.state / "journal.jsonl.snapshot").exists()
     ids = [c["id"] for r in replies(project) for c in r["message"]["tool_calls"]]
     assert len(ids) == len(set(ids)) == 9
@@ -504,34 +501,33 @@ def test_a_session_opened_with_a_step_too_big_is_followed_by_one_that_carries_no
     """A journal written before carry-over left such steps out (every `run` exited 1 with "the
     system prompt and tools alone exceed the budget"): the next session carries nothing."""
     script = [Reply(tool_calls=[tool("list_dir", path=".")] * 1500)]
-    with ScriptedServer(script, dialect="llama", n_ctx=8192) as server:
-        project.configure(server.url, llm={"max_tool_calls_per_reply": 5000})
-        clean(project.run("run", "--max-turns", "1"))
-        records = journal(project)
-        step = [
-            MessageRecord.model_validate(r).message
-            for r in records
-            if r["kind"] == "message" and r["session"] == 1
-        ]
-        opening = next(r for r in records if r["kind"] == "session_start" and r["session"] == 2)
-        session = opening["session"]
-        bricked = [
-            SessionEnd(session=session, reason=EndReason.CONTEXT_FULL),
-            SessionStart(
-                session=session + 1,
-                reason="context_full",
-                carried=len(step),
-                messages=[
-                    SessionStart.model_validate(opening).messages[0],
-                    UserMessage(content="restarted", origin="restart"),
-                    *step,
-                ],
-            ),
-        ]
-        with (project.state / "journal.jsonl").open("a") as f:
-            f.writelines(r.model_dump_json(exclude_none=True) + "\n" for r in bricked)
-        result = project.run("run", "--max-turns", "3")
-    clean(result)
+    model = Scripted(script)
+    calls = {"max_tool_calls_per_reply": 5000}
+    clean(run_here(project, model, window=8192, llm=calls, supervisor={"max_total_turns": 1}))
+    records = journal(project)
+    step = [
+        MessageRecord.model_validate(r).message
+        for r in records
+        if r["kind"] == "message" and r["session"] == 1
+    ]
+    opening = next(r for r in records if r["kind"] == "session_start" and r["session"] == 2)
+    session = opening["session"]
+    bricked = [
+        SessionEnd(session=session, reason=EndReason.CONTEXT_FULL),
+        SessionStart(
+            session=session + 1,
+            reason="context_full",
+            carried=len(step),
+            messages=[
+                SessionStart.model_validate(opening).messages[0],
+                UserMessage(content="restarted", origin="restart"),
+                *step,
+            ],
+        ),
+    ]
+    with (project.state / "journal.jsonl").open("a") as f:
+        f.writelines(r.model_dump_json(exclude_none=True) + "\n" for r in bricked)
+    clean(run_here(project, model, window=8192, llm=calls, supervisor={"max_total_turns": 3}))
     starts = [r for r in journal(project) if r["kind"] == "session_start"]
     assert starts[-2]["carried"] > 1500
     assert starts[-1]["carried"] == 0

@@ -1,4 +1,5 @@
-"""`python -m ouroboros run` end to end, as a subprocess, against the scripted loopback server."""
+"""`python -m ouroboros run` end to end, as a subprocess, against the scripted loopback server;
+what a session does with the calls a reply makes, in process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
+from tests.inprocess import run_here
 
 
 @pytest.mark.parametrize("dialect", ["ollama", "llama"])
@@ -125,10 +127,8 @@ def test_malformed_tool_arguments_become_a_result(project: Project) -> None:
         Reply(tool_calls=[("no_such_tool", "{}")]),
         Reply(tool_calls=[("file_read", '["a"]')]),
     ]
-    with ScriptedServer(script, dialect="llama") as server:
-        project.configure(server.url)
-        result = project.run("run", "--max-turns", "5")
-        last = server.chat_requests()[-1]["messages"]
+    result = run_here(project, script, supervisor={"max_total_turns": 5})
+    last = result.chat_requests()[-1]["messages"]
     assert result.returncode == 0, result.stderr
     results = [m["content"] for m in last if m["role"] == "tool"]
     assert "not valid JSON" in results[0]
@@ -139,10 +139,9 @@ def test_malformed_tool_arguments_become_a_result(project: Project) -> None:
 
 def test_blocked_command_is_refused_and_logged(project: Project) -> None:
     script = [Reply(tool_calls=[tool("shell_exec", command="sudo rm -rf / --no-preserve-root")])]
-    with ScriptedServer(script) as server:
-        project.configure(server.url)
-        project.run("run", "--max-turns", "2")
-        last = server.chat_requests()[-1]["messages"]
+    result = run_here(project, script, supervisor={"max_total_turns": 2})
+    last = result.chat_requests()[-1]["messages"]
+    assert result.returncode == 0, result.stderr
     assert "refused" in last[-2]["content"] or "refused" in last[-1]["content"]
     blocked = project.events("blocked_command")
     assert blocked
@@ -228,9 +227,7 @@ def test_markup_in_logged_text_is_not_interpreted(project: Project) -> None:
         Reply(tool_calls=[tool("shell_exec", command="sudo sed 's/[/]//' [bold]x")]),
         Reply(tool_calls=[tool("file_read", path="logs/[/]x.txt")]),
     ]
-    with ScriptedServer(script) as server:
-        project.configure(server.url)
-        result = project.run("run", "--max-turns", "2")
+    result = run_here(project, script, supervisor={"max_total_turns": 2})
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "[/]x.txt" in result.stdout

@@ -22,6 +22,7 @@ from ouroboros.jsonl import read_objects
 from ouroboros.lock import state_lock
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
+from tests.inprocess import Scripted, run_here
 
 
 def journal(project: Project) -> list[dict[str, Any]]:
@@ -38,10 +39,8 @@ def test_restarts_reload_an_edited_system_prompt(project: Project) -> None:
             tool_calls=[tool("file_write", path=str(prompt), content=f"# Version {next(versions)}")]
         )
 
-    with ScriptedServer(agent) as server:
-        project.configure(server.url, session={"max_turns": 2}, supervisor={"max_restarts": 2})
-        result = project.run("run")
-        requests = server.chat_requests()
+    result = run_here(project, agent, session={"max_turns": 2}, supervisor={"max_restarts": 2})
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
     assert "max_restarts" in result.stdout
     starts = [r for r in journal(project) if r["kind"] == "session_start"]
@@ -63,11 +62,10 @@ def test_restarts_reload_an_edited_system_prompt(project: Project) -> None:
 
 def test_finish_ends_the_run_for_good(project: Project) -> None:
     script = [Reply(tool_calls=[tool("finish", summary="wrote the report")])]
-    with ScriptedServer(script) as server:
-        project.configure(server.url)
-        first = project.run("run")
-        again = project.run("run")
-        assert len(server.chat_requests()) == 1
+    model = Scripted(script)
+    first = run_here(project, model)
+    again = run_here(project, model)
+    assert len(model.chat_requests()) == 1
     assert first.returncode == 0
     assert "run stopped: finish" in first.stdout
     assert again.returncode == 0
@@ -76,31 +74,28 @@ def test_finish_ends_the_run_for_good(project: Project) -> None:
 
 
 def test_finish_is_not_offered_when_disallowed(project: Project) -> None:
-    with ScriptedServer([Reply(text="hi")]) as server:
-        project.configure(server.url, supervisor={"allow_finish": False, "max_total_turns": 1})
-        project.run("run")
-        tools = {t["function"]["name"] for t in server.chat_requests()[0]["tools"]}
+    ran = run_here(
+        project, [Reply(text="hi")], supervisor={"allow_finish": False, "max_total_turns": 1}
+    )
+    tools = {t["function"]["name"] for t in ran.chat_requests()[0]["tools"]}
     assert "finish" not in tools
 
 
 def test_repeated_identical_calls_get_a_nudge(project: Project) -> None:
     same = Reply(tool_calls=[tool("list_dir", path=".")])
-    with ScriptedServer([same, same, same, Reply(text="ok")]) as server:
-        project.configure(server.url, supervisor={"max_total_turns": 4})
-        project.run("run")
-        last = server.chat_requests()[-1]["messages"]
+    ran = run_here(project, [same, same, same, Reply(text="ok")], supervisor={"max_total_turns": 4})
+    last = ran.chat_requests()[-1]["messages"]
     nudges = [m for m in last if "same tool call 3 times" in str(m.get("content"))]
     assert len(nudges) == 1
 
 
 def test_budgets_survive_resume_and_raising_them_continues(project: Project) -> None:
-    with ScriptedServer(lambda body: Reply(text="working")) as server:
-        project.configure(server.url)
-        assert project.run("run", "--max-turns", "2").returncode == 0
-        assert project.run("run", "--max-turns", "2").returncode == 0  # nothing left to do
-        assert len(server.chat_requests()) == 2
-        assert project.run("run", "--max-turns", "3").returncode == 0
-        assert len(server.chat_requests()) == 3
+    model = Scripted(lambda body: Reply(text="working"))
+    assert run_here(project, model, supervisor={"max_total_turns": 2}).returncode == 0
+    assert run_here(project, model, supervisor={"max_total_turns": 2}).returncode == 0  # no more
+    assert len(model.chat_requests()) == 2
+    assert run_here(project, model, supervisor={"max_total_turns": 3}).returncode == 0
+    assert len(model.chat_requests()) == 3
     usage = project.usage()
     assert [(u["session"], u["turn"]) for u in usage] == [(1, 1), (1, 2), (1, 3)]
 
@@ -142,15 +137,14 @@ def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project
 
 
 def test_torn_last_line_is_dropped_and_kept_aside(project: Project) -> None:
-    with ScriptedServer(lambda body: Reply(text="working")) as server:
-        project.configure(server.url)
-        project.run("run", "--max-turns", "2")
-        path = project.state / "journal.jsonl"
-        path.write_bytes(path.read_bytes() + b'{"v":1,"kind":"message","sess')
-        for log in ("events.jsonl", "token_usage.jsonl"):
-            with (project.state / log).open("ab") as f:
-                f.write(b'{"v":1,"kind":"tok')
-        result = project.run("run", "--max-turns", "3")
+    model = Scripted(lambda body: Reply(text="working"))
+    run_here(project, model, supervisor={"max_total_turns": 2})
+    path = project.state / "journal.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"v":1,"kind":"message","sess')
+    for log in ("events.jsonl", "token_usage.jsonl"):
+        with (project.state / log).open("ab") as f:
+            f.write(b'{"v":1,"kind":"tok')
+    result = run_here(project, model, supervisor={"max_total_turns": 3})
     assert result.returncode == 0, result.stderr
     assert "dropped a torn last journal line" in result.stdout
     aside = list(project.state.glob("journal.jsonl.torn-*"))
@@ -166,16 +160,15 @@ def test_torn_last_line_is_dropped_and_kept_aside(project: Project) -> None:
 
 
 def test_a_bad_line_in_the_middle_is_skipped_named_and_kept(project: Project) -> None:
-    with ScriptedServer(lambda body: Reply(text="working")) as server:
-        project.configure(server.url)
-        project.run("run", "--max-turns", "2")
-        path = project.state / "journal.jsonl"
-        lines = path.read_text().splitlines()
-        at = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "message")
-        lines[at] = lines[at][:20] + "#garbage#"
-        before = "\n".join(lines) + "\n"
-        path.write_text(before)
-        result = project.run("run", "--max-turns", "3")
+    model = Scripted(lambda body: Reply(text="working"))
+    run_here(project, model, supervisor={"max_total_turns": 2})
+    path = project.state / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "message")
+    lines[at] = lines[at][:20] + "#garbage#"
+    before = "\n".join(lines) + "\n"
+    path.write_text(before)
+    result = run_here(project, model, supervisor={"max_total_turns": 3})
     assert result.returncode == 0, result.stderr
     assert f"journal.jsonl, line {at + 1}: not a valid record" in result.stdout
     assert "skipped (the file keeps it)" in result.stdout
@@ -317,12 +310,11 @@ def _cut_journal_after(project: Project, keep: Any) -> None:
 
 
 def test_crash_after_a_text_reply_never_sends_it_last(project: Project) -> None:
-    with ScriptedServer(lambda body: Reply(text="thinking aloud"), dialect="llama") as server:
-        project.configure(server.url)
-        project.run("run", "--max-turns", "2")
-        _cut_journal_after(project, lambda r: r["kind"] == "message" and "usage" in r)
-        result = project.run("run", "--max-turns", "3")
-        last = server.chat_requests()[-1]["messages"]
+    model = Scripted(lambda body: Reply(text="thinking aloud"))
+    run_here(project, model, supervisor={"max_total_turns": 2})
+    _cut_journal_after(project, lambda r: r["kind"] == "message" and "usage" in r)
+    result = run_here(project, model, supervisor={"max_total_turns": 3})
+    last = model.chat_requests()[-1]["messages"]
     assert result.returncode == 0, result.stderr
     assert last[-1]["role"] == "user"
     assert [m["role"] for m in last[-3:]] != ["assistant", "assistant", "user"]
@@ -330,14 +322,11 @@ def test_crash_after_a_text_reply_never_sends_it_last(project: Project) -> None:
 
 def test_crash_after_finish_still_ends_the_run(project: Project) -> None:
     script = [Reply(tool_calls=[tool("finish", summary="all done")]), Reply(text="more?")]
-    with ScriptedServer(script) as server:
-        project.configure(server.url)
-        project.run("run")
-        _cut_journal_after(
-            project, lambda r: r["kind"] == "message" and r["message"]["kind"] == "tool"
-        )
-        result = project.run("run")
-        assert len(server.chat_requests()) == 1
+    model = Scripted(script)
+    run_here(project, model)
+    _cut_journal_after(project, lambda r: r["kind"] == "message" and r["message"]["kind"] == "tool")
+    result = run_here(project, model)
+    assert len(model.chat_requests()) == 1
     assert result.returncode == 0
     assert "run stopped: finish" in result.stdout
 
