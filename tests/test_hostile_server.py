@@ -424,8 +424,8 @@ def test_a_last_step_that_cannot_fit_is_left_out_and_the_next_session_starts(
     project: Project,
 ) -> None:
     calls = Reply(tool_calls=[tool("list_dir", path=".")] * 1500)
-    limits = {"llm": {"max_tool_calls_per_reply": 5000}, "supervisor": {"max_total_turns": 3}}
-    clean(run_here(project, [calls], window=8192, **limits))
+    calls_cap, turns = {"max_tool_calls_per_reply": 5000}, {"max_total_turns": 3}
+    clean(run_here(project, [calls], window=8192, llm=calls_cap, supervisor=turns))
     starts = [r for r in journal(project) if r["kind"] == "session_start"]
     assert len(starts) == 2
     assert starts[1]["carried"] == 0
