@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import anyio
@@ -261,11 +260,10 @@ def test_a_server_that_always_sends_garbage_ends_the_run_in_one_line(project: Pr
 
 
 def test_a_trickle_of_empty_chunks_ends_at_the_deadline() -> None:
-    started = time.monotonic()
+    # The trickle goes on for a minute and then ends well: only the idle deadline, cutting it
+    # short, makes this error.
     with pytest.raises(TransientError) as caught:
         complete(Reply(wire=trickle(60, every=0.2)), timeout_s=1)
-    # The promise is about not hanging: a hang is a minute here, the bound generous.
-    assert time.monotonic() - started < 20
     assert "llm.timeout_s" in str(caught.value)
 
 
@@ -279,10 +277,8 @@ def test_a_slow_reply_that_moves_on_is_not_cut_by_the_idle_timeout() -> None:
 
 
 def test_a_reply_that_trickles_text_forever_ends_at_the_whole_reply_deadline() -> None:
-    started = time.monotonic()
     with pytest.raises(TransientError) as caught:
         complete(Reply(wire=trickle(60, every=0.1, text="a")), timeout_s=10, reply_timeout_s=1)
-    assert time.monotonic() - started < 20
     assert "llm.reply_timeout_s" in str(caught.value)
 
 

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,6 @@ class Demo:
     root: Path
     output: str
     exit_code: int
-    seconds: float
 
     @property
     def project(self) -> Project:
@@ -41,15 +39,13 @@ class Demo:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     root = tmp_path_factory.mktemp("demo")
     out = io.StringIO()
-    started = time.monotonic()
     with contextlib.redirect_stdout(out):
         code = main(["demo", "--dir", str(root)])
-    return Demo(root, out.getvalue(), code, time.monotonic() - started)
+    return Demo(root, out.getvalue(), code)
 
 
 def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo) -> None:
     assert demo.exit_code == 0, demo.output
-    assert demo.seconds < 60
     project = demo.project
     assert len(project.events("session_restart")) == 2
     assert project.events("context_mask")
@@ -142,7 +138,10 @@ def test_report_draws_the_run(demo: Demo) -> None:
     budget = Budget.for_window(4096, 0.70, 0.90, 256, 0.05)
     labels = [t.text for t in svg.iter(f"{SVG}text") if t.text]
     assert f"soft 70%: {budget.soft_line:,}" in labels
-    assert f"hard 90%: {budget.hard_line:,}" in labels
+    # The hard line as it was in force at the last call: at most the configured one.
+    in_force = usage[-1]["hard_line"]
+    assert in_force <= budget.hard_line
+    assert f"hard {in_force / budget.prompt_budget:.0%}: {in_force:,}" in labels
     # The wind-down line is placed from the run's own reply sizes, never after the hard line.
     assert all(0 < w["hard_line"] <= budget.hard_line for w in demo.project.events("wind_down"))
     assert f"prompt budget {budget.prompt_budget:,}" in labels
