@@ -7,6 +7,7 @@ from functools import partial
 import anyio
 import pytest
 
+from ouroboros.clock import FakeClock
 from ouroboros.config import LLMSettings
 from ouroboros.llm import (
     Completion,
@@ -188,6 +189,7 @@ def test_other_errors_are_not_overflows(status: int, body: object) -> None:
 
 def test_retry_after_is_honoured() -> None:
     waits: list[float] = []
+    clock = FakeClock()
     busy = Reply(status=429, error_body={"message": "slow down"}, retry_after="1.5")
     settings = LLMSettings(base_url="", model="scripted", retry_initial_s=0.01, retry_max_s=30)
 
@@ -198,6 +200,7 @@ def test_retry_after_is_honoured() -> None:
                 partial(client.complete, MESSAGES, []),
                 settings,
                 lambda attempt, wait, error: waits.append(wait),
+                clock,
             )
         finally:
             await client.aclose()
@@ -205,3 +208,31 @@ def test_retry_after_is_honoured() -> None:
     with ScriptedServer([busy, Reply(text="ok")]) as s:
         assert anyio.run(go, s).message.content == "ok"
     assert waits == [1.5]
+    assert clock.slept == [1.5], "the wait is on the run's clock"
+
+
+def test_retries_back_off_and_stop_after_retry_for_s_on_the_runs_clock() -> None:
+    """An hour of a server that is down, in no time: the backoff doubles up to its cap, and
+    the last error surfaces once `retry_for_s` have passed on the clock."""
+    clock = FakeClock()
+    settings = LLMSettings(
+        base_url="", model="scripted", retry_initial_s=1, retry_max_s=60, retry_for_s=3600
+    )
+    attempts: list[int] = []
+
+    async def down() -> Completion:
+        # A broken clock would make this test wait an hour, or for ever: fail at once instead.
+        if attempts and not clock.slept:
+            raise FatalError("the retry layer waited, but not on the run's clock")
+        if len(attempts) > 1000:
+            raise FatalError("the retry layer does not stop on the run's clock")
+        raise TransientError("connection refused")
+
+    async def go() -> Completion:
+        return await retrying(down, settings, lambda n, wait, error: attempts.append(n), clock)
+
+    with pytest.raises(TransientError, match="connection refused"):
+        anyio.run(go)
+    assert 3600 <= sum(clock.slept) < 3600 + 60
+    assert all(0 <= wait <= 60 for wait in clock.slept)
+    assert attempts == list(range(1, len(clock.slept) + 1))
