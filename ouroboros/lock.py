@@ -132,7 +132,7 @@ def refuse_lost_journal(state_dir: Path) -> None:
     if first is not None:
         if not _is_run_start(first):
             raise RunError(
-                f"{journal} does not begin with a run start (its line 1 is not one): it was "
+                f"{journal} does not begin with a run start (after any notices): it was "
                 f"replaced or damaged; {AFRESH}"
             )
         then, size = journal_size_then(journal), journal.stat().st_size

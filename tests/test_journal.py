@@ -6,8 +6,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ouroboros.call_figures import CallFigures, WindowFigures
+from ouroboros.errors import RunError
 from ouroboros.journal import Journal, fold
+from ouroboros.lock import refuse_lost_journal
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ouroboros.records import (
     Compaction,
@@ -26,6 +30,7 @@ from ouroboros.records import (
 )
 from ouroboros.snapshot import load, snapshot_path
 from ouroboros.state import RunState
+from ouroboros.state_folder import JOURNAL
 
 WINDOW = WindowFigures(
     server="llama-server",
@@ -198,3 +203,18 @@ def test_a_notice_named_once_is_journalled_once_a_run_even_across_a_resume(
     kinds = [line.split('"event":"')[1].split('"')[0] for line in path.read_text().splitlines()]
     assert kinds == ["warning", "retry"]
     assert '"wait_s":1.23' in path.read_text().splitlines()[1]
+
+
+def test_notices_before_the_run_start_do_not_make_a_journal_lost(tmp_path: Path) -> None:
+    """A first start whose server never came up journals only notices (its retries): the next
+    start goes on; notices followed by anything but a run start are a replaced journal."""
+    journal = Journal(tmp_path / JOURNAL)
+    journal.retry(1, 0.5, RuntimeError("connection refused"))
+    journal.notify("warning", "shell commands run unconfined: no Landlock")
+    journal.close()
+    refuse_lost_journal(tmp_path)
+    journal = Journal(tmp_path / JOURNAL)
+    journal.append(SessionStart(session=1, reason="fresh", messages=[]))
+    journal.close()
+    with pytest.raises(RunError, match="does not begin with a run start"):
+        refuse_lost_journal(tmp_path)

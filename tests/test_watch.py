@@ -26,13 +26,17 @@ from ouroboros.cli import main
 from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
 from ouroboros.journal import Journal
+from ouroboros.jsonl import JsonlReader
 from ouroboros.lock import state_lock
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, snapshot
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
+from ouroboros.records import JOURNAL_RECORD
 from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.lines import lines_of
 from ouroboros.sinks.live import LiveView
+from ouroboros.state import RunState
 from ouroboros.state_folder import JOURNAL
 from ouroboros.supervisor import run
 from tests.conftest import PROJECT_ROOT, Project, wait_for
@@ -533,3 +537,17 @@ def test_every_call_draws_the_hard_line_in_force(
         hard_at = round(line["hard_line"] / line["prompt_budget"] * len(drawn)) - 1
         filled = drawn.count("█")
         assert (hard_at in marks) == (hard_at >= filled)
+
+
+def test_both_logs_are_the_journals_records_as_lines(recorded: Project) -> None:
+    """Nothing but the journal writes what people read: its records, folded again, make both
+    logs line for line (less the order numbers the writer gave them)."""
+    state = RunState()
+    made = []
+    for record in JsonlReader(recorded.state / JOURNAL).records(JOURNAL_RECORD):
+        state.apply(record)
+        made += lines_of(record, state)
+    written = sorted(recorded.records("events.jsonl") + recorded.usage(), key=lambda r: r["seq"])
+    assert [{k: v for k, v in line.items() if k != "seq"} for line in written] == json.loads(
+        json.dumps(made, default=str)
+    )

@@ -1,9 +1,9 @@
 """`status`: is the run alive, where it stands, what is left of its budgets.
 
-It only reads: `status.json` (kept by the run as it goes; for a run without one, the journal is
-folded as a resume folds it), and the lock only for the instant it needs to see whether someone
-else holds it. Light to import: a quick look at a run of 100,000 calls takes a fraction of a
-second.
+It only reads: `status.json` (made by the run from its journal's records; where it is missing or
+behind the journal, the journal is folded the same way), and the lock only for the instant it
+needs to see whether someone else holds it. Light to import: a quick look at a run of 100,000
+calls takes a fraction of a second.
 """
 
 from __future__ import annotations
