@@ -84,9 +84,10 @@ def _ticks(f: Frame, marks: list[Mark]) -> Iterable[str]:
 
 
 def _lines(f: Frame, data: RunData, lines: Lines) -> Iterable[str]:
-    """The lines of the run's last window, across the chart, labelled at its right."""
-    limit = data.calls[-1].limit
-    for name, tokens, colour, dash in lines.levels(limit):
+    """The lines of the run's last call (its window, the hard line in force), across the
+    chart, labelled at its right."""
+    last = data.calls[-1]
+    for name, tokens, colour, dash in lines.levels(last.limit, last.hard_line):
         y = f.y(tokens)
         yield (
             f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{colour}" '
