@@ -11,14 +11,15 @@ import pytest
 from ouroboros.context.carryover import recent_actions
 from ouroboros.jsonl import Problem
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.scripted import Reply, tool
 from ouroboros.tools.search import search_commands, search_logs, search_sessions
 from tests.conftest import Project
+from tests.inprocess import run_here
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    """A real run with two sessions: commands that pass and fail, a file read, a restart."""
+    """A whole run with two sessions: commands that pass and fail, a file read, a restart."""
     root = tmp_path_factory.mktemp("search") / "project"
     (root / "workspace").mkdir(parents=True)
     (root / "SYSTEM_PROMPT.md").write_text("# Purpose\nTest search.\n")
@@ -32,9 +33,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Project:
             Reply(tool_calls=[tool("shell_exec", command="make deploy; exit 2")]),
         ]
     )
-    with ScriptedServer(lambda body: next(script)) as server:
-        project.configure(server.url, session={"max_turns": 4}, supervisor={"max_total_turns": 6})
-        assert project.run("run").returncode == 0
+    ran = run_here(
+        project,
+        lambda body: next(script),
+        session={"max_turns": 4},
+        supervisor={"max_total_turns": 6},
+    )
+    assert ran.returncode == 0, ran.stderr
     return project
 
 
@@ -87,9 +92,8 @@ def test_agent_uses_search_context_in_a_run(recorded: Project, tmp_path: Path) -
         Reply(tool_calls=[tool("search_context", source="logs", type="no_such_kind")]),
         Reply(tool_calls=[tool("search_context", source="sessions", last_n=99)]),
     ]
-    with ScriptedServer(script) as server:
-        project.configure(server.url, supervisor={"max_total_turns": 9})
-        assert project.run("run").returncode == 0
+    ran = run_here(project, script, supervisor={"max_total_turns": 9})
+    assert ran.returncode == 0, ran.stderr
     results = [
         r["message"]["content"]
         for r in project.records("journal.jsonl")
