@@ -23,6 +23,7 @@ from ouroboros.errors import RunError
 from ouroboros.fake_model import FakeModel
 from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
 from ouroboros.scripted import Reply, Responder, quick_config
+from ouroboros.servers import ServerInfo
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
 from ouroboros.supervisor import run
@@ -52,33 +53,36 @@ def as_message(reply: Reply) -> AssistantMessage:
 
 @dataclass
 class ScriptedModel(FakeModel):
-    """`FakeModel` that keeps the tools of the request in hand, for the request's body."""
+    """`FakeModel` that records each request's body as the client would have sent it (its
+    `messages` and `tools`), the refused ones too, as the loopback server does."""
 
     tools: list[dict[str, Any]] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         self.tools = tools
+        body: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
+        if tools:
+            body["tools"] = tools
+        self.bodies.append(body)
         return await super().complete(messages, tools)
 
 
 @dataclass
 class Scripted:
-    """`ScriptedServer`'s script as a `FakeModel` replier; `requests` are the request bodies as
-    the client would have sent them (`messages` and `tools`)."""
+    """`ScriptedServer`'s script as a `FakeModel` replier, over one run or several."""
 
     script: Iterable[Reply] | Responder
     model: ScriptedModel = field(init=False)
-    requests: list[dict[str, Any]] = field(default_factory=list)
+    earlier: list[dict[str, Any]] = field(default_factory=list)
+    """The request bodies of the runs before this model's."""
 
     def __post_init__(self) -> None:
         self._responder = self.script if callable(self.script) else None
         self._queue: deque[Reply] = deque(() if callable(self.script) else self.script)
 
     def __call__(self, messages: list[Message]) -> AssistantMessage | Completion:
-        body: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
-        if self.model.tools:
-            body["tools"] = self.model.tools
-        self.requests.append(body)
+        body = self.model.bodies[-1]
         if self._responder is not None:
             reply = self._responder(body)
         else:
@@ -97,8 +101,16 @@ class Scripted:
             completion = self.model.prompt_tokens([message], [])
         return Completion(message, finish, Usage(prompt, completion, "server"))
 
+    def use(self, model: ScriptedModel) -> None:
+        """Answer for `model` (a new run's) from now on."""
+        if hasattr(self, "model"):
+            self.earlier += self.model.bodies
+        self.model = model
+
     def chat_requests(self) -> list[dict[str, Any]]:
-        return list(self.requests)
+        """Every request's body, in order, the refused ones too."""
+        current = self.model.bodies if hasattr(self, "model") else []
+        return self.earlier + current
 
 
 @dataclass
@@ -122,12 +134,14 @@ def run_here(
     window: int = 4096,
     renders_tools: bool = True,
     clock: Clock = SYSTEM_CLOCK,
+    info: ServerInfo | None = None,
     **sections: dict[str, Any],
 ) -> Ran:
     """`python -m ouroboros run` in this process, with `quick_config`'s settings and `sections`
-    over them; a run error is returned (as the CLI prints it), not raised."""
+    over them, against a model of `window` tokens (`info`: what discovery found, if not a
+    llama-server that says so); a run error is returned (as the CLI prints it), not raised."""
     scripted = script if isinstance(script, Scripted) else Scripted(script)
-    scripted.model = ScriptedModel(scripted, window=window, renders_tools=renders_tools)
+    scripted.use(ScriptedModel(scripted, window=window, renders_tools=renders_tools))
     config = project.root / "config.toml"
     config.write_text(quick_config("http://127.0.0.1:9/v1", **sections))
     settings = load_settings(config)
@@ -135,7 +149,7 @@ def run_here(
     log = EventLog(settings.paths.state_dir, LiveView(Console(file=out, width=200)))
     model = scripted.model
     try:
-        outcome = anyio.run(run, settings, log, model, model.info, clock)
+        outcome = anyio.run(run, settings, log, model, info or model.info, clock)
     except RunError as e:
         return Ran(1, out.getvalue(), f"error: {e}", scripted)
     finally:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ouroboros.jsonl import JsonlReader
+from ouroboros.llm import FatalError
 from ouroboros.records import (
     JOURNAL_RECORD,
     MessageRecord,
@@ -20,7 +21,7 @@ from ouroboros.records import (
 )
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.scripted_wire import count_tokens
-from ouroboros.servers import _ollama_counts_whole_prompt
+from ouroboros.servers import ServerInfo, _ollama_counts_whole_prompt
 from tests.conftest import Project
 from tests.inprocess import run_here
 
@@ -193,18 +194,17 @@ def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Pro
 
 def test_overflow_when_server_hides_its_window(project: Project) -> None:
     fill_workspace(project, files=6, words=600)
-    with ScriptedServer(reader(6), dialect="llama", n_ctx=3000) as server:
-        # Pretend /props is missing: an unknown server with a configured (too large) window.
-        server.native = lambda path: (  # type: ignore[method-assign]
-            {"object": "list", "data": [{"id": "scripted"}]} if path == "/v1/models" else None
-        )
-        project.configure(
-            server.url,
-            context={"limit": 16000, "protected_observations": 1},
-            supervisor={"max_total_turns": 60},
-        )
-        result = project.run("run")
-        requests = server.chat_requests()
+    # An unknown server with a configured (too large) window: it does not say its own.
+    hidden = ServerInfo("unknown", None, "the server does not report its window")
+    result = run_here(
+        project,
+        reader(6),
+        window=3000,
+        info=hidden,
+        context={"limit": 16000, "protected_observations": 1},
+        supervisor={"max_total_turns": 60},
+    )
+    requests = result.chat_requests()
     assert result.returncode == 0, result.stderr
     overflows = project.events("context_overflow")
     assert overflows, "expected the server to refuse an oversized prompt"
@@ -293,12 +293,10 @@ def test_mask_round_logged_when_its_call_fails(project: Project) -> None:
 
     def until_masked(body: dict[str, Any]) -> Reply:
         if any(PLACEHOLDER in c for c in tool_contents(body)):
-            return Reply(status=400, error_body={"error": {"message": "invalid request"}})
+            raise FatalError("HTTP 400 from the server: invalid request")
         return read_on(body)  # type: ignore[no-any-return]
 
-    with ScriptedServer(until_masked, dialect="llama", n_ctx=4096) as server:
-        project.configure(server.url)
-        result = project.run("run")
+    result = run_here(project, until_masked, window=4096)
     assert result.returncode != 0
     journal_masks = [r for r in project.records("journal.jsonl") if r["kind"] == "mask"]
     assert journal_masks
