@@ -19,6 +19,7 @@ import anyio
 from rich.console import Console
 
 from ouroboros import snapshot
+from ouroboros.chunks import Completion
 from ouroboros.config_file import load_settings, to_toml
 from ouroboros.context.compact import SNAPSHOT_SYSTEM
 from ouroboros.fake_model import FakeModel
@@ -64,6 +65,9 @@ SCRIPT: list[Step] = [
 ]
 FINISH_AT = 22
 """The reply that finishes the run."""
+OVERFLOW_AT = 16
+"""The reply whose first request the server refuses as too long (`Server`): the harness learns
+the count, masks and asks again."""
 MUSING = "Reasoning about the counts so far. " * 20
 """In some of the run's first replies only: the wind-down line follows the run's reply sizes,
 so a resume that forgot them would place it elsewhere."""
@@ -107,8 +111,33 @@ class Agent:
     def __call__(self, messages: list[Message]) -> AssistantMessage:
         if messages[0].content == SNAPSHOT_SYSTEM:
             return snapshot_reply(messages[-1].content)
+        return reply(len(replies(read_journal(self.journal))))
+
+    def window(self, prompt: int) -> int:
+        """The server's window for a request of `prompt` tokens: narrower than that for reply
+        `OVERFLOW_AT`'s first request, and for any as long as the one refused since the last
+        reply (asked again after a kill, it is refused again)."""
         lines = read_journal(self.journal)
-        return reply(sum(1 for r in lines if r["kind"] == "message" and "usage" in r))
+        answered = replies(lines)
+        if len(answered) != OVERFLOW_AT:
+            return WINDOW
+        since = lines[answered[-1] + 1 :]
+        return min((r["prompt_tokens"] for r in since if r["kind"] == "refused"), default=prompt)
+
+
+class Server(FakeModel):
+    """A server whose window narrows for one reply (`Agent.window`): it refuses the prompt,
+    with its count, until the harness has freed room."""
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        assert isinstance(self.replier, Agent)
+        self.window = self.replier.window(self.prompt_tokens(messages, tools))
+        return await super().complete(messages, tools)
+
+
+def replies(lines: list[dict[str, Any]]) -> list[int]:
+    """Where the model's replies are among the journal's records."""
+    return [i for i, r in enumerate(lines) if r["kind"] == "message" and "usage" in r]
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
@@ -133,7 +162,7 @@ def make_project(root: Path, strategy: str) -> None:
 def run_project(root: Path) -> RunOutcome:
     settings = load_settings(root / "config.toml")
     log = EventLog(settings.paths.state_dir, LiveView(Console(file=io.StringIO())))
-    model = FakeModel(Agent(settings.paths.state_dir / "journal.jsonl"), window=WINDOW)
+    model = Server(Agent(settings.paths.state_dir / "journal.jsonl"), window=WINDOW)
     try:
         return anyio.run(run, settings, log, model, model.info)
     finally:

@@ -17,7 +17,7 @@ from ouroboros import prompts
 from ouroboros.snapshot import snapshot_path
 from tests.resume_runs import decisions, journal_path, killed_after, make_project, run_project
 
-EVERY = {"mask": 4, "compact": 10}
+EVERY = {"mask": 5, "compact": 12}
 """Of the message and tool-start records (most of a journal), one boundary in so many is tried
 (the compaction run's rarer records are its point); after every record of another kind, all."""
 STREAK = 8
@@ -161,10 +161,13 @@ def test_the_scripted_run_makes_every_decision_and_again_alike(
     kinds = [r["kind"] for r in records]
     origins = {r["message"].get("origin") for r in records if r["kind"] == "message"}
     assert kinds.count("session_start") >= 3
-    assert {"mask", "wind_down", "tool_started"} <= set(kinds)
+    assert {"mask", "wind_down", "tool_started", "refused"} <= set(kinds)
     assert {"nudge", "continue"} <= origins  # a repeated call, a text-only reply
     assert (records[-1]["kind"], records[-1]["reason"]) == ("run_end", "finish")
-    if strategy == "compact":
+    if strategy == "mask":
+        # The refused prompt's: the others are at a line.
+        assert "overflow" in {r["reason"] for r in records if r["kind"] == "mask"}
+    else:
         # A side call that made no compaction is a failed one.
         assert 0 < kinds.count("compaction") < kinds.count("usage")
     assert set(kinds) == {trial.record(k)["kind"] for k in trial.tried()}
@@ -210,13 +213,30 @@ def test_a_run_resumed_from_its_snapshot_decides_as_from_its_whole_journal(
         assert decisions(whole[k:]) == decisions(trial.resumed[k][k:]), f"k={k}"
 
 
+REFUSED = (
+    "killed after a refused prompt's record and before the decisions it called for (masks, "
+    "cuts), the resumed run asks the server again and journals a second refusal of the same "
+    "prompt: the ledger learns the count twice, so the projected figures, the hard line and the "
+    "wind-down's room come out a few tokens apart (the refusal is not finished from the journal "
+    "as an interrupted tool call is)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=REFUSED)
+def test_killed_after_a_refused_prompt_the_run_decides_alike(trials: Trials) -> None:
+    trial = trials["mask"]
+    assert divergences(trial, trial.tried("refused")) == []
+
+
 @pytest.mark.parametrize("strategy", ["mask", "compact"])
 def test_resumed_after_any_record_the_run_decides_alike(trials: Trials, strategy: str) -> None:
-    """The property: every tried boundary but a started call's (above) resumes to the same
-    decisions and messages as the uninterrupted run; the finish's result and its session end
-    among them."""
+    """The property: every tried boundary resumes to the same decisions and messages as the
+    uninterrupted run, the finish's result and its session end among them; but after a started
+    call (an 'interrupted' result, above) and after a refused prompt (above, not yet)."""
     trial = trials[strategy]
     last = len(trial.full)
     assert {last - 2, last - 1} <= set(trial.tried())
-    boundaries = [k for k in trial.tried() if trial.record(k)["kind"] != "tool_started"]
+    boundaries = [
+        k for k in trial.tried() if trial.record(k)["kind"] not in ("tool_started", "refused")
+    ]
     assert divergences(trial, boundaries) == []
