@@ -28,7 +28,7 @@ from ouroboros.scripted import Reply, ScriptedServer, quick_config, tool
 from ouroboros.session import Session
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.supervisor import run
+from ouroboros.start import run
 
 TARGET = 15
 calls: list[set[str]] = []

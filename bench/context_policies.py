@@ -613,7 +613,7 @@ class Replay:
             frame_tokens=MESSAGE_OVERHEAD,
         )
         self.log = EventLog(STATE_DIR, LiveView(Console(file=io.StringIO())))
-        self.supervisor = Supervisor(self.parts, window, self.log)
+        self.supervisor = Supervisor(self.parts, window)
 
     async def run(self) -> Outcome:
         await self.supervisor.run()

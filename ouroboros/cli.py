@@ -165,7 +165,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     from ouroboros.lock import fresh_state
     from ouroboros.sinks.live import LiveView
-    from ouroboros.supervisor import run_to_end
+    from ouroboros.start import run_to_end
 
     settings = load()
     prompt = settings.paths.system_prompt

@@ -22,7 +22,7 @@ from ouroboros.config_file import load_settings, to_toml
 from ouroboros.lock import fresh_state
 from ouroboros.scripted import Reply, ScriptedServer, tool
 from ouroboros.sinks.live import LiveView
-from ouroboros.supervisor import run_to_end
+from ouroboros.start import run_to_end
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")

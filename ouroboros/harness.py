@@ -19,7 +19,6 @@ from ouroboros.lock import started_mark
 from ouroboros.retry import retrying
 from ouroboros.servers import ServerInfo, choose_window, discover
 from ouroboros.session import Parts
-from ouroboros.sinks.events import EventLog
 from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
 from ouroboros.tools import ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
@@ -96,7 +95,6 @@ def build_parts(
     model: Model,
     info: ServerInfo,
     journal: Journal,
-    log: EventLog,
     clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[Parts, WindowFigures]:
     """What the run's sessions work with, from the settings and what the server is: the window

@@ -26,7 +26,7 @@ from ouroboros.scripted import Reply, Responder, quick_config
 from ouroboros.servers import ServerInfo
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.supervisor import run
+from ouroboros.start import run
 from tests.conftest import Project
 
 _CALL_IDS = itertools.count(1)

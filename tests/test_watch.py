@@ -36,9 +36,9 @@ from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.lines import lines_of
 from ouroboros.sinks.live import LiveView
+from ouroboros.start import run
 from ouroboros.state import RunState
 from ouroboros.state_folder import JOURNAL
-from ouroboros.supervisor import run
 from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace
 

@@ -1,0 +1,122 @@
+"""A run from the command: the lock first, then the journal with its sinks, the model server,
+the tools, and the supervisor, until a finish, a limit, a stop signal or a fatal error."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+import anyio
+
+from ouroboros.clock import SYSTEM_CLOCK, Clock
+from ouroboros.config import Settings
+from ouroboros.errors import RunError, StateUnwritable
+from ouroboros.harness import build_parts, discover_server
+from ouroboros.journal import Journal
+from ouroboros.llm import FatalError, LLMClient, LLMError, Model
+from ouroboros.lock import refuse_lost_journal, state_lock
+from ouroboros.records import EndReason, RunEnd
+from ouroboros.servers import ServerInfo
+from ouroboros.session import Parts
+from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.live import LiveView
+from ouroboros.state_folder import JOURNAL
+from ouroboros.supervisor import RunOutcome, Supervisor
+
+
+def open_journal(settings: Settings, log: EventLog, stale_owner: str | None) -> Journal:
+    """The run's journal, with the logs as its sinks (called holding the lock: opening them
+    sets aside what a crash left torn), and what opening them found journalled."""
+    refuse_lost_journal(settings.paths.state_dir)
+    journal = Journal(settings.paths.state_dir / JOURNAL)
+    journal.sinks.extend(log.sinks())
+    if stale_owner is not None:
+        journal.notify("warning", f"took over a stale lock left by pid {stale_owner}")
+    if journal.torn_aside:
+        journal.notify(
+            "warning", f"dropped a torn last journal line (kept in {journal.torn_aside.name})"
+        )
+    for problem in journal.problems:
+        journal.notify("warning", str(problem))
+    return journal
+
+
+async def run(
+    settings: Settings,
+    log: EventLog,
+    model: Model | None = None,
+    info: ServerInfo | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> RunOutcome:
+    """Run until a limit, a finish, a stop signal or a fatal error; against `settings.llm`'s
+    server, or `model` (in-process: tests, benches) whose server is `info`; its wall time and
+    retries on `clock`."""
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with state_lock(settings.paths.state_dir) as stale_owner:
+        journal = open_journal(settings, log, stale_owner)
+        client = LLMClient(settings.llm)
+        parts: Parts | None = None
+        outcome = RunOutcome("stopped", 0)
+        failure: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def stop_on_signal() -> None:
+                    try:
+                        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                            async for signum in signals:
+                                why = f"stop requested ({signal.Signals(signum).name})"
+                                journal.append(RunEnd(reason=EndReason.STOPPED, detail=why))
+                                tg.cancel_scope.cancel()
+                                return
+                    finally:
+                        # The run is winding down: a second Ctrl-C must not turn a clean stop
+                        # into a KeyboardInterrupt traceback.
+                        signal.signal(signal.SIGINT, signal.SIG_IGN)
+                        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+                async def supervise() -> None:
+                    nonlocal outcome, failure, parts
+                    try:
+                        if journal.state.finished:
+                            outcome = RunOutcome("this run already finished; use --fresh", 0)
+                        else:
+                            found = info or await discover_server(settings, client, journal)
+                            parts, window = build_parts(
+                                settings, model or client, found, journal, clock
+                            )
+                            outcome = await Supervisor(parts, window).run()
+                    except (LLMError, RunError, StateUnwritable) as e:
+                        failure = e
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_on_signal)
+                tg.start_soon(supervise)
+        finally:
+            await client.aclose()
+            if parts is not None:
+                parts.tools.close()
+            signal.signal(signal.SIGINT, handlers[0])
+            signal.signal(signal.SIGTERM, handlers[1])
+            if failure is not None:
+                message = str(failure)
+                if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
+                    message = f"gave up on the model server: {message}"
+                # The journal may be the file that cannot be written.
+                with contextlib.suppress(StateUnwritable):
+                    journal.append(RunEnd(reason=EndReason.ERROR, detail=message))
+                failure = RunError(message)
+            journal.close()
+        if failure is not None:
+            raise failure
+        return outcome
+
+
+def run_to_end(settings: Settings, view: LiveView) -> RunOutcome:
+    """`run` from synchronous code, with the logs opened and closed around it; `view` shows
+    their lines as they are written."""
+    log = EventLog(settings.paths.state_dir, view)
+    try:
+        return anyio.run(run, settings, log)
+    finally:
+        log.close()
