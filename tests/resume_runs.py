@@ -27,8 +27,9 @@ from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.records import JOURNAL_RECORD, MessageRecord, Record, SessionStart
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
+from ouroboros.start import run
 from ouroboros.state import replay
-from ouroboros.supervisor import RunOutcome, run
+from ouroboros.supervisor import RunOutcome
 
 WINDOW = 4096
 """Small: the run masks, winds down and restarts several times."""
