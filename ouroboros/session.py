@@ -72,6 +72,8 @@ class Session:
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
         await self.finish_interrupted_step()
+        if self.state.refused_unanswered:
+            await self.room_after_refusal("the prompt was refused as too long")
         while True:
             self.check_limits()
             reply, dropped = await self.call_model()
@@ -192,12 +194,9 @@ class Session:
             except ContextOverflow as e:
                 overflow(self.journal, e, room.projected(self.state, self.rules), attempt)
                 learn_refused(self.journal, e, raw_prompt)
-                decisions = self.policy.after_overflow(self.state, self.rules)
-                if attempt == 2 or not decisions:
+                if attempt == 2:
                     raise SessionEnded(EndReason.CONTEXT_OVERFLOW, str(e)[:200]) from e
-                step = room.step_figures(self.state, self.rules)
-                for decision in decisions:
-                    await self.carry_out(decision, step)
+                await self.room_after_refusal(str(e)[:200])
                 continue
             # Figures of the reply as generated: its tokens came back in the server's count.
             st, turn = self.state, self.state.session_turns + 1
@@ -209,6 +208,15 @@ class Session:
             silent_truncation(self.journal, figures, self.rules.budget.limit)
             return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")
+
+    async def room_after_refusal(self, why: str) -> None:
+        """The policy's answer to a refused prompt, carried out; none ends the session."""
+        decisions = self.policy.after_overflow(self.state, self.rules)
+        if not decisions:
+            raise SessionEnded(EndReason.CONTEXT_OVERFLOW, why)
+        step = room.step_figures(self.state, self.rules)
+        for decision in decisions:
+            await self.carry_out(decision, step)
 
     def error_result(self, call: ToolCall, error: str) -> ToolMessage:
         return ToolMessage(

@@ -94,6 +94,9 @@ class RunState:
     """Replies the agent gave since this session's wind-down message; None before it."""
     ended_reason: EndReason | None = field(default=None, metadata=SESSION)
     ended_detail: str = field(default="", metadata=SESSION)
+    refused_unanswered: bool = field(default=False, metadata=SESSION)
+    """The server refused the newest request and nothing has been done about it yet: a resume
+    makes the room first, as the live run was doing, instead of asking again."""
     """Why the last session ended, while no next session has started."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
@@ -131,6 +134,7 @@ class RunState:
 
     @apply.register
     def _(self, record: MessageRecord) -> None:
+        self.refused_unanswered = False
         if record.usage is not None:
             # The reply's record is the first after its request: the view is what was sent.
             self.last_request = (self.view.messages(), record.usage.prompt_tokens)
@@ -149,10 +153,12 @@ class RunState:
     @apply.register
     def _(self, record: Mask) -> None:
         self.view.mask(record.call_ids)
+        self.refused_unanswered = False
 
     @apply.register
     def _(self, record: Cut) -> None:
         self.view.cut(record.cuts)
+        self.refused_unanswered = False
 
     @apply.register
     def _(self, record: WindDown) -> None:
@@ -162,6 +168,7 @@ class RunState:
     @apply.register
     def _(self, record: Refused) -> None:
         self.ledger.apply(record)  # an exact count of a refused prompt teaches; it is no turn
+        self.refused_unanswered = True
 
     @apply.register
     def _(self, record: Compaction) -> None:
