@@ -87,6 +87,12 @@ class Project:
         return self.records("token_usage.jsonl")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real llama-server tier first: the longest file, which one worker runs whole
+    (`--dist loadfile`), is then never the one the others wait for at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("real_server") is None)
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 20, step: float = 0.05) -> None:
     """Poll until `condition()` is true or the time is up (the caller asserts what it needs)."""
     deadline = time.time() + timeout
