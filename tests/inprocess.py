@@ -23,6 +23,7 @@ from ouroboros.errors import RunError
 from ouroboros.fake_model import FakeModel
 from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
 from ouroboros.scripted import Reply, Responder, quick_config
+from ouroboros.scripted_wire import count_tokens
 from ouroboros.servers import ServerInfo
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
@@ -54,13 +55,11 @@ def as_message(reply: Reply) -> AssistantMessage:
 @dataclass
 class ScriptedModel(FakeModel):
     """`FakeModel` that records each request's body as the client would have sent it (its
-    `messages` and `tools`), the refused ones too, as the loopback server does."""
+    `messages` and `tools`) in `bodies`, the refused ones too, as the loopback server does."""
 
-    tools: list[dict[str, Any]] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
-        self.tools = tools
         body: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
         if tools:
             body["tools"] = tools
@@ -70,19 +69,24 @@ class ScriptedModel(FakeModel):
 
 @dataclass
 class Scripted:
-    """`ScriptedServer`'s script as a `FakeModel` replier, over one run or several."""
+    """`ScriptedServer`'s script as the replier of a `FakeModel`, over one run or several."""
 
     script: Iterable[Reply] | Responder
-    model: ScriptedModel = field(init=False)
-    earlier: list[dict[str, Any]] = field(default_factory=list)
-    """The request bodies of the runs before this model's."""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    """Every request's body, in order, the refused ones too."""
 
     def __post_init__(self) -> None:
         self._responder = self.script if callable(self.script) else None
         self._queue: deque[Reply] = deque(() if callable(self.script) else self.script)
+        self._renders_tools = True
+
+    def model(self, window: int, renders_tools: bool) -> ScriptedModel:
+        """A model of `window` tokens answering from this script, for one run."""
+        self._renders_tools = renders_tools
+        return ScriptedModel(self, window, renders_tools, bodies=self.requests)
 
     def __call__(self, messages: list[Message]) -> AssistantMessage | Completion:
-        body = self.model.bodies[-1]
+        body = self.requests[-1]
         if self._responder is not None:
             reply = self._responder(body)
         else:
@@ -95,22 +99,14 @@ class Scripted:
             return Completion(message, finish, None)
         prompt = reply.prompt_tokens
         if prompt is None:
-            prompt = self.model.prompt_tokens(messages, self.model.tools)
+            prompt = count_tokens(body, self._renders_tools)
         completion = reply.completion_tokens
         if completion is None:
-            completion = self.model.prompt_tokens([message], [])
+            completion = count_tokens({"messages": [to_wire(message)]})
         return Completion(message, finish, Usage(prompt, completion, "server"))
 
-    def use(self, model: ScriptedModel) -> None:
-        """Answer for `model` (a new run's) from now on."""
-        if hasattr(self, "model"):
-            self.earlier += self.model.bodies
-        self.model = model
-
     def chat_requests(self) -> list[dict[str, Any]]:
-        """Every request's body, in order, the refused ones too."""
-        current = self.model.bodies if hasattr(self, "model") else []
-        return self.earlier + current
+        return list(self.requests)
 
 
 @dataclass
@@ -141,13 +137,12 @@ def run_here(
     over them, against a model of `window` tokens (`info`: what discovery found, if not a
     llama-server that says so); a run error is returned (as the CLI prints it), not raised."""
     scripted = script if isinstance(script, Scripted) else Scripted(script)
-    scripted.use(ScriptedModel(scripted, window=window, renders_tools=renders_tools))
+    model = scripted.model(window, renders_tools)
     config = project.root / "config.toml"
     config.write_text(quick_config("http://127.0.0.1:9/v1", **sections))
     settings = load_settings(config)
     out = io.StringIO()
     log = EventLog(settings.paths.state_dir, LiveView(Console(file=out, width=200)))
-    model = scripted.model
     try:
         outcome = anyio.run(run, settings, log, model, info or model.info, clock)
     except RunError as e:
