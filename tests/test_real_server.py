@@ -870,8 +870,11 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
 # --- per-kind calibration: tool outputs of clearly different token density ---------------------
 
 VOCABULARY = "ledger budget mask view journal retry stream window overflow compaction".split()
-SEEN_CODE = ("session", "supervisor", "journal", "cli")
-UNSEEN_CODE = ("observe/tail", "scripted", "llm", "servers")
+SEEN_CODE = ("argparse", "dataclasses", "textwrap", "json/decoder")
+UNSEEN_CODE = ("logging/__init__", "pathlib", "shutil", "tarfile")
+"""Python's own library as the source code a session reads: text that stays put while this
+project's own modules change."""
+STDLIB = Path(os.__file__).parent
 
 
 def pytest_log(seed: int, size: int) -> str:
@@ -908,13 +911,13 @@ def dir_listing(seed: int, size: int) -> str:
 
 
 def tool_output(tool: str, seed: int, code: tuple[str, ...]) -> str:
-    """2-6 KB of project source, 2-6 KB of test log, or a ~1 KB listing."""
+    """2-6 KB of Python source, 2-6 KB of test log, or a ~1 KB listing."""
     size = 2000 + seed * 1237 % 4000
     if tool == "list_dir":
         return dir_listing(seed, 700 + seed * 331 % 600)
     if tool == "shell_exec":
         return pytest_log(seed, size)
-    source = (PROJECT_ROOT / "ouroboros" / f"{code[seed % len(code)]}.py").read_text()
+    source = (STDLIB / f"{code[seed % len(code)]}.py").read_text()
     start = seed * 997 % max(1, len(source) - size)
     return source[start : start + size]
 
