@@ -194,6 +194,7 @@ class JsonlWriter:
             self._file: IO[bytes] = path.open("ab")
         self.path = path
         self.durable = durable
+        self._failed: OSError | None = None
 
     @property
     def size(self) -> int:
@@ -203,13 +204,21 @@ class JsonlWriter:
         """Write one line of JSON (without its newline) and return its bytes as written: with
         what a terminal would act on escaped (`\\u009b`, the same data), so that the file is
         safe to `cat` or `tail -f`. When it cannot be written, `StateUnwritable` (what was
-        written of the line is a torn last line, set aside on the next start)."""
+        written of the line is a torn last line, set aside on the next start), and so for every
+        later line: one written after a torn one would join it, and the file's line would be
+        neither."""
         data = line.translate(_JSON_ESCAPES).encode() + b"\n"
         with storage(self.path):
-            self._file.write(data)
-            self._file.flush()
-            if self.durable:
-                os.fsync(self._file.fileno())
+            if self._failed is not None:
+                raise self._failed
+            try:
+                self._file.write(data)
+                self._file.flush()
+                if self.durable:
+                    os.fsync(self._file.fileno())
+            except OSError as e:
+                self._failed = e
+                raise
         return data
 
     def append(self, record: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ouroboros.errors import RunError
 from ouroboros.journal import Journal
 from ouroboros.jsonl import storage
-from ouroboros.records import JOURNAL_RECORD, Notice, RunStart
+from ouroboros.records import JOURNAL_RECORD, Notice, RunEnd, RunStart
 from ouroboros.snapshot import journal_size_then, snapshot_path
 from ouroboros.state_folder import JOURNAL, LOCK, RESUME_REQUEST, USAGE
 
@@ -91,24 +91,25 @@ AFRESH = "restore it to resume, or start a new run with `run --fresh` (nothing i
 
 
 def _first_line(journal: Path) -> tuple[bytes | None, bool]:
-    """The journal's first line after the notices a first start may journal before its run
-    start (a wait for the server, a warning), and whether the file ends with it; None: no
-    journal, or none but notices."""
+    """The journal's first line after what a first start may journal before its run start (a
+    wait for the server, a warning, the error it stopped at), and whether the file ends with
+    it; None: no journal, or none but those."""
     try:
         with journal.open("rb") as f:
             while line := f.readline(FIRST_LINE_BYTES):
-                if not _is_notice(line):
+                if not _before_a_start(line):
                     return line, f.tell() == os.fstat(f.fileno()).st_size
             return None, True
     except FileNotFoundError:
         return None, True
 
 
-def _is_notice(line: bytes) -> bool:
+def _before_a_start(line: bytes) -> bool:
     try:
-        return line.endswith(b"\n") and isinstance(JOURNAL_RECORD.validate_json(line), Notice)
+        record = JOURNAL_RECORD.validate_json(line) if line.endswith(b"\n") else None
     except ValidationError:
         return False
+    return isinstance(record, Notice | RunEnd)
 
 
 def _is_run_start(line: bytes) -> bool:

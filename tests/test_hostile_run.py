@@ -112,7 +112,9 @@ def test_run_files_inside_the_workspace_are_refused_in_one_line(
 
 def _clobbered(journal: Path) -> None:
     lines = journal.read_bytes().splitlines(keepends=True)
-    journal.write_bytes(b"".join(lines[1:]))  # its run start overwritten by what followed
+    start = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "run_start")
+    # Its run start overwritten by what followed (the notices before it kept).
+    journal.write_bytes(b"".join(lines[:start] + lines[start + 1 :]))
 
 
 def _emptied(journal: Path) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from ouroboros.errors import StateUnwritable
+from ouroboros.jsonl import JsonlWriter
 from ouroboros.messages import ToolCall
 from ouroboros.scripted import Reply, ScriptedServer
 from ouroboros.tools import ToolRunner
@@ -70,3 +72,21 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
         assert sorted(p.name for p in disk.iterdir()) == ["notes.md"]
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_after_a_failed_write_no_line_joins_the_torn_one(
+    project: Project, small_disk: Path
+) -> None:
+    path = small_disk / "journal.jsonl"
+    writer = JsonlWriter(path, durable=True)
+    writer.write('{"kind":"first"}')
+    filler = fill(small_disk, leave=0)
+    with pytest.raises(StateUnwritable):
+        writer.write('{"kind":"second","pad":"' + "x" * 100_000 + '"}')
+    filler.unlink()  # room again: a later line would land right after the torn bytes
+    with pytest.raises(StateUnwritable):
+        writer.write('{"kind":"third"}')
+    writer.close()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[0] == b'{"kind":"first"}'
+    assert b"third" not in path.read_bytes()
