@@ -73,7 +73,7 @@ class Session:
         """The loop. Returns never: it ends by raising SessionEnded."""
         await self.finish_interrupted_step()
         if self.state.refused_unanswered:
-            await self.room_after_refusal("the prompt was refused as too long")
+            await self.room_after_refusal()
         while True:
             self.check_limits()
             reply, dropped = await self.call_model()
@@ -195,8 +195,8 @@ class Session:
                 overflow(self.journal, e, room.projected(self.state, self.rules), attempt)
                 learn_refused(self.journal, e, raw_prompt)
                 if attempt == 2:
-                    raise SessionEnded(EndReason.CONTEXT_OVERFLOW, str(e)[:200]) from e
-                await self.room_after_refusal(str(e)[:200])
+                    raise SessionEnded(EndReason.CONTEXT_OVERFLOW, self.state.refusal[:200]) from e
+                await self.room_after_refusal()
                 continue
             # Figures of the reply as generated: its tokens came back in the server's count.
             st, turn = self.state, self.state.session_turns + 1
@@ -209,11 +209,11 @@ class Session:
             return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")
 
-    async def room_after_refusal(self, why: str) -> None:
+    async def room_after_refusal(self) -> None:
         """The policy's answer to a refused prompt, carried out; none ends the session."""
         decisions = self.policy.after_overflow(self.state, self.rules)
         if not decisions:
-            raise SessionEnded(EndReason.CONTEXT_OVERFLOW, why)
+            raise SessionEnded(EndReason.CONTEXT_OVERFLOW, self.state.refusal[:200])
         step = room.step_figures(self.state, self.rules)
         for decision in decisions:
             await self.carry_out(decision, step)

@@ -97,6 +97,8 @@ class RunState:
     refused_unanswered: bool = field(default=False, metadata=SESSION)
     """The server refused the newest request and nothing has been done about it yet: a resume
     makes the room first, as the live run was doing, instead of asking again."""
+    refusal: str = field(default="", metadata=SESSION)
+    """What the server said when it last refused a prompt as too long."""
     """Why the last session ended, while no next session has started."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
@@ -183,6 +185,8 @@ class RunState:
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
+        if record.event == "context_overflow":
+            self.refusal = record.message
 
     @apply.register
     def _(self, record: SideCall) -> None:

@@ -215,18 +215,11 @@ def test_a_run_resumed_from_its_snapshot_decides_as_from_its_whole_journal(
         assert decisions(whole[k:]) == decisions(trial.resumed[k][k:]), f"k={k}"
 
 
-REFUSAL_ENDS = (
-    "a refused prompt no room could answer ends the session: resumed after the refusal's record, "
-    "the session ends with 'the prompt was refused as too long' for detail, not the server's "
-    "message the live run ended with (Session.room_after_refusal on resume)"
-)
-
-
 @pytest.mark.parametrize(
     "strategy",
     [
         "mask",  # the refusal is answered by masks, and the prompt asked again
-        pytest.param("compact", marks=pytest.mark.xfail(strict=True, reason=REFUSAL_ENDS)),
+        "compact",  # no room can answer it: the session ends, with the server's words
     ],
 )
 def test_killed_after_a_refused_prompt_the_run_decides_alike(trials: Trials, strategy: str) -> None:
