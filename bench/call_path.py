@@ -24,11 +24,11 @@ import anyio
 from rich.console import Console
 
 from ouroboros.config_file import load_settings
-from ouroboros.scripted import Reply, ScriptedServer, quick_config, tool
-from ouroboros.session import Session
+from ouroboros.model.scripted import Reply, ScriptedServer, quick_config, tool
+from ouroboros.run.session import Session
+from ouroboros.run.start import run
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.start import run
 
 TARGET = 15
 calls: list[set[str]] = []
@@ -81,8 +81,10 @@ def main() -> int:
     for module, count in sorted(seen.items()):
         print(f"{count}/{len(calls)}  {module}")
     median = statistics.median(len(call) for call in calls)
-    print(f"modules per model call: median {median:.0f}, max {max(map(len, calls))} "
-          f"(target ≤ {TARGET})")
+    print(
+        f"modules per model call: median {median:.0f}, max {max(map(len, calls))} "
+        f"(target ≤ {TARGET})"
+    )
     return 0 if median <= TARGET else 1
 
 

@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ouroboros.messages import MESSAGE_ADAPTER, Message, tool_call_pairs_valid
+from ouroboros.model.scripted import Dialect, Reply, ScriptedServer, quick_config, tool
 from ouroboros.prompts import CRASH_INTERRUPTED
-from ouroboros.records import JOURNAL_RECORD
-from ouroboros.scripted import Dialect, Reply, ScriptedServer, quick_config, tool
-from ouroboros.state import replay
+from ouroboros.run.records import JOURNAL_RECORD
+from ouroboros.run.state import replay
 
 REPO = Path(__file__).resolve().parents[1]
 INTERRUPTED = "error: this call was interrupted"

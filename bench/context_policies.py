@@ -4,7 +4,7 @@ A deterministic synthetic agent session (file reads of 2-12 KB, test runs with 1
 small file writes, reasoning text between calls; 330 tool calls) is replayed by a scripted model
 and scripted tools inside the real `Session.run` loop and the real supervisor's session start,
 carry-over and session end (only the disk, the HTTP client and the tools are replaced). The
-"server" counts prompt tokens word-level (`ouroboros.scripted.count_tokens`, not bytes/4),
+"server" counts prompt tokens word-level (`ouroboros.model.scripted.count_tokens`, not bytes/4),
 reports them as usage, and refuses a request whose prompt plus reply does not fit the window: an
 overflow (llama-server refuses it; Ollama would silently cut it). Each policy runs at 8K, 32K and
 128K tokens, with restarts:
@@ -57,8 +57,6 @@ from floor import StepTokens, sessions_keeping_recent
 from rich.console import Console
 
 from ouroboros import prompts
-from ouroboros.cache_check import common_prefix
-from ouroboros.call_figures import CallFigures, WindowFigures
 from ouroboros.config import (
     ContextSettings,
     LLMSettings,
@@ -69,13 +67,11 @@ from ouroboros.config import (
 )
 from ouroboros.context import policy as managed
 from ouroboros.context import room
+from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import masked
 from ouroboros.context.policy import ContextPolicy, Decision, End
 from ouroboros.context.room import Rules, StepFigures, projected
-from ouroboros.harness import mask_policy, tool_output_cap
-from ouroboros.journal import Journal
-from ouroboros.ledger import Counting
-from ouroboros.llm import Completion, ContextOverflow, Usage
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -85,17 +81,21 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
-from ouroboros.records import Cut, EndReason, Mask, MaskReason, MessageRecord
-from ouroboros.scripted_wire import count_tokens
-from ouroboros.session import Parts, Session
+from ouroboros.model.cache_check import common_prefix
+from ouroboros.model.llm import Completion, ContextOverflow, Usage
+from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.run.call_figures import CallFigures, WindowFigures
+from ouroboros.run.journal import Journal
+from ouroboros.run.records import Cut, EndReason, Mask, MaskReason, MessageRecord
+from ouroboros.run.session import Parts, Session
+from ouroboros.run.state import RunState
+from ouroboros.run.supervisor import Supervisor
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.state import RunState
-from ouroboros.supervisor import Supervisor
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
 from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import mask_policy, tool_output_cap
 
 SEED = 20240611
 MIN_TOOL_CALLS = 330
@@ -366,7 +366,7 @@ class ScriptBuilder:
 
 
 class TokenServer:
-    """Counts prompts the way `ouroboros.scripted` does: word-level, 4 tokens per message."""
+    """Counts prompts the way `ouroboros.model.scripted` does: word-level, 4 tokens per message."""
 
     def __init__(self, schemas: list[dict[str, Any]]):
         self.tools_tokens = count_tokens({"tools": schemas})

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.cache_check import common_prefix
+from ouroboros.model.cache_check import common_prefix
 
 Count = Callable[[dict[str, Any]], int]
 """Prompt tokens of a request body (its tools and messages)."""

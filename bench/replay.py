@@ -2,9 +2,10 @@
 
 Each trajectory (JSONL: step, thought, action, observation, returncode; by default every `*.jsonl`
 in ../shared/trajectories) is the model behind a loopback llama-server look-alike
-(`ouroboros.scripted.ScriptedServer`). Each reply is the first step not yet delivered (its result
-has not appeared whole in a request, or for a text-only step the reply itself), so a restart goes
-on with the trajectory and a step the harness lost is served again; after the last one, `finish`.
+(`ouroboros.model.scripted.ScriptedServer`). Each reply is the first step not yet delivered (its
+result has not appeared whole in a request, or for a text-only step the reply itself), so a
+restart goes on with the trajectory and a step the harness lost is served again; after the last
+one, `finish`.
 A reply is the step's thought and a `shell_exec` call of its recorded command; a `BASH_ENV` script
 prints the recorded output and exits with the recorded code before the command can run. A reply
 that would not fit `llm.max_output_tokens` keeps the head of its thought (a call that alone does
@@ -67,8 +68,7 @@ import ouroboros
 from ouroboros import prompts
 from ouroboros.config import Settings
 from ouroboros.context.mask import masked
-from ouroboros.harness import mask_policy, tool_output_cap
-from ouroboros.jsonl import JsonlReader, read_objects
+from ouroboros.context.tokens import Budget
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -76,11 +76,18 @@ from ouroboros.messages import (
     ToolMessage,
     to_wire,
 )
-from ouroboros.records import JOURNAL_RECORD, JournalRecord, MessageRecord, SessionStart, WindDown
-from ouroboros.scripted import Reply, ScriptedServer, quick_config
-from ouroboros.tokens import Budget
+from ouroboros.model.scripted import Reply, ScriptedServer, quick_config
+from ouroboros.run.jsonl import JsonlReader, read_objects
+from ouroboros.run.records import (
+    JOURNAL_RECORD,
+    JournalRecord,
+    MessageRecord,
+    SessionStart,
+    WindDown,
+)
 from ouroboros.tools import shaped_result
 from ouroboros.tools.builtin import Output
+from ouroboros.wiring import mask_policy, tool_output_cap
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TRAJECTORIES = PROJECT_ROOT.parent / "shared" / "trajectories"

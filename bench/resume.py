@@ -26,10 +26,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ouroboros.call_figures import CallFigures, RunLimits, WindowFigures
-from ouroboros.journal import Journal, Sink
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.records import (
+from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.run.journal import Journal, Sink
+from ouroboros.run.records import (
     EndReason,
     Mask,
     MaskReason,
@@ -40,7 +40,7 @@ from ouroboros.records import (
     ToolStarted,
     WindDown,
 )
-from ouroboros.snapshot import snapshot_path
+from ouroboros.run.snapshot import snapshot_path
 
 TURNS = 25
 WINDOW = 8_192
@@ -52,7 +52,7 @@ PROBE = """
 import json, resource, sys, time
 from pathlib import Path
 started = time.perf_counter()
-from ouroboros.journal import Journal, Sink
+from ouroboros.run.journal import Journal, Sink
 imported = time.perf_counter()
 journal = Journal(Path(sys.argv[1]))
 folded = time.perf_counter()

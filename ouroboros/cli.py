@@ -30,8 +30,8 @@ from ouroboros.errors import ConfigError, RunError, StateUnwritable
 from ouroboros.observe import status
 from ouroboros.observe.describe import stderr_console, stdout_console
 from ouroboros.observe.liveness import liveness
-from ouroboros.observe.printable import printable
-from ouroboros.state_folder import EVENTS, JOURNAL, USAGE
+from ouroboros.printable import printable
+from ouroboros.run.state_folder import EVENTS, JOURNAL, USAGE
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -163,9 +163,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.lock import fresh_state
+    from ouroboros.run.lock import fresh_state
+    from ouroboros.run.start import run_to_end
     from ouroboros.sinks.live import LiveView
-    from ouroboros.start import run_to_end
 
     settings = load()
     prompt = settings.paths.system_prompt
@@ -243,13 +243,13 @@ def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
 
 
 def _resume(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.state_folder import RESUME_REQUEST
+    from ouroboros.run.state_folder import RESUME_REQUEST
 
     return _ask(load(), RESUME_REQUEST, "go on", console)
 
 
 def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.state_folder import COMPACT_REQUEST
+    from ouroboros.run.state_folder import COMPACT_REQUEST
 
     return _ask(load(), COMPACT_REQUEST, "compact the context at its next turn", console)
 

@@ -1,9 +1,9 @@
 """`demo`: a whole run in a few seconds, with no model server.
 
-A scripted agent (`ouroboros.scripted`, the server the tests use) behind real loopback HTTP with a
-4096-token window reads and writes files in a small generated project; the real supervisor runs
-it in this process. The window fills, old results are masked, the agent is told to wind down, the
-session restarts, twice, and the run stops at `max_restarts`.
+A scripted agent (`ouroboros.model.scripted`, the server the tests use) behind real loopback
+HTTP with a 4096-token window reads and writes files in a small generated project; the real
+supervisor runs it in this process. The window fills, old results are masked, the agent is told
+to wind down, the session restarts, twice, and the run stops at `max_restarts`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 from rich.console import Console
 
 from ouroboros.config_file import load_settings, to_toml
-from ouroboros.lock import fresh_state
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from ouroboros.run.lock import fresh_state
+from ouroboros.run.start import run_to_end
 from ouroboros.sinks.live import LiveView
-from ouroboros.start import run_to_end
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")

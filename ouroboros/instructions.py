@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ouroboros import prompts
 from ouroboros.config import Settings
+from ouroboros.context.tokens import Budget
 from ouroboros.errors import RunError
-from ouroboros.journal import Journal
 from ouroboros.messages import SystemMessage
-from ouroboros.tokens import Budget
+from ouroboros.run.journal import Journal
 from ouroboros.tools import safefs
 from ouroboros.tools.workspace import Location, PathRefused
 

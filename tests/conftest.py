@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ouroboros.scripted import ScriptedServer, quick_config
+from ouroboros.model.scripted import ScriptedServer, quick_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,18 +16,18 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from ouroboros.chunks import Completion, Usage
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
-from ouroboros.fake_model import FakeModel
 from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
-from ouroboros.scripted import Reply, Responder, quick_config
-from ouroboros.scripted_wire import count_tokens
-from ouroboros.servers import ServerInfo
+from ouroboros.model.chunks import Completion, Usage
+from ouroboros.model.fake_model import FakeModel
+from ouroboros.model.scripted import Reply, Responder, quick_config
+from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.servers import ServerInfo
+from ouroboros.run.start import run
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.start import run
 from tests.conftest import Project
 
 _CALL_IDS = itertools.count(1)

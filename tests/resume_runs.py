@@ -18,18 +18,18 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from ouroboros import snapshot
-from ouroboros.chunks import Completion
 from ouroboros.config_file import load_settings, to_toml
 from ouroboros.context.compact import SNAPSHOT_SYSTEM
-from ouroboros.fake_model import FakeModel
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
-from ouroboros.records import JOURNAL_RECORD, MessageRecord, Record, SessionStart
+from ouroboros.model.chunks import Completion
+from ouroboros.model.fake_model import FakeModel
+from ouroboros.run import snapshot
+from ouroboros.run.records import JOURNAL_RECORD, MessageRecord, Record, SessionStart
+from ouroboros.run.start import run
+from ouroboros.run.state import replay
+from ouroboros.run.supervisor import RunOutcome
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.start import run
-from ouroboros.state import replay
-from ouroboros.supervisor import RunOutcome
 
 WINDOW = 4096
 """Small: the run masks, winds down and restarts several times."""

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ouroboros.context.carryover import select_carryover, settled, steps
 from ouroboros.context.mask import masked
+from ouroboros.context.tokens import raw_estimate
 from ouroboros.context.truncate import cap_output, shown
 from ouroboros.messages import (
     AssistantMessage,
@@ -19,7 +20,6 @@ from ouroboros.messages import (
     UserMessage,
     tool_call_pairs_valid,
 )
-from ouroboros.tokens import raw_estimate
 from tests.test_context_policies import histories
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ouroboros.scripted import Reply, ScriptedServer
+from ouroboros.model.scripted import Reply, ScriptedServer
 from tests.conftest import Project
 
 CLOSED = "http://127.0.0.1:9/v1"

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 
 from ouroboros.context.compact import SNAPSHOT_HEADER, SNAPSHOT_SYSTEM, split_point
-from ouroboros.llm import ContextOverflow, LLMError
+from ouroboros.context.tokens import raw_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
-from ouroboros.scripted import Reply, ScriptedServer, tool
-from ouroboros.tokens import raw_estimate
+from ouroboros.model.llm import ContextOverflow, LLMError
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
 from tests.test_context_policies import histories

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ouroboros.call_figures import Measurement
+from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.context.mask import (
     MaskPolicy,
     apply_masks,
@@ -19,6 +19,7 @@ from ouroboros.context.mask import (
     protected_ids,
     unseen_ids,
 )
+from ouroboros.context.tokens import Budget, Calibration, raw_estimate, tally
 from ouroboros.context.truncate import (
     HEAD_SHARE,
     MARKER_ALLOWANCE,
@@ -27,7 +28,6 @@ from ouroboros.context.truncate import (
     cap_output,
 )
 from ouroboros.context.view import ContextView
-from ouroboros.ledger import Counting, Ledger
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -37,9 +37,9 @@ from ouroboros.messages import (
     UserMessage,
     tool_call_pairs_valid,
 )
-from ouroboros.records import JOURNAL_RECORD
-from ouroboros.state import RunState
-from ouroboros.tokens import Budget, Calibration, raw_estimate, tally
+from ouroboros.run.call_figures import Measurement
+from ouroboros.run.records import JOURNAL_RECORD
+from ouroboros.run.state import RunState
 
 POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
 

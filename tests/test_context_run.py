@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from ouroboros.jsonl import JsonlReader
-from ouroboros.llm import FatalError
-from ouroboros.records import (
+from ouroboros.model.llm import FatalError
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.servers import ServerInfo, _ollama_counts_whole_prompt
+from ouroboros.run.jsonl import JsonlReader
+from ouroboros.run.records import (
     JOURNAL_RECORD,
     MessageRecord,
     RunEnd,
@@ -19,9 +22,6 @@ from ouroboros.records import (
     SessionStart,
     WindDown,
 )
-from ouroboros.scripted import Reply, ScriptedServer, tool
-from ouroboros.scripted_wire import count_tokens
-from ouroboros.servers import ServerInfo, _ollama_counts_whole_prompt
 from tests.conftest import Project
 from tests.inprocess import run_here
 

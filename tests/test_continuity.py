@@ -9,9 +9,9 @@ import itertools
 import json
 from typing import Any
 
+from ouroboros.context.tokens import Budget
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, ToolMessage, UserMessage
-from ouroboros.scripted import Reply, Responder, tool
-from ouroboros.tokens import Budget
+from ouroboros.model.scripted import Reply, Responder, tool
 from tests.conftest import Project
 from tests.inprocess import run_here
 from tests.test_context_run import assert_wind_downs_in_place, fill_workspace

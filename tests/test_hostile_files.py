@@ -24,7 +24,7 @@ import pytest
 
 from ouroboros.context.truncate import saved_name
 from ouroboros.messages import ToolCall
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolOutcome, ToolRunner, safefs
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import Workspace

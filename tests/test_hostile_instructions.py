@@ -5,7 +5,7 @@ in process against a scripted model."""
 
 from __future__ import annotations
 
-from ouroboros.scripted import Reply, tool
+from ouroboros.model.scripted import Reply, tool
 from tests.conftest import Project
 from tests.inprocess import Ran, run_here
 

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from ouroboros.messages import ToolCall
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolRunner, sandbox
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.scratch import PREFIX

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from ouroboros.call_figures import CallFigures, WindowFigures
 from ouroboros.errors import RunError
-from ouroboros.journal import Journal, fold
-from ouroboros.lock import refuse_lost_journal
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.records import (
+from ouroboros.run.call_figures import CallFigures, WindowFigures
+from ouroboros.run.journal import Journal, fold
+from ouroboros.run.lock import refuse_lost_journal
+from ouroboros.run.records import (
     Compaction,
     Cut,
     EndReason,
@@ -28,9 +28,9 @@ from ouroboros.records import (
     ToolStarted,
     WindDown,
 )
-from ouroboros.snapshot import load, snapshot_path
-from ouroboros.state import RunState
-from ouroboros.state_folder import JOURNAL
+from ouroboros.run.snapshot import load, snapshot_path
+from ouroboros.run.state import RunState
+from ouroboros.run.state_folder import JOURNAL
 
 WINDOW = WindowFigures(
     server="llama-server",

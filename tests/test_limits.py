@@ -8,7 +8,7 @@ from typing import Any
 
 from ouroboros import prompts
 from ouroboros.clock import FakeClock
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
 from tests.test_context_run import fill_workspace, reader

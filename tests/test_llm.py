@@ -9,7 +9,8 @@ import pytest
 
 from ouroboros.clock import FakeClock
 from ouroboros.config import LLMSettings
-from ouroboros.llm import (
+from ouroboros.messages import Message, SystemMessage, UserMessage
+from ouroboros.model.llm import (
     Completion,
     ContextOverflow,
     FatalError,
@@ -17,9 +18,8 @@ from ouroboros.llm import (
     TransientError,
     overflow_from,
 )
-from ouroboros.messages import Message, SystemMessage, UserMessage
-from ouroboros.retry import retrying
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.retry import retrying
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 
 MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]
 

@@ -11,8 +11,9 @@ from ouroboros.context import policy, room
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.policy import End, FreeRoom
 from ouroboros.context.room import Rules
+from ouroboros.context.tokens import Budget
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.records import (
+from ouroboros.run.records import (
     CompactionFailed,
     EndReason,
     Mask,
@@ -22,8 +23,7 @@ from ouroboros.records import (
     SessionStart,
     WindDown,
 )
-from ouroboros.state import RunState
-from ouroboros.tokens import Budget
+from ouroboros.run.state import RunState
 
 TURNS = 2
 MAX_OUTPUT = 16

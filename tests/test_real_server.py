@@ -39,13 +39,10 @@ import anyio
 import openai
 import pytest
 
-from ouroboros.cache_check import reuse_warning
 from ouroboros.config import LLMSettings
 from ouroboros.config_file import to_toml
-from ouroboros.journal import Journal
-from ouroboros.jsonl import JsonlReader
-from ouroboros.ledger import Counting, Ledger
-from ouroboros.llm import Completion, ContextOverflow, LLMClient, TransientError
+from ouroboros.context.ledger import Counting, Ledger
+from ouroboros.context.tokens import Calibration, raw_estimate, tally
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -55,10 +52,13 @@ from ouroboros.messages import (
     UserMessage,
     to_wire,
 )
-from ouroboros.records import JOURNAL_RECORD, MessageRecord
-from ouroboros.retry import retrying
-from ouroboros.servers import ServerInfo, discover
-from ouroboros.tokens import Calibration, raw_estimate, tally
+from ouroboros.model.cache_check import reuse_warning
+from ouroboros.model.llm import Completion, ContextOverflow, LLMClient, TransientError
+from ouroboros.model.retry import retrying
+from ouroboros.model.servers import ServerInfo, discover
+from ouroboros.run.journal import Journal
+from ouroboros.run.jsonl import JsonlReader
+from ouroboros.run.records import JOURNAL_RECORD, MessageRecord
 from tests.conftest import Project, load_module
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -616,8 +616,8 @@ def test_calibration_converges_towards_tokenize(live: Any) -> None:
     prompts it has not seen than the raw estimate does."""
     root = live.root_url
     code = {
-        name: (PROJECT_ROOT / "ouroboros" / f"{name}.py").read_text()
-        for name in ("llm", "servers", "session", "tokens", "config", "messages")
+        name: (STDLIB / f"{name}.py").read_text()
+        for name in ("argparse", "dataclasses", "textwrap", "json/decoder", "pathlib", "shutil")
     }
     prose = (PROJECT_ROOT / "SYSTEM_PROMPT.md").read_text()
     system = SystemMessage(content=prose)
@@ -626,14 +626,14 @@ def test_calibration_converges_towards_tokenize(live: Any) -> None:
         return [system, UserMessage(content=text)]
 
     samples: list[list[Message]] = [
-        prompt(code["llm"][:600]),
-        prompt(code["servers"][:3000]),
+        prompt(code["argparse"][:600]),
+        prompt(code["dataclasses"][:3000]),
         prompt(prose * 3),
-        prompt(code["session"][:1500] + prose),
-        prompt(code["tokens"][:6000]),
-        prompt(code["config"][:200]),
-        prompt(code["messages"][:2500] + prose * 2),
-        prompt(code["session"][-4000:]),
+        prompt(code["textwrap"][:1500] + prose),
+        prompt(code["json/decoder"][:6000]),
+        prompt(code["pathlib"][:200]),
+        prompt(code["shutil"][:2500] + prose * 2),
+        prompt(code["textwrap"][-4000:]),
     ]
     real = [server_count(root, [to_wire(m) for m in s]) for s in samples]
     raw = [sum(raw_estimate(m) for m in s) for s in samples]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ouroboros.cli import main
-from ouroboros.tokens import Budget
+from ouroboros.context.tokens import Budget
 from tests.conftest import PROJECT_ROOT, Project
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ouroboros import prompts
-from ouroboros.snapshot import snapshot_path
+from ouroboros.run.snapshot import snapshot_path
 from tests.resume_runs import decisions, journal_path, killed_after, make_project, run_project
 
 EVERY = {"mask": 5, "compact": 15}

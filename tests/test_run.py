@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ouroboros.journal import fold
-from ouroboros.records import JOURNAL_RECORD
-from ouroboros.scripted import Reply, tool
-from ouroboros.snapshot import load
-from ouroboros.state import RunState
+from ouroboros.model.scripted import Reply, tool
+from ouroboros.run.journal import fold
+from ouroboros.run.records import JOURNAL_RECORD
+from ouroboros.run.snapshot import load
+from ouroboros.run.state import RunState
 from tests.conftest import Project
 from tests.inprocess import run_here
 

@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 from ouroboros.errors import StateUnwritable
-from ouroboros.jsonl import JsonlWriter
 from ouroboros.messages import ToolCall
-from ouroboros.scripted import Reply, ScriptedServer
+from ouroboros.model.scripted import Reply, ScriptedServer
+from ouroboros.run.jsonl import JsonlWriter
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project, fill

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from ouroboros import prompts
-from ouroboros.jsonl import read_objects
-from ouroboros.lock import state_lock
-from ouroboros.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from ouroboros.run.jsonl import read_objects
+from ouroboros.run.lock import state_lock
 from tests.conftest import Project, wait_for
 from tests.inprocess import Scripted, run_here
 
@@ -332,7 +332,7 @@ def test_crash_after_finish_still_ends_the_run(project: Project) -> None:
 
 
 def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:
-    from ouroboros.lock import state_lock
+    from ouroboros.run.lock import state_lock
 
     project.state.mkdir(parents=True)
     (project.state / "journal.jsonl").write_text("")

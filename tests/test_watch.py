@@ -25,20 +25,20 @@ from rich.console import Console
 from ouroboros.cli import main
 from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
-from ouroboros.journal import Journal
-from ouroboros.jsonl import JsonlReader
-from ouroboros.lock import state_lock
+from ouroboros.model.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, snapshot
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
-from ouroboros.records import JOURNAL_RECORD
-from ouroboros.scripted import Reply, Responder, ScriptedServer, tool
+from ouroboros.run.journal import Journal
+from ouroboros.run.jsonl import JsonlReader
+from ouroboros.run.lock import state_lock
+from ouroboros.run.records import JOURNAL_RECORD
+from ouroboros.run.start import run
+from ouroboros.run.state import RunState
+from ouroboros.run.state_folder import JOURNAL
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.lines import lines_of
 from ouroboros.sinks.live import LiveView
-from ouroboros.start import run
-from ouroboros.state import RunState
-from ouroboros.state_folder import JOURNAL
 from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace
 

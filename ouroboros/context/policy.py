@@ -23,8 +23,8 @@ from ouroboros.context.mask import round_waits_below, worth_a_round
 from ouroboros.context.room import Rules, StepFigures, projected
 from ouroboros.context.truncate import shown
 from ouroboros.messages import ToolMessage, UserMessage
-from ouroboros.records import Cut, EndReason, Mask, MaskReason, Notice, WindDown
-from ouroboros.state import RunState
+from ouroboros.run.records import Cut, EndReason, Mask, MaskReason, Notice, WindDown
+from ouroboros.run.state import RunState
 
 
 @dataclass(frozen=True)

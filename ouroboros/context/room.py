@@ -12,14 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from ouroboros import prompts
-from ouroboros.call_figures import CallFigures, RawTally, Zone
 from ouroboros.config import ContextSettings
+from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.ledger import Counting
-from ouroboros.llm import Completion
+from ouroboros.context.tokens import SCHEMA_KIND, Budget, output_kind, raw_estimate, units
 from ouroboros.messages import UserMessage
-from ouroboros.state import RECENT, RunState
-from ouroboros.tokens import SCHEMA_KIND, Budget, output_kind, raw_estimate, units
+from ouroboros.model.llm import Completion
+from ouroboros.run.call_figures import CallFigures, RawTally, Zone
+from ouroboros.run.state import RECENT, RunState
 
 BYTES_PER_RAW_TOKEN = 4
 ROOM_SHARE = 0.8

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from ouroboros.call_figures import RawTally
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
+from ouroboros.context.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
 from ouroboros.context.truncate import saved_name, shown
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
-from ouroboros.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
+from ouroboros.run.call_figures import RawTally
 
 
 class ContextView:

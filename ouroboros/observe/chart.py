@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from ouroboros.observe.printable import printable
+from ouroboros.context.tokens import Budget
 from ouroboros.observe.run_data import Mark, RunData, SessionSummary
-from ouroboros.tokens import Budget
+from ouroboros.printable import printable
 
 ZONE_COLOUR = {"normal": "#2e9e44", "soft": "#d9a400", "hard": "#d62728", "over": "#7a0010"}
 DOTS_UP_TO = 400

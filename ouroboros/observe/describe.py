@@ -10,7 +10,7 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 from rich.text import Text
 
-from ouroboros.observe.printable import printable
+from ouroboros.printable import printable
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ouroboros.jsonl import read_objects
-from ouroboros.state_folder import EVENTS, USAGE
+from ouroboros.run.jsonl import read_objects
+from ouroboros.run.state_folder import EVENTS, USAGE
 
 
 @dataclass(frozen=True)

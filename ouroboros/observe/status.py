@@ -26,9 +26,9 @@ from rich.text import Text
 from ouroboros.errors import ConfigError
 from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure, line_marks
 from ouroboros.observe.liveness import Liveness, liveness
-from ouroboros.observe.printable import printable
+from ouroboros.printable import printable
+from ouroboros.run.state_folder import JOURNAL, SUMMARY
 from ouroboros.sinks import summary
-from ouroboros.state_folder import JOURNAL, SUMMARY
 
 if TYPE_CHECKING:
     from ouroboros.config import Settings
@@ -223,7 +223,7 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
     # The limits the run was started with; today's settings only for a run that recorded none.
     limits = run.get("limits")
     if limits is None:
-        from ouroboros.call_figures import RunLimits
+        from ouroboros.run.call_figures import RunLimits
 
         limits = RunLimits.of(settings()).model_dump()
     for name, value in _budgets(limits, snap):

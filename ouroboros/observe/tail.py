@@ -17,9 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ouroboros.jsonl import JsonlReader, offset_of_last
 from ouroboros.observe.describe import describe
-from ouroboros.state_folder import EVENTS, USAGE
+from ouroboros.run.jsonl import JsonlReader, offset_of_last
+from ouroboros.run.state_folder import EVENTS, USAGE
 
 POLL_S = 0.25
 MAX_HOLD_S = 1.0

@@ -11,7 +11,7 @@ from functools import singledispatch
 from typing import Any
 
 from ouroboros.messages import ToolMessage
-from ouroboros.records import (
+from ouroboros.run.records import (
     SCHEMA_VERSION,
     Compaction,
     CompactionFailed,
@@ -29,7 +29,7 @@ from ouroboros.records import (
     ToolRun,
     WindDown,
 )
-from ouroboros.state import RunState
+from ouroboros.run.state import RunState
 
 USAGE_KIND = "token_usage"
 """The kind of the lines of `token_usage.jsonl`; every other kind goes to `events.jsonl`."""

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ouroboros.observe.describe import describe
-from ouroboros.observe.printable import printable
+from ouroboros.printable import printable
 
 QUIET_KINDS = frozenset({"error", "warning", "run_end", "wind_down_missed", "context_overflow"})
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ouroboros.errors import unwritable
-from ouroboros.state_folder import JOURNAL, SUMMARY
+from ouroboros.run.state_folder import JOURNAL, SUMMARY
 
 if TYPE_CHECKING:
-    from ouroboros.state import RunState
+    from ouroboros.run.state import RunState
 
 SUMMARY_FORMAT = 2
 MAX_WARNINGS = 3
@@ -130,10 +130,10 @@ def read(state_dir: Path) -> dict[str, Any] | None:
 def folded(state_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """`status.json` as the run would have written it, folded from its journal alone; and the
     journal's problems (lines skipped)."""
-    from ouroboros.jsonl import JsonlReader
-    from ouroboros.records import JOURNAL_RECORD
+    from ouroboros.run.jsonl import JsonlReader
+    from ouroboros.run.records import JOURNAL_RECORD
+    from ouroboros.run.state import RunState
     from ouroboros.sinks.lines import lines_of
-    from ouroboros.state import RunState
 
     data, state = fresh(), RunState()
     reader = JsonlReader(state_dir / JOURNAL)

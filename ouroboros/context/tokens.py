@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ouroboros.call_figures import RawTally, Zone
+from ouroboros.context.pretokens import raw_units, text_kind
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
-from ouroboros.pretokens import raw_units, text_kind
+from ouroboros.run.call_figures import RawTally, Zone
 
 MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers, separators), unless the

@@ -15,14 +15,14 @@ from ouroboros.clock import Clock
 from ouroboros.config import Settings
 from ouroboros.context import room
 from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
+from ouroboros.context.ledger import Counting
 from ouroboros.context.room import Rules
-from ouroboros.journal import Journal
-from ouroboros.ledger import Counting
-from ouroboros.llm import ContextOverflow, Model, TransientError
-from ouroboros.records import Compaction, CompactionFailed, SideCall
-from ouroboros.retry import retrying
-from ouroboros.state_folder import COMPACT_REQUEST
-from ouroboros.tokens import tally
+from ouroboros.context.tokens import tally
+from ouroboros.model.llm import ContextOverflow, Model, TransientError
+from ouroboros.model.retry import retrying
+from ouroboros.run.journal import Journal
+from ouroboros.run.records import Compaction, CompactionFailed, SideCall
+from ouroboros.run.state_folder import COMPACT_REQUEST
 
 COMPACTION_REGROWTH = 1.25
 """After a failed compaction, how much the view must grow before the next try."""

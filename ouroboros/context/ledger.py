@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ouroboros.call_figures import Measurement, RawTally
-from ouroboros.chunks import above_window
-from ouroboros.tokens import (
+from ouroboros.context.tokens import (
     FRAME_KIND,
     MIN_TOKENS_FOR_TRUNCATION_CHECK,
     Calibration,
     difference,
 )
+from ouroboros.model.chunks import above_window
+from ouroboros.run.call_figures import Measurement, RawTally
 
 
 @dataclass(frozen=True)

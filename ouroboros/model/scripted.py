@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
-from ouroboros.cache_check import common_prefix
 from ouroboros.config_file import to_toml
-from ouroboros.scripted_wire import Handler, Wire, count_tokens
+from ouroboros.model.cache_check import common_prefix
+from ouroboros.model.scripted_wire import Handler, Wire, count_tokens
 
 Dialect = Literal["ollama", "llama", "vllm", "lmstudio"]
 """Whose discovery endpoints, overflow errors and stream shapes the server plays

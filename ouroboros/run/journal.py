@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ouroboros import snapshot
-from ouroboros.jsonl import JsonlReader, JsonlWriter, Problem, storage
-from ouroboros.records import JOURNAL_RECORD, JournalRecord, Notice, NoticeKind, SessionStart
-from ouroboros.state import RunState
+from ouroboros.run import snapshot
+from ouroboros.run.jsonl import JsonlReader, JsonlWriter, Problem, storage
+from ouroboros.run.records import JOURNAL_RECORD, JournalRecord, Notice, NoticeKind, SessionStart
+from ouroboros.run.state import RunState
 
 Sink = Callable[[JournalRecord, RunState], None]
 """Called with each record once it is on disk and folded."""

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ouroboros.scripted import Reply, ScriptedServer
+    from ouroboros.model.scripted import Reply, ScriptedServer
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 _CALL_IDS = itertools.count(1)

@@ -16,10 +16,10 @@ from typing import Any, Protocol
 import anyio
 import openai
 
-from ouroboros.chunks import Completion, Prefill, ReportedBy, StreamState, Usage, count
 from ouroboros.config import LLMSettings
 from ouroboros.messages import Message, to_wire
-from ouroboros.stream_cap import ReplyTooLarge, capped_client
+from ouroboros.model.chunks import Completion, Prefill, ReportedBy, StreamState, Usage, count
+from ouroboros.model.stream_cap import ReplyTooLarge, capped_client
 
 __all__ = [
     "Completion",

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.llm import Completion, ContextOverflow, Usage
 from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
-from ouroboros.scripted_wire import count_tokens
-from ouroboros.servers import ServerInfo
+from ouroboros.model.llm import Completion, ContextOverflow, Usage
+from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.servers import ServerInfo
 
 Replier = Callable[[list[Message]], AssistantMessage | Completion]
 """Given the messages of a request, the model's reply (or a whole `Completion`, to say what

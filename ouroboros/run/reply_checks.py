@@ -28,16 +28,16 @@ import secrets
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from ouroboros.cache_check import reuse_warning, shared_tokens
-from ouroboros.call_figures import CallFigures, RawTally
-from ouroboros.chunks import above_window, refused_count, shown
-from ouroboros.chunks import warning as usage_warning
 from ouroboros.config import LLMSettings
-from ouroboros.journal import Journal
-from ouroboros.ledger import Counting, Ledger
-from ouroboros.llm import Completion, ContextOverflow
+from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.messages import AssistantMessage, Message, ToolCall
-from ouroboros.records import Refused
+from ouroboros.model.cache_check import reuse_warning, shared_tokens
+from ouroboros.model.chunks import above_window, refused_count, shown
+from ouroboros.model.chunks import warning as usage_warning
+from ouroboros.model.llm import Completion, ContextOverflow
+from ouroboros.run.call_figures import CallFigures, RawTally
+from ouroboros.run.journal import Journal
+from ouroboros.run.records import Refused
 
 MAX_ID_CHARS = 64
 """Longer ids are renamed: an id is sent back with every later request."""

@@ -11,20 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ouroboros import prompts, reply_checks
-from ouroboros.call_figures import CallFigures
+from ouroboros import prompts
 from ouroboros.clock import SYSTEM_CLOCK, Clock
-from ouroboros.compaction import compact, take_compaction_request
 from ouroboros.config import Settings
 from ouroboros.context import policy, room
+from ouroboros.context.ledger import Counting
 from ouroboros.context.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.context.room import Rules, StepFigures
-from ouroboros.journal import Journal
-from ouroboros.ledger import Counting
-from ouroboros.llm import Completion, ContextOverflow, Model
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ouroboros.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
-from ouroboros.reply_checks import (
+from ouroboros.model.llm import Completion, ContextOverflow, Model
+from ouroboros.model.retry import retrying
+from ouroboros.run import reply_checks
+from ouroboros.run.call_figures import CallFigures
+from ouroboros.run.compaction import compact, take_compaction_request
+from ouroboros.run.journal import Journal
+from ouroboros.run.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
+from ouroboros.run.reply_checks import (
     Admitted,
     admitted_reply,
     cache_reuse,
@@ -32,7 +34,6 @@ from ouroboros.reply_checks import (
     overflow,
     silent_truncation,
 )
-from ouroboros.retry import retrying
 from ouroboros.tools import Tools
 from ouroboros.tools.builtin import finish_summary
 

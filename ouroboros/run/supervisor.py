@@ -5,19 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ouroboros import prompts
-from ouroboros.call_figures import RunLimits, WindowFigures
 from ouroboros.context.carryover import recent_actions, select_carryover
+from ouroboros.context.tokens import tools_estimate
 from ouroboros.context.truncate import shown
 from ouroboros.errors import RunError
 from ouroboros.instructions import system_message
-from ouroboros.lock import (
+from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.run.call_figures import RunLimits, WindowFigures
+from ouroboros.run.lock import (
     mark_started,
     wait_for_resume,
 )
-from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
-from ouroboros.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
-from ouroboros.session import Parts, Session, SessionEnded
-from ouroboros.tokens import tools_estimate
+from ouroboros.run.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
+from ouroboros.run.session import Parts, Session, SessionEnded
 
 CARRYOVER_SHARE = 0.25
 """Of the room under the soft line, what the steps before the last may fill together with it

@@ -10,8 +10,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ouroboros.context.tokens import PLAUSIBLE
 from ouroboros.messages import AssistantMessage, ToolCall
-from ouroboros.tokens import PLAUSIBLE
 
 # --- which figures a server sends can be believed ------------------------------------------
 #

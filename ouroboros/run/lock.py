@@ -18,11 +18,11 @@ import anyio
 from pydantic import ValidationError
 
 from ouroboros.errors import RunError
-from ouroboros.journal import Journal
-from ouroboros.jsonl import storage
-from ouroboros.records import JOURNAL_RECORD, Notice, RunEnd, RunStart
-from ouroboros.snapshot import journal_size_then, snapshot_path
-from ouroboros.state_folder import JOURNAL, LOCK, RESUME_REQUEST, USAGE
+from ouroboros.run.journal import Journal
+from ouroboros.run.jsonl import storage
+from ouroboros.run.records import JOURNAL_RECORD, Notice, RunEnd, RunStart
+from ouroboros.run.snapshot import journal_size_then, snapshot_path
+from ouroboros.run.state_folder import JOURNAL, LOCK, RESUME_REQUEST, USAGE
 
 LOCK_PATIENCE_S = 1.0
 """`status` takes the lock for an instant to see whether a run holds it: a run starting in that

@@ -17,7 +17,7 @@ from tenacity.stop import stop_base
 
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import LLMSettings
-from ouroboros.llm import TransientError
+from ouroboros.model.llm import TransientError
 
 T = TypeVar("T")
 

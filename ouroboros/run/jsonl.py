@@ -22,7 +22,7 @@ import jsonlines
 from pydantic import TypeAdapter, ValidationError
 
 from ouroboros.errors import unwritable
-from ouroboros.observe.printable import BEYOND_C0
+from ouroboros.printable import BEYOND_C0
 
 T = TypeVar("T")
 _JSON_ESCAPES = {code: f"\\u{code:04x}" for code in BEYOND_C0}

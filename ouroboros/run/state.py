@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import singledispatchmethod
 
-from ouroboros.call_figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.context.ledger import Ledger
 from ouroboros.context.view import ContextView
-from ouroboros.ledger import Ledger
 from ouroboros.messages import AssistantMessage, Message, UserMessage
-from ouroboros.records import (
+from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.run.records import (
     Compaction,
     CompactionFailed,
     Cut,

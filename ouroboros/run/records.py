@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
-from ouroboros.call_figures import CallFigures, Measurement, RunLimits, WindowFigures
 from ouroboros.messages import Message, UserMessage
+from ouroboros.run.call_figures import CallFigures, Measurement, RunLimits, WindowFigures
 
 SCHEMA_VERSION = 2
 """Written in every line. 1: before typed records (folds the same)."""

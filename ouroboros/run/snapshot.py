@@ -18,9 +18,9 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ValidationError, create_model
 
 from ouroboros.context.view import ContextView
-from ouroboros.jsonl import storage
 from ouroboros.messages import Message
-from ouroboros.state import RunState
+from ouroboros.run.jsonl import storage
+from ouroboros.run.state import RunState
 
 SNAPSHOT_FORMAT = 4
 """4: the run's fields as `RunState` declares them (an older snapshot is ignored: the whole

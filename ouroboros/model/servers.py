@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ouroboros.cache_check import slots_warning
-from ouroboros.llm import FatalError, LLMClient, LLMError, TransientError
+from ouroboros.model.cache_check import slots_warning
+from ouroboros.model.llm import FatalError, LLMClient, LLMError, TransientError
 
 ServerKind = Literal["ollama", "llama-server", "vllm", "lmstudio", "unknown"]
 CONSERVATIVE_CONTEXT = 4096

@@ -11,17 +11,17 @@ import anyio
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.errors import RunError, StateUnwritable
-from ouroboros.harness import build_parts, discover_server
-from ouroboros.journal import Journal
-from ouroboros.llm import FatalError, LLMClient, LLMError, Model
-from ouroboros.lock import refuse_lost_journal, state_lock
-from ouroboros.records import EndReason, RunEnd
-from ouroboros.servers import ServerInfo
-from ouroboros.session import Parts
+from ouroboros.model.llm import FatalError, LLMClient, LLMError, Model
+from ouroboros.model.servers import ServerInfo
+from ouroboros.run.journal import Journal
+from ouroboros.run.lock import refuse_lost_journal, state_lock
+from ouroboros.run.records import EndReason, RunEnd
+from ouroboros.run.session import Parts
+from ouroboros.run.state_folder import JOURNAL
+from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import LiveView
-from ouroboros.state_folder import JOURNAL
-from ouroboros.supervisor import RunOutcome, Supervisor
+from ouroboros.wiring import build_parts, discover_server
 
 
 def open_journal(settings: Settings, log: EventLog, stale_owner: str | None) -> Journal:

@@ -6,20 +6,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ouroboros.call_figures import WindowFigures
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
+from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.room import Rules
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
 from ouroboros.errors import RunError
-from ouroboros.journal import Journal
-from ouroboros.ledger import Counting
-from ouroboros.llm import LLMClient, Model
-from ouroboros.lock import started_mark
-from ouroboros.retry import retrying
-from ouroboros.servers import ServerInfo, choose_window, discover
-from ouroboros.session import Parts
-from ouroboros.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
+from ouroboros.model.llm import LLMClient, Model
+from ouroboros.model.retry import retrying
+from ouroboros.model.servers import ServerInfo, choose_window, discover
+from ouroboros.run.call_figures import WindowFigures
+from ouroboros.run.journal import Journal
+from ouroboros.run.lock import started_mark
+from ouroboros.run.session import Parts
 from ouroboros.tools import ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.environment import command_env
