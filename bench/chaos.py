@@ -279,7 +279,7 @@ def parse_lines(path: Path, found: Findings) -> list[dict[str, Any]]:
 
 def check_turns(journal: list[dict[str, Any]], found: Findings) -> None:
     # A turn is a reply record carrying its usage (one fsync'ed line, so neither can be lost
-    # without the other). Side calls (a compaction snapshot) are "usage" records: no turn.
+    # without the other). Side calls (a compaction's recap) are "usage" records: no turn.
     replies = [r for r in journal if r["kind"] == "message" and "usage" in r]
     found.turns = len(replies)
     found.turns_lost = max(0, found.target - len(replies))

@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         "compact",
         "ask the running supervisor to compact the context at its next turn",
         "python -m ouroboros compact",
-        "The model writes a snapshot of the older part of its session, which replaces it.",
+        "The model writes a recap of the older part of its session, which replaces it.",
     )
     state_help = (
         "state folder (default: paths.state_dir; without --config, a config.toml next to "
@@ -165,7 +165,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     from ouroboros.run.lock import fresh_state
     from ouroboros.run.start import run_to_end
-    from ouroboros.sinks.live import LiveView
+    from ouroboros.sinks.live import Terminal
 
     settings = load()
     prompt = settings.paths.system_prompt
@@ -179,7 +179,7 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
         aside = fresh_state(settings.paths.state_dir)
         if aside:
             out.print(f"previous run moved to {escape(str(aside))}")
-    outcome = run_to_end(settings, LiveView(out, quiet=args.quiet))
+    outcome = run_to_end(settings, Terminal(out, quiet=args.quiet))
     out.print(f"run stopped: {outcome.reason}")
     return outcome.exit_code
 

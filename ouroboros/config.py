@@ -55,7 +55,7 @@ class LLMSettings(_Section):
     """A call whose arguments are longer is not run (an error result says so), nor stored whole."""
 
     @property
-    def reply_byte_cap(self) -> int:
+    def reply_byte_limit(self) -> int:
         return self.max_reply_bytes or max(4 << 20, 512 * self.max_output_tokens)
 
 
@@ -80,7 +80,7 @@ class ContextSettings(_Section):
     protected_observations: int = Field(3, ge=0)
     """The newest tool results that are never masked."""
     protected_max_fraction: float = Field(0.25, gt=0, le=1)
-    """Bound of the protected window, as a fraction of the prompt budget."""
+    """Bound of the protected results, as a fraction of the prompt budget."""
     mask_min_tokens: int = Field(100, ge=0)
     """Tool results this small are never masked."""
     mask_low_water: float = Field(0.40, gt=0, lt=1)
@@ -89,7 +89,7 @@ class ContextSettings(_Section):
     rounds are rare and large: well below the soft threshold, the calls after one only
     append. Lower: fewer rounds and less prefill, less of the older output kept in view."""
     strategy: Literal["mask", "compact", "mask_then_compact"] = "mask"
-    """Past the soft threshold: mask old results, ask the model for a snapshot of the older
+    """Past the soft threshold: mask old results, ask the model for a recap of the older
     part, or mask first and compact when masking is not enough."""
     compact_keep_fraction: float = Field(0.3, gt=0, lt=1)
     """Share of the view (in tokens) that compaction keeps as it is, the newest part."""

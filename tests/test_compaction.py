@@ -1,4 +1,4 @@
-"""LLM compaction (context.strategy): whole runs in process with a scripted snapshot; the
+"""LLM compaction (context.strategy): whole runs in process with a scripted recap; the
 `compact` command through the CLI and the loopback server."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from ouroboros.context.compact import SNAPSHOT_HEADER, SNAPSHOT_SYSTEM, split_point
+from ouroboros.context.compact import RECAP_HEADER, RECAP_SYSTEM, split_point
 from ouroboros.context.tokens import raw_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
 from ouroboros.model.llm import ContextOverflow, LLMError
@@ -19,35 +19,35 @@ from tests.inprocess import run_here
 from tests.test_context_policies import histories
 from tests.test_context_run import PLACEHOLDER, fill_workspace
 
-SNAPSHOT = "## Overall goal\nRead every module.\n## Current plan\nKeep reading."
+RECAP = "## Overall goal\nRead every module.\n## Current plan\nKeep reading."
 
 
-def agent(snapshot: Reply | LLMError) -> Any:
-    """Reads modules one after another; answers a snapshot request (no tools) with `snapshot`
+def agent(recap: Reply | LLMError) -> Any:
+    """Reads modules one after another; answers a recap request (no tools) with `recap`
     (or fails it, as the server would)."""
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
 
     def respond(body: dict[str, Any]) -> Reply:
-        if body["messages"][0]["content"] == SNAPSHOT_SYSTEM:
-            if isinstance(snapshot, LLMError):
-                raise snapshot
-            return snapshot
+        if body["messages"][0]["content"] == RECAP_SYSTEM:
+            if isinstance(recap, LLMError):
+                raise recap
+            return recap
         return Reply(text="Reading on.", tool_calls=[tool("file_read", path=next(paths))])
 
     return respond
 
 
-def snapshot_calls(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [b for b in requests if b["messages"][0]["content"] == SNAPSHOT_SYSTEM]
+def recap_calls(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for b in requests if b["messages"][0]["content"] == RECAP_SYSTEM]
 
 
 def run(
-    project: Project, snapshot: Reply | LLMError, strategy: str, turns: int = 30
+    project: Project, recap: Reply | LLMError, strategy: str, turns: int = 30
 ) -> list[dict[str, Any]]:
     fill_workspace(project, words=300)
     result = run_here(
         project,
-        agent(snapshot),
+        agent(recap),
         window=4096,
         context={"strategy": strategy},
         supervisor={"max_total_turns": turns, "max_restarts": 0},
@@ -56,21 +56,21 @@ def run(
     return result.chat_requests()
 
 
-def test_compaction_replaces_the_older_part_with_a_snapshot(project: Project) -> None:
-    requests = run(project, Reply(text=SNAPSHOT), "compact")
+def test_compaction_replaces_the_older_part_with_a_recap(project: Project) -> None:
+    requests = run(project, Reply(text=RECAP), "compact")
     compactions = project.events("compaction")
     assert compactions
     assert compactions[0]["projected_after"] < compactions[0]["projected_before"]
-    calls = snapshot_calls(requests)
+    calls = recap_calls(requests)
     assert "## Overall goal" in calls[0]["messages"][1]["content"]
     assert "[file_read result]" in calls[0]["messages"][1]["content"]
     assert "tools" not in calls[0]
     after = requests[requests.index(calls[0]) + 1]
-    assert after["messages"][1]["content"] == f"{SNAPSHOT_HEADER}\n{SNAPSHOT}"
-    assert after["messages"][0]["content"] != SNAPSHOT_SYSTEM
+    assert after["messages"][1]["content"] == f"{RECAP_HEADER}\n{RECAP}"
+    assert after["messages"][0]["content"] != RECAP_SYSTEM
     conversation = [b for b in requests if b not in calls]
     assert not any(PLACEHOLDER in str(b["messages"]) for b in conversation), "masked, not compacted"
-    # The snapshot call's tokens land in token_usage.jsonl, marked, and are not turns.
+    # The recap call's tokens land in token_usage.jsonl, marked, and are not turns.
     usage = project.usage()
     marked = [u for u in usage if u.get("purpose") == "compaction"]
     assert len(marked) == len(calls)
@@ -85,7 +85,7 @@ def test_compaction_replaces_the_older_part_with_a_snapshot(project: Project) ->
     assert all(r["content"].startswith("def function_") for r in results)
 
 
-def test_inflated_snapshot_is_discarded_and_masking_takes_over(project: Project) -> None:
+def test_inflated_recap_is_discarded_and_masking_takes_over(project: Project) -> None:
     inflated = Reply(text="## Overall goal\n" + "very detailed notes " * 2000)
     requests = run(project, inflated, "compact")
     failures = project.events("compaction_failed")
@@ -94,17 +94,17 @@ def test_inflated_snapshot_is_discarded_and_masking_takes_over(project: Project)
     assert not project.events("compaction")
     assert any(PLACEHOLDER in str(b["messages"]) for b in requests), "no fallback to masking"
     # Not retried every turn: only after the history grew substantially.
-    assert len(snapshot_calls(requests)) < len(project.events("context_mask"))
-    assert len(snapshot_calls(requests)) <= 3
+    assert len(recap_calls(requests)) < len(project.events("context_mask"))
+    assert len(recap_calls(requests)) <= 3
 
 
-def test_failed_snapshot_call_keeps_the_history(project: Project) -> None:
+def test_failed_recap_call_keeps_the_history(project: Project) -> None:
     refusal = ContextOverflow(
         "request (9000 tokens) exceeds the available context size (4096 tokens)", 9000, 4096
     )
     requests = run(project, refusal, "mask_then_compact")
     failures = project.events("compaction_failed")
-    assert any("snapshot call failed" in f["message"] for f in failures)
+    assert any("recap call failed" in f["message"] for f in failures)
     assert any(PLACEHOLDER in str(b["messages"]) for b in requests)
     turns = len([u for u in project.usage() if "purpose" not in u])
     results = [
@@ -117,16 +117,16 @@ def test_failed_snapshot_call_keeps_the_history(project: Project) -> None:
 
 
 def test_compaction_survives_a_resume(project: Project) -> None:
-    run(project, Reply(text=SNAPSHOT), "compact", turns=20)
+    run(project, Reply(text=RECAP), "compact", turns=20)
     resumed = run_here(
         project,
-        agent(Reply(text=SNAPSHOT)),
+        agent(Reply(text=RECAP)),
         window=4096,
         context={"strategy": "compact"},
         supervisor={"max_total_turns": 21, "max_restarts": 0},
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.chat_requests()[0]["messages"][1]["content"].startswith(SNAPSHOT_HEADER)
+    assert resumed.chat_requests()[0]["messages"][1]["content"].startswith(RECAP_HEADER)
 
 
 @given(histories())
@@ -171,8 +171,8 @@ def test_compact_command_asks_the_running_supervisor(project: Project) -> None:
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
 
     def respond(body: dict[str, Any]) -> Reply:
-        if body["messages"][0]["content"] == SNAPSHOT_SYSTEM:
-            return Reply(text=SNAPSHOT)
+        if body["messages"][0]["content"] == RECAP_SYSTEM:
+            return Reply(text=RECAP)
         return Reply(tool_calls=[tool("file_read", path=next(paths))], delay_s=0.2)
 
     with ScriptedServer(respond, dialect="llama", n_ctx=32768) as server:

@@ -135,7 +135,7 @@ def test_masking_keeps_pairs_and_order(history: list[Message], excess: int) -> N
 
 @given(histories())
 @settings(max_examples=100, deadline=None)
-def test_protected_window_is_the_newest_results_within_bounds(history: list[Message]) -> None:
+def test_protected_results_are_the_newest_within_bounds(history: list[Message]) -> None:
     protected = protected_ids(history, POLICY, tokens)
     results = [m for m in history if isinstance(m, ToolMessage)]
     unseen = unseen_ids(history)
@@ -176,10 +176,10 @@ def test_incremental_view_equals_the_pure_function(
         view.append(message)
     for excess in rounds:
         view.mask(view.choose_masks(POLICY, calibration, excess))
-    assert view.view == apply_masks(history, view.masked_ids)
-    assert view.raw_total == sum(raw_estimate(m) for m in view.view) + len(view.view)
+    assert view.shown == apply_masks(history, view.masked_ids)
+    assert view.raw_total == sum(raw_estimate(m) for m in view.shown) + len(view.shown)
     assert {k: v for k, v in view.raw_kinds.items() if v} == {
-        k: v for k, v in tally(view.view).items() if v
+        k: v for k, v in tally(view.shown).items() if v
     }
 
 
@@ -189,10 +189,10 @@ def test_mask_accounting_after_a_compaction(
     history: list[Message], split: int, rounds: list[int]
 ) -> None:
     """What is sent after a compaction is priced right however many masks follow, on either
-    side of the snapshot, and a mask's projected tally is the tally it makes."""
+    side of the recap, and a mask's projected tally is the tally it makes."""
     view = ContextView(history)
     calibration = Calibration()
-    view.compact(1 + split % max(len(history) - 1, 1), AssistantMessage(content="snapshot"))
+    view.compact(1 + split % max(len(history) - 1, 1), AssistantMessage(content="recap"))
     every = [m.tool_call_id for m in history if isinstance(m, ToolMessage)]
     for excess in rounds:
         chosen = view.choose_masks(POLICY, calibration, excess) + every[: excess % 3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,8 @@ def a_run(path: Path) -> RunState:
     ids = session(journal, 2, 5)
     journal.append(Mask(session=2, call_ids=ids[:2]))
     journal.append(Cut(session=2, cuts={ids[4]: 300}))
-    snapshot = AssistantMessage(content="what I did so far")
-    journal.append(Compaction(session=2, start=4, snapshot=snapshot))
+    recap = AssistantMessage(content="what I did so far")
+    journal.append(Compaction(session=2, start=4, recap=recap))
     raw = {"system": 400, "output:text": 5000}
     refused = Refused(
         session=2,
@@ -186,6 +187,30 @@ def test_a_bad_line_is_skipped_and_named_and_a_snapshot_spares_the_lines_before_
     assert [str(p)[:43] for p in reader.problems] == ["journal.jsonl, line 4: not a valid record ("]
     assert str(reader.problems[0]).endswith("; skipped (the file keeps it)")
     assert state.total_turns == 10
+
+
+def test_a_recap_is_written_and_read_under_its_old_name_snapshot(tmp_path: Path) -> None:
+    """The `Compaction` record's recap is `snapshot` on disk: journals already written fold the
+    same, and new ones are written as they were."""
+    path = tmp_path / "journal.jsonl"
+    a_run(path)
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"kind":"compaction"' in line)
+    written = json.loads(lines[at])
+    assert "recap" not in written
+    assert written["snapshot"]["content"] == "what I did so far"
+    # The line as a version before the rename wrote it, word for word.
+    lines[at] = (
+        '{"v":2,"ts":"2026-11-20T10:00:00.000+00:00","kind":"compaction","session":2,"start":4,'
+        '"snapshot":{"kind":"user","content":"an older recap","origin":"compaction"}}'
+    )
+    path.write_text("\n".join(lines) + "\n")
+    snapshot_path(path).unlink()
+    state, reader = fold(path)
+    assert reader.problems == []
+    older = UserMessage(content="an older recap", origin="compaction")
+    assert state.view.recap == older
+    assert state.view.messages()[1] == older
 
 
 def test_a_notice_named_once_is_journalled_once_a_run_even_across_a_resume(

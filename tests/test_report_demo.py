@@ -264,4 +264,4 @@ def test_a_compaction_side_call_is_counted_but_not_plotted(
     assert main(["tail", "--state", str(state)]) == 0
     out = capsys.readouterr().out
     assert "[compaction] " in out
-    assert "compacted 12 old messages into a snapshot: next prompt ~3,400 -> ~1,900" in out
+    assert "compacted 12 old messages into a recap: next prompt ~3,400 -> ~1,900" in out

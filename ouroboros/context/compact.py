@@ -1,6 +1,6 @@
-"""Layer 3 (optional): replace the older part of a session with a state snapshot the model writes.
+"""Compaction (optional): replace the older part of a session with a recap the model writes.
 
-Pure pieces only: where to split, what to ask, what the snapshot looks like in the view. The
+Pure pieces only: where to split, what to ask, what the recap looks like in the view. The
 session makes the call, checks the result is really smaller, and falls back to masking.
 """
 
@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
-SNAPSHOT_HEADER = "[State snapshot of the earlier part of this session, written by you]"
+RECAP_HEADER = "[State snapshot of the earlier part of this session, written by you]"
 
-SNAPSHOT_INSTRUCTIONS = """\
+RECAP_INSTRUCTIONS = """\
 The transcript above is the older part of your own working session; it is about to be removed \
 from your context. Write a state snapshot that lets you continue without it, under exactly \
 these headings:
@@ -26,7 +26,7 @@ these headings:
 
 Be specific (paths, names, numbers) and brief. Write only the snapshot."""
 
-SNAPSHOT_SYSTEM = "You summarise an agent's working session into a faithful state snapshot."
+RECAP_SYSTEM = "You summarise an agent's working session into a faithful state snapshot."
 
 
 def split_point(
@@ -49,7 +49,7 @@ def split_point(
 
 
 def transcript(messages: Sequence[Message], max_chars: int) -> str:
-    """The older part as plain text for the snapshot call; its newest end wins if too long."""
+    """The older part as plain text for the recap call; its newest end wins if too long."""
     lines = []
     for message in messages:
         if isinstance(message, AssistantMessage):
@@ -63,12 +63,12 @@ def transcript(messages: Sequence[Message], max_chars: int) -> str:
     return text if len(text) <= max_chars else "[…earlier lines cut…]\n" + text[-max_chars:]
 
 
-def snapshot_request(older: Sequence[Message], max_chars: int) -> list[Message]:
+def recap_request(older: Sequence[Message], max_chars: int) -> list[Message]:
     return [
-        SystemMessage(content=SNAPSHOT_SYSTEM),
-        UserMessage(content=f"{transcript(older, max_chars)}\n\n---\n{SNAPSHOT_INSTRUCTIONS}"),
+        SystemMessage(content=RECAP_SYSTEM),
+        UserMessage(content=f"{transcript(older, max_chars)}\n\n---\n{RECAP_INSTRUCTIONS}"),
     ]
 
 
-def snapshot_message(summary: str) -> UserMessage:
-    return UserMessage(content=f"{SNAPSHOT_HEADER}\n{summary.strip()}", origin="compaction")
+def recap_message(text: str) -> UserMessage:
+    return UserMessage(content=f"{RECAP_HEADER}\n{text.strip()}", origin="compaction")

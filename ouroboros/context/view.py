@@ -15,8 +15,8 @@ from ouroboros.run.call_figures import RawTally
 class ContextView:
     """Session history plus the masked view of it.
 
-    `view` is `apply_masks(history, masked_ids)`, index for index. What is sent (`messages()`)
-    is that view, unless a compaction replaced `history[1:start]` by a snapshot message.
+    `shown` is `apply_masks(history, masked_ids)`, index for index. What is sent (`messages()`)
+    is that, unless a compaction replaced `history[1:start]` by a recap.
     """
 
     def __init__(
@@ -26,12 +26,12 @@ class ContextView:
         cuts: Mapping[str, int] | None = None,
     ):
         self.history: list[Message] = []
-        self.view: list[Message] = []
+        self.shown: list[Message] = []
         self.raw: list[int] = []
         self.raw_kinds: RawTally = {}
         """Raw tokens of what `messages()` returns, per content kind."""
         self.start = 0
-        self.snapshot: Message | None = None
+        self.recap: Message | None = None
         self.masked_ids: set[str] = set()
         self.cuts: dict[str, int] = {}
         """Results shown cut after the server refused a prompt: bytes shown, by call id."""
@@ -47,13 +47,13 @@ class ContextView:
     def append(self, message: Message) -> None:
         if isinstance(message, ToolMessage):
             self._tool_index[message.tool_call_id] = len(self.history)
-            self.view.append(shown(message))
+            self.shown.append(shown(message))
         else:
-            self.view.append(message)
+            self.shown.append(message)
         self.history.append(message)
-        cost = raw_estimate(self.view[-1])
+        cost = raw_estimate(self.shown[-1])
         self.raw.append(cost)
-        self._add(content_kind(self.view[-1]), cost)
+        self._add(content_kind(self.shown[-1]), cost)
         self._add(FRAME_KIND, 1)
 
     @property
@@ -84,7 +84,7 @@ class ContextView:
             original = self.history[index]
             assert isinstance(original, ToolMessage)
             replacement = masked(original)
-            shown_kind, kind = content_kind(self.view[index]), content_kind(replacement)
+            shown_kind, kind = content_kind(self.shown[index]), content_kind(replacement)
             result[shown_kind] = result.get(shown_kind, 0) - self.raw[index]
             result[kind] = result.get(kind, 0) + raw_estimate(replacement)
         return result
@@ -94,10 +94,10 @@ class ContextView:
         them masked: what a server's prompt cache loses when they are."""
         ids = set(call_ids)
         indexes = [self._tool_index[i] for i in ids if i in self._tool_index]
-        first = max(min(indexes, default=len(self.view)), self.start)
+        first = max(min(indexes, default=len(self.shown)), self.start)
         return tally(
             masked(m) if isinstance(m, ToolMessage) and m.tool_call_id in ids else m
-            for m in self.view[first:]
+            for m in self.shown[first:]
         )
 
     def cut(self, cuts: Mapping[str, int]) -> None:
@@ -119,10 +119,10 @@ class ContextView:
         """Show `replacement` for history[index], keeping the raw tallies of what is sent."""
         cost = raw_estimate(replacement)
         if index >= self.start:
-            self._add(content_kind(self.view[index]), -self.raw[index])
+            self._add(content_kind(self.shown[index]), -self.raw[index])
             self._add(content_kind(replacement), cost)
         self.raw[index] = cost
-        self.view[index] = replacement
+        self.shown[index] = replacement
 
     def unseen(self) -> list[ToolMessage]:
         """The results the model has not been sent yet, as they are in the history."""
@@ -131,19 +131,19 @@ class ContextView:
 
     def messages(self) -> list[Message]:
         """What the model is sent."""
-        if self.snapshot is None:
-            return list(self.view)
-        return [self.view[0], self.snapshot, *self.view[self.start :]]
+        if self.recap is None:
+            return list(self.shown)
+        return [self.shown[0], self.recap, *self.shown[self.start :]]
 
-    def compacted(self, start: int, snapshot: Message) -> RawTally:
-        """Raw tokens `messages()` would hold after `compact(start, snapshot)`."""
-        return tally([self.view[0], snapshot, *self.view[start:]])
+    def compacted(self, start: int, recap: Message) -> RawTally:
+        """Raw tokens `messages()` would hold after `compact(start, recap)`."""
+        return tally([self.shown[0], recap, *self.shown[start:]])
 
-    def compact(self, start: int, snapshot: Message) -> None:
-        """Replace `history[1:start]` in what is sent by `snapshot` (the history keeps all)."""
+    def compact(self, start: int, recap: Message) -> None:
+        """Replace `history[1:start]` in what is sent by `recap` (the history keeps all)."""
         self.start = start
-        self.snapshot = snapshot
-        self.raw_kinds = self.compacted(start, snapshot)
+        self.recap = recap
+        self.raw_kinds = self.compacted(start, recap)
         self._cursor = max(self._cursor, start)
 
     def choose_masks(self, policy: MaskPolicy, calibration: Calibration, excess: int) -> list[str]:
@@ -151,7 +151,7 @@ class ContextView:
         as they are shown."""
         self._advance_cursor()
         return choose_masks(
-            self.view,
+            self.shown,
             self.masked_ids,
             policy,
             calibration.message_tokens,
@@ -160,7 +160,7 @@ class ContextView:
         )
 
     def all_but_protected(self, policy: MaskPolicy, calibration: Calibration) -> list[str]:
-        """Everything outside the protected window: the response to a context-overflow error."""
+        """Everything but the protected results: the response to a context-overflow error."""
         return self.choose_masks(policy, calibration, excess=self.raw_total * 10 + 1)
 
     def result(self, call_id: str) -> ToolMessage:
@@ -170,7 +170,7 @@ class ContextView:
         return message
 
     def reclaimable(self, policy: MaskPolicy, calibration: Calibration, incoming: int = 0) -> int:
-        """Calibrated tokens that masking everything outside the protected window would free,
+        """Calibrated tokens that masking everything but the protected results would free,
         once `incoming` new results have taken their places in it."""
         policy = replace(policy, protected_count=max(policy.protected_count - incoming, 0))
         tokens = calibration.message_tokens
@@ -179,7 +179,7 @@ class ContextView:
             index = self._tool_index[call_id]
             original = self.history[index]
             assert isinstance(original, ToolMessage)
-            freed += tokens(self.view[index]) - tokens(masked(original))
+            freed += tokens(self.shown[index]) - tokens(masked(original))
         return freed
 
     def repeated_calls(self) -> int:

@@ -43,7 +43,7 @@ def usage_text(r: dict[str, Any]) -> Text:
     zone = str(r.get("zone", "normal"))
     fraction = float(r.get("fraction", 0.0))
     text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
-    if r.get("purpose"):  # a call outside the conversation (a compaction snapshot): no turn
+    if r.get("purpose"):  # a call outside the conversation (a compaction's recap): no turn
         text.append(f"[{r['purpose']}] ", style="cyan")
     filled = bar(fraction, lines=line_marks(r))
     text.append(f"{filled} {fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
@@ -117,7 +117,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     "compaction": (
         "magenta",
         lambda r: (
-            f"compacted {r.get('messages_replaced')} old messages into a snapshot"
+            f"compacted {r.get('messages_replaced')} old messages into a recap"
             f"{' (requested)' if r.get('forced') else ''}: next prompt "
             f"~{figure(r.get('projected_before'))} -> ~{figure(r.get('projected_after'))} tokens"
         ),
@@ -134,7 +134,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
         "bold yellow",
         lambda r: (
             f"wind-down: next prompt ~{figure(r.get('projected'))} tokens, "
-            f"~{figure(r.get('room'))} left before the cut "
+            f"~{figure(r.get('room'))} left in the budget "
             f"(hard line {figure(r.get('hard_line'))}); "
             f"{r.get('turns_left')} replies left"
         ),
@@ -143,7 +143,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
         "bold red",
         lambda r: (
             f"no wind-down: one step took the next prompt to ~{figure(r.get('projected'))} tokens, "
-            f"past the hard line {figure(r.get('hard_line'))} and the cut "
+            f"past the hard line {figure(r.get('hard_line'))} and the prompt budget "
             f"{figure(r.get('prompt_budget'))}"
         ),
     ),

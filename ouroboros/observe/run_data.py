@@ -60,7 +60,7 @@ class SessionSummary:
     ends: list[str] = field(default_factory=list)
     """Every session_end of this session, oldest first (a run limit, then a resume, then...)."""
     side_calls: list[Call] = field(default_factory=list)
-    """Calls outside the conversation (compaction snapshots): their tokens count, not plotted."""
+    """Calls outside the conversation (compactions' recaps): their tokens count, not plotted."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -183,7 +183,7 @@ def load(state_dir: Path) -> RunData:
     usage_records, skipped = _records(state_dir / USAGE)
     events, skipped_events = _records(state_dir / EVENTS)
     usage = [r for r in usage_records if r.get("kind") == "token_usage"]
-    # The curve is the conversation's context; side calls (a snapshot request) are other prompts.
+    # The curve is the conversation's context; side calls (a recap request) are other prompts.
     calls = [_call(i, r) for i, r in enumerate(r for r in usage if not r.get("purpose"))]
     side_calls = [_call(-1, r) for r in usage if r.get("purpose")]
     stamps = [c.ts for c in calls]

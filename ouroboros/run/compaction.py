@@ -1,5 +1,5 @@
 """Compaction (`context.strategy` "compact" or "mask_then_compact", or on request): the older
-part of the session replaced by a state snapshot the model writes, when that makes it smaller.
+part of the session replaced by a recap the model writes, when that makes it smaller.
 
 The pure pieces (where to split, what to ask) are in `context.compact`; this makes the side call,
 checks the result and journals it (`Compaction`, or `CompactionFailed` with the size the history
@@ -14,7 +14,7 @@ from pathlib import Path
 from ouroboros.clock import Clock
 from ouroboros.config import Settings
 from ouroboros.context import room
-from ouroboros.context.compact import snapshot_message, snapshot_request, split_point
+from ouroboros.context.compact import recap_message, recap_request, split_point
 from ouroboros.context.ledger import Counting
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import tally
@@ -26,8 +26,8 @@ from ouroboros.run.state_folder import COMPACT_REQUEST
 
 COMPACTION_REGROWTH = 1.25
 """After a failed compaction, how much the view must grow before the next try."""
-SNAPSHOT_CHARS_PER_TOKEN = 3
-"""The snapshot call's transcript is cut to fit the window (conservatively, per token)."""
+RECAP_CHARS_PER_TOKEN = 3
+"""The recap call's transcript is cut to fit the prompt budget (conservatively, per token)."""
 
 
 def take_compaction_request(state_dir: Path) -> bool:
@@ -48,7 +48,7 @@ async def compact(
     clock: Clock,
     forced: bool,
 ) -> bool:
-    """Replace the older part of the view by a snapshot the model writes, if that helps."""
+    """Replace the older part of the view by a recap the model writes, if that helps."""
     state = journal.state
     view = state.view
 
@@ -71,26 +71,26 @@ async def compact(
     before = room.projected(state, rules)
     if split is None:
         return failed(before, None, "nothing old enough to compact")
-    older = ([view.snapshot] if view.snapshot else []) + view.view[first:split]
-    request = snapshot_request(older, rules.budget.prompt_budget * SNAPSHOT_CHARS_PER_TOKEN)
+    older = ([view.recap] if view.recap else []) + view.shown[first:split]
+    request = recap_request(older, rules.budget.prompt_budget * RECAP_CHARS_PER_TOKEN)
     try:
         call = partial(model.complete, request, [])
         completion = await retrying(call, settings.llm, journal.retry, clock)
     except (ContextOverflow, TransientError) as e:
-        return failed(before, None, f"the snapshot call failed: {e}")
+        return failed(before, None, f"the recap call failed: {e}")
     figures = room.call_figures(
         state, rules, counting, completion, tally(request), state.session_turns, "compaction"
     )
     journal.append(SideCall(session=state.session, usage=figures))
-    snapshot = snapshot_message(completion.message.content)
-    after = room.projected(state, rules, view.compacted(split, snapshot))
+    recap = recap_message(completion.message.content)
+    after = room.projected(state, rules, view.compacted(split, recap))
     if not completion.message.content.strip() or after >= before:
-        return failed(before, after, "the snapshot is not smaller than what it replaces")
+        return failed(before, after, "the recap is not smaller than what it replaces")
     journal.append(
         Compaction(
             session=state.session,
             start=split,
-            snapshot=snapshot,
+            recap=recap,
             forced=forced,
             projected_before=before,
             projected_after=after,

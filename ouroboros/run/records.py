@@ -152,11 +152,14 @@ class Refused(Measurement, Record):
 
 
 class Compaction(Record):
+    # The recap is written and read as `snapshot`, its name before it was called a recap.
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
     kind: Literal["compaction"] = "compaction"
     session: int
     start: int
-    """The first history index kept after the snapshot."""
-    snapshot: Message
+    """The first history index kept after the recap."""
+    recap: Message = Field(alias="snapshot")
     forced: bool = False
     projected_before: int | None = None
     projected_after: int | None = None
@@ -177,7 +180,7 @@ class WindDown(Record):
 
 
 class SideCall(Record):
-    """A call outside the conversation (a compaction snapshot): its tokens count, no turn."""
+    """A call outside the conversation (a compaction's recap): its tokens count, no turn."""
 
     kind: Literal["usage"] = "usage"
     session: int

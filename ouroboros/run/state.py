@@ -84,7 +84,8 @@ class RunState:
     call_ids: set[str] = field(default_factory=set)
     """Every tool-call id the run recorded: a new reply's may repeat none (`reply_checks`)."""
     dropped_calls: int = field(default=0, metadata=SESSION)
-    """Calls the session's newest reply had past the cap: the agent is told after its results."""
+    """Calls the session's newest reply had past `llm.max_tool_calls_per_reply`: the agent is
+    told after its results."""
     recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
     """Completion tokens of the newest replies (they place the wind-down)."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
@@ -114,7 +115,7 @@ class RunState:
     cache saw in between (a compaction's): what the cache check compares the next with."""
 
     def __post_init__(self) -> None:
-        # A snapshot's list becomes the bounded window again.
+        # A snapshot's list becomes the bounded deque again.
         self.recent_replies = deque(self.recent_replies, maxlen=RECENT)
 
     @property
@@ -174,7 +175,7 @@ class RunState:
 
     @apply.register
     def _(self, record: Compaction) -> None:
-        self.view.compact(record.start, record.snapshot)
+        self.view.compact(record.start, record.recap)
         self.compaction_retry_above = 0
 
     @apply.register

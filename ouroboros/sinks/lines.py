@@ -200,7 +200,7 @@ def token_usage(
 def tool_call(
     session: int, message: ToolMessage, run: ToolRun, state: RunState
 ) -> list[tuple[str, dict[str, Any]]]:
-    shown = state.view.view[-1]
+    shown = state.view.shown[-1]
     call = {
         "session": session,
         "turn": state.session_turns,
