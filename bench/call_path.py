@@ -28,7 +28,7 @@ from ouroboros.model.scripted import Reply, ScriptedServer, quick_config, tool
 from ouroboros.run.session import Session
 from ouroboros.run.start import run
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 
 TARGET = 15
 calls: list[set[str]] = []
@@ -74,7 +74,7 @@ def main() -> int:
         (Path(root) / "config.toml").write_text(quick_config(server.url))
         (Path(root) / "SYSTEM_PROMPT.md").write_text("Work.\n")
         settings = load_settings(Path(root) / "config.toml")
-        log = EventLog(settings.paths.state_dir, LiveView(Console(file=io.StringIO())))
+        log = EventLog(settings.paths.state_dir, Terminal(Console(file=io.StringIO())))
         anyio.run(run, settings, log)
         log.close()
     seen = Counter(module for call in calls for module in call)

@@ -12,10 +12,10 @@ overflow (llama-server refuses it; Ollama would silently cut it). Each policy ru
 - no management: everything sent, uncapped; a restart only when a request overflows;
 - truncation only: outputs capped as the harness caps them; a restart at the hard line;
 - ours: the real `Session` unchanged (mask past the soft line down to soft - hysteresis outside
-  the protected window, wind-down at the hard line, end at "over"; on a refusal, mask all but the
-  protected window and retry once);
+  the protected results, wind-down at the hard line, end at "over"; on a refusal, mask all but the
+  protected results and retry once);
 - Rust original: outputs capped; the 3 oldest unmasked results masked per round once the fill is
-  over 70% of the window (no protected window, no minimum size); a restart at the hard line.
+  over 70% of the window (no protected results, no minimum size); a restart at the hard line.
 
 Per policy and window it prints the sessions (with the lower bound that the unmaskable part alone
 forces, and the least sessions any policy needs that keeps the 3 newest results whole), overflows,
@@ -91,7 +91,7 @@ from ouroboros.run.session import Parts, Session
 from ouroboros.run.state import RunState
 from ouroboros.run.supervisor import Supervisor
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
@@ -405,7 +405,8 @@ class Outcome:
     intact: int = 0
     """Calls whose prompt held the newest observations exactly as the tools printed them."""
     eligible: int = 0
-    """Calls where those were whole in the session and fit the protected window (real tokens)."""
+    """Calls where those were whole in the session and within the protected results' bound
+    (real tokens)."""
     violations: int = 0
     """Eligible calls where one of them was masked anyway."""
     eligible_estimated: int = 0
@@ -612,7 +613,7 @@ class Replay:
             hard_line=budget.hard_line,
             frame_tokens=MESSAGE_OVERHEAD,
         )
-        self.log = EventLog(STATE_DIR, LiveView(Console(file=io.StringIO())))
+        self.log = EventLog(STATE_DIR, Terminal(Console(file=io.StringIO())))
         self.supervisor = Supervisor(self.parts, window)
 
     async def run(self) -> Outcome:
@@ -626,7 +627,7 @@ class Replay:
         intact = all(in_prompt.get(o.call.id) == o.text for o in self.recent)
         self.out.intact += intact
         # Eligible: whole in this session (not capped, not cut for room, not shrunk by a
-        # carry-over) and together within the protected window's bound.
+        # carry-over) and together within the protected results' bound.
         ids = {o.call.id for o in self.recent}
         whole = [
             m
@@ -920,7 +921,7 @@ def report_targets(
             verdict(
                 ours.violations == 0,
                 f"{window_label(w)}: ours kept the last 3 results intact wherever they fit the "
-                f"protected window: {kept}/{ours.eligible} calls in server tokens "
+                f"protected results' bound: {kept}/{ours.eligible} calls in server tokens "
                 f"({kept_estimated}/{ours.eligible_estimated} by the harness's own estimate)",
             )
         )

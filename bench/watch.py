@@ -29,7 +29,7 @@ from resume import write_journal
 from rich.console import Console
 
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 
 STATUS_S = 0.2
 REPORT_MB = 1.0
@@ -46,7 +46,7 @@ print(peak, code, file=sys.stderr)
 
 def write_run(state: Path, calls: int) -> None:
     state.mkdir(parents=True)
-    log = EventLog(state, LiveView(Console(file=io.StringIO())))
+    log = EventLog(state, Terminal(Console(file=io.StringIO())))
     try:
         write_journal(state / "journal.jsonl", 3 * calls, sinks=log.sinks())
     finally:

@@ -22,7 +22,7 @@ from ouroboros.config_file import load_settings, to_toml
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run.lock import fresh_state
 from ouroboros.run.start import run_to_end
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")
@@ -124,7 +124,7 @@ def run_demo(root: Path, console: Console) -> int:
         console.print(
             f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window in {root}"
         )
-        outcome = run_to_end(settings, LiveView(console))
+        outcome = run_to_end(settings, Terminal(console))
     console.print(f"run stopped: {outcome.reason}")
     # The interpreter that ran the demo: a bare `python` outside the venv lacks the package.
     command = f"{shlex.quote(sys.executable)} -m ouroboros"

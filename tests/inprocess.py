@@ -27,7 +27,7 @@ from ouroboros.model.scripted_wire import count_tokens
 from ouroboros.model.servers import ServerInfo
 from ouroboros.run.start import run
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 from tests.conftest import Project
 
 _CALL_IDS = itertools.count(1)
@@ -142,7 +142,7 @@ def run_here(
     config.write_text(quick_config("http://127.0.0.1:9/v1", **sections))
     settings = load_settings(config)
     out = io.StringIO()
-    log = EventLog(settings.paths.state_dir, LiveView(Console(file=out, width=200)))
+    log = EventLog(settings.paths.state_dir, Terminal(Console(file=out, width=200)))
     try:
         outcome = anyio.run(run, settings, log, model, info or model.info, clock)
     except RunError as e:

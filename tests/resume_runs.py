@@ -19,7 +19,7 @@ import anyio
 from rich.console import Console
 
 from ouroboros.config_file import load_settings, to_toml
-from ouroboros.context.compact import SNAPSHOT_SYSTEM
+from ouroboros.context.compact import RECAP_SYSTEM
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.model.chunks import Completion
 from ouroboros.model.fake_model import FakeModel
@@ -29,7 +29,7 @@ from ouroboros.run.start import run
 from ouroboros.run.state import replay
 from ouroboros.run.supervisor import RunOutcome
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 
 WINDOW = 4096
 """Small: the run masks, winds down and restarts several times."""
@@ -94,8 +94,8 @@ def _calls(n: int, calls: Sequence[tuple[str, dict[str, str]]]) -> tuple[ToolCal
     )
 
 
-def snapshot_reply(request: str) -> AssistantMessage:
-    """The snapshot of a compaction call, from the transcript it is asked about (a run
+def recap_reply(request: str) -> AssistantMessage:
+    """The recap of a compaction call, from the transcript it is asked about (a run
     resumed after the call asks it again, and gets the same): empty, a failed compaction,
     for one transcript in two."""
     if request.count("[assistant]") % 2:
@@ -110,8 +110,8 @@ class Agent:
         self.journal = journal
 
     def __call__(self, messages: list[Message]) -> AssistantMessage:
-        if messages[0].content == SNAPSHOT_SYSTEM:
-            return snapshot_reply(messages[-1].content)
+        if messages[0].content == RECAP_SYSTEM:
+            return recap_reply(messages[-1].content)
         return reply(len(replies(read_journal(self.journal))))
 
     def window(self, prompt: int) -> int:
@@ -162,7 +162,7 @@ def make_project(root: Path, strategy: str) -> None:
 
 def run_project(root: Path) -> RunOutcome:
     settings = load_settings(root / "config.toml")
-    log = EventLog(settings.paths.state_dir, LiveView(Console(file=io.StringIO())))
+    log = EventLog(settings.paths.state_dir, Terminal(Console(file=io.StringIO())))
     model = Server(Agent(settings.paths.state_dir / "journal.jsonl"), window=WINDOW)
     try:
         return anyio.run(run, settings, log, model, model.info)

@@ -19,7 +19,7 @@ from rich.console import Console
 from ouroboros.observe.chart import LEFT, RIGHT, W
 from ouroboros.observe.overview import BUCKETS, ZOOM_CALLS
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 from tests.conftest import PROJECT_ROOT, load_module
 from tests.test_report_demo import report
 
@@ -34,7 +34,7 @@ def long_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     `Journal`, the logs through its `EventLog` (bench/resume.py's run: 400 sessions)."""
     state = tmp_path_factory.mktemp("long") / ".ouroboros"
     state.mkdir()
-    log = EventLog(state, LiveView(Console(file=io.StringIO())))
+    log = EventLog(state, Terminal(Console(file=io.StringIO())))
     try:
         resume = load_module(PROJECT_ROOT / "bench" / "resume.py")
         resume.write_journal(state / "journal.jsonl", 3 * CALLS, sinks=log.sinks())

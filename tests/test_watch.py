@@ -27,7 +27,7 @@ from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
 from ouroboros.model.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.observe.liveness import liveness
-from ouroboros.observe.status import _elapsed, snapshot
+from ouroboros.observe.status import _elapsed, read_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.run.journal import Journal
 from ouroboros.run.jsonl import JsonlReader
@@ -38,7 +38,7 @@ from ouroboros.run.state import RunState
 from ouroboros.run.state_folder import JOURNAL
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.lines import lines_of
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace
 
@@ -67,7 +67,7 @@ def agent(files: int = 12) -> Responder:
 def run_here(project: Project) -> None:
     """The real supervisor in this process (the CLI would add 2 s of imports per run)."""
     settings = load_settings(project.root / "config.toml")
-    log = EventLog(settings.paths.state_dir, LiveView(Console(file=io.StringIO(), width=200)))
+    log = EventLog(settings.paths.state_dir, Terminal(Console(file=io.StringIO(), width=200)))
     try:
         anyio.run(run, settings, log)
     except RunError:
@@ -401,7 +401,7 @@ def test_status_reads_the_runs_summary_and_folds_the_journal_without_one(
 
 def test_status_of_an_ended_run_stops_its_clock(recorded: Project) -> None:
     now = time.time()
-    early, late = snapshot(recorded.state, now), snapshot(recorded.state, now + 86_400)
+    early, late = read_status(recorded.state, now), read_status(recorded.state, now + 86_400)
     assert _elapsed(early) == _elapsed(late) > 0
 
 
@@ -506,7 +506,7 @@ def test_a_run_refused_by_the_lock_leaves_the_live_runs_files_as_they_are(torn: 
     before = {path.name: path.read_bytes() for path in torn.iterdir() if path.is_file()}
     settings = load_settings(torn.parent / "config.toml")
     assert settings.paths.state_dir == torn
-    log = EventLog(torn, LiveView(Console(file=io.StringIO())))
+    log = EventLog(torn, Terminal(Console(file=io.StringIO())))
     with state_lock(torn), pytest.raises(RunError, match="another supervisor"):
         anyio.run(run, settings, log)
     log.close()

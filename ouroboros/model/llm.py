@@ -19,7 +19,7 @@ import openai
 from ouroboros.config import LLMSettings
 from ouroboros.messages import Message, to_wire
 from ouroboros.model.chunks import Completion, Prefill, ReportedBy, StreamState, Usage, count
-from ouroboros.model.stream_cap import ReplyTooLarge, capped_client
+from ouroboros.model.reply_bytes import ReplyTooLarge, limited_client
 
 __all__ = [
     "Completion",
@@ -164,7 +164,7 @@ class LLMClient:
             api_key=settings.api_key,
             max_retries=0,
             timeout=settings.timeout_s,
-            http_client=capped_client(settings.reply_byte_cap),
+            http_client=limited_client(settings.reply_byte_limit),
         )
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:

@@ -1,4 +1,4 @@
-"""`status`: is the run alive, where it stands, what is left of its budgets.
+"""`status`: is the run alive, where it stands, what is left of its limits.
 
 It only reads: `status.json` (made by the run from its journal's records; where it is missing or
 behind the journal, the journal is folded the same way), and the lock only for the instant it
@@ -50,7 +50,7 @@ def duration(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class StatusFigures:
     state_dir: Path
     live: Liveness
     run: dict[str, Any]
@@ -65,7 +65,7 @@ class Snapshot:
     now: float
 
 
-def snapshot(state_dir: Path, now: float | None = None) -> Snapshot:
+def read_status(state_dir: Path, now: float | None = None) -> StatusFigures:
     """Everything `status` shows, read without writing a byte: from `status.json`, or where
     it is missing or behind the journal (a run killed between the two), from a fold of the
     journal that makes the same."""
@@ -74,7 +74,7 @@ def snapshot(state_dir: Path, now: float | None = None) -> Snapshot:
     problems: list[str] = []
     if data is None:
         data, problems = summary.folded(state_dir)
-    return Snapshot(
+    return StatusFigures(
         state_dir,
         liveness(state_dir),
         data["run"],
@@ -87,19 +87,19 @@ def snapshot(state_dir: Path, now: float | None = None) -> Snapshot:
     )
 
 
-def _run_line(snap: Snapshot) -> Text:
-    end, waiting = snap.run.get("run_end"), snap.waiting
-    if snap.live.alive and waiting:
-        since = _age(waiting.get("since"), snap.now)
-        again = _next_try(waiting, snap.now)
+def _run_line(figures: StatusFigures) -> Text:
+    end, waiting = figures.run.get("run_end"), figures.waiting
+    if figures.live.alive and waiting:
+        since = _age(waiting.get("since"), figures.now)
+        again = _next_try(waiting, figures.now)
         return Text(
-            f"running ({snap.live.detail}), waiting for the model server since {since} "
+            f"running ({figures.live.detail}), waiting for the model server since {since} "
             f"(try {waiting.get('attempt')}{again}): {printable(str(waiting.get('message')))}",
             style="bold yellow",
         )
-    if snap.live.alive:
-        return Text(f"running ({snap.live.detail})", style="bold green")
-    when = f" {_age(end.get('ts'), snap.now)}" if end else ""
+    if figures.live.alive:
+        return Text(f"running ({figures.live.detail})", style="bold green")
+    when = f" {_age(end.get('ts'), figures.now)}" if end else ""
     if end is not None and end.get("reason") == "finish":
         return Text(f"over: the agent finished{when}", style="bold")
     if end is not None and end.get("reason") == "error":
@@ -109,7 +109,7 @@ def _run_line(snap: Snapshot) -> Text:
             printable(f"not running: stopped{when} ({end.get('reason')}: {end.get('detail')})"),
             style="bold",
         )
-    return Text(f"not running: {snap.live.detail}", style="bold yellow")
+    return Text(f"not running: {figures.live.detail}", style="bold yellow")
 
 
 def _next_try(waiting: dict[str, Any], now: float) -> str:
@@ -127,26 +127,26 @@ def _left(limit: float | None, used: float, show: Callable[[float], str]) -> str
     return f"{show(max(0, limit - used))} left of {show(limit)}"
 
 
-def _elapsed(snap: Snapshot) -> float:
+def _elapsed(figures: StatusFigures) -> float:
     """The run's wall time: up to now while it runs, up to its end once it ended."""
-    started = snap.run.get("started_at")
+    started = figures.run.get("started_at")
     if not started:
         return 0.0
-    end = snap.run.get("run_end")
-    if not snap.live.alive and end is not None:
+    end = figures.run.get("run_end")
+    if not figures.live.alive and end is not None:
         return datetime.fromisoformat(end["ts"]).timestamp() - float(started)
-    return snap.now - float(started)
+    return figures.now - float(started)
 
 
-def _budgets(limits: dict[str, Any], snap: Snapshot) -> list[tuple[str, str]]:
-    run = snap.run
+def _limits_left(limits: dict[str, Any], figures: StatusFigures) -> list[tuple[str, str]]:
+    run = figures.run
     most = limits.get("max_restarts")
     restarts = "unlimited" if most is None else f"{max(0, most - run['restarts'])}"
     tokens = run["prompt_tokens"] + run["completion_tokens"]
     return [
         ("turns", _left(limits.get("max_total_turns"), run["total_turns"], lambda v: f"{v:,.0f}")),
         ("tokens", _left(limits.get("max_total_tokens"), tokens, lambda v: f"{v:,.0f}")),
-        ("wall time", _left(limits.get("max_wall_time_s"), _elapsed(snap), duration)),
+        ("wall time", _left(limits.get("max_wall_time_s"), _elapsed(figures), duration)),
         ("restarts", f"{restarts} left ({run['restarts']} used)"),
     ]
 
@@ -187,37 +187,39 @@ def _event(line: dict[str, Any] | None, now: float) -> Text:
     return text
 
 
-def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
-    run = snap.run
+def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> Panel:
+    run = figures.run
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", justify="right")
     grid.add_column()
-    grid.add_row("run", _run_line(snap))
+    grid.add_row("run", _run_line(figures))
     ended = f"ended: {run['ended_reason']}"
     session = f"{run['session']} ({'open' if run['session_open'] else ended})"
     grid.add_row("session", session if run["session"] else "none yet")
     grid.add_row("turns", f"{run['session_turns']:,} this session, {run['total_turns']:,} in all")
     grid.add_row("restarts", f"{run['restarts']}")
-    grid.add_row("context", _context(snap.usage))
+    grid.add_row("context", _context(figures.usage))
     tokens = run["prompt_tokens"] + run["completion_tokens"]
     grid.add_row(
         "tokens",
         f"{run['prompt_tokens']:,} prompt + {run['completion_tokens']:,} completion = {tokens:,}",
     )
     grid.add_row("prompt cache", _cache(run.get("prefill") or {}))
-    last_call = snap.usage.get("ts") if snap.usage else None
-    grid.add_row("last model call", _age(last_call, snap.now))
-    grid.add_row("last event", _event(snap.last_event, snap.now))
+    last_call = figures.usage.get("ts") if figures.usage else None
+    grid.add_row("last model call", _age(last_call, figures.now))
+    grid.add_row("last event", _event(figures.last_event, figures.now))
     end = run.get("run_end")
     if end is not None and end.get("reason") == "error":
         grid.add_row(
             "error",
-            Text(f"{_age(end.get('ts'), snap.now)}: {printable(str(end['detail']))}", style="red"),
+            Text(
+                f"{_age(end.get('ts'), figures.now)}: {printable(str(end['detail']))}", style="red"
+            ),
         )
-    for warning in snap.warnings:
-        said = f"{_age(warning.get('ts'), snap.now)}: {printable(str(warning.get('message')))}"
+    for warning in figures.warnings:
+        said = f"{_age(warning.get('ts'), figures.now)}: {printable(str(warning.get('message')))}"
         grid.add_row("warning", Text(said, style="yellow"))
-    for problem in snap.problems:
+    for problem in figures.problems:
         grid.add_row("journal", Text(printable(problem), style="yellow"))
     grid.add_row("", "")
     # The limits the run was started with; today's settings only for a run that recorded none.
@@ -226,10 +228,10 @@ def render_status(snap: Snapshot, settings: Callable[[], Settings]) -> Panel:
         from ouroboros.run.call_figures import RunLimits
 
         limits = RunLimits.of(settings()).model_dump()
-    for name, value in _budgets(limits, snap):
+    for name, value in _limits_left(limits, figures):
         note = "" if run.get("limits") is not None else " (from config.toml)"
         grid.add_row(f"{name} budget", value + note)
-    title = Text(f"ouroboros: {printable(str(snap.state_dir))}")
+    title = Text(f"ouroboros: {printable(str(figures.state_dir))}")
     return Panel(grid, title=title, title_align="left", expand=False)
 
 
@@ -237,7 +239,7 @@ def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> i
     if not any((state_dir / name).exists() for name in (JOURNAL, SUMMARY)):
         out.print(f"no run in {escape(str(state_dir))}")
         return 1
-    out.print(render_status(snapshot(state_dir), settings))
+    out.print(render_status(read_status(state_dir), settings))
     return 0
 
 

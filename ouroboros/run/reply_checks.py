@@ -52,7 +52,7 @@ class Admitted:
     renamed: dict[str, str] = field(default_factory=dict)
     """Fresh id -> the id the server sent."""
     dropped: int = 0
-    """Calls past the cap, not recorded."""
+    """Calls past `llm.max_tool_calls_per_reply`, not recorded."""
 
 
 def _usable(call_id: str) -> bool:

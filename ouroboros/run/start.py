@@ -20,7 +20,7 @@ from ouroboros.run.session import Parts
 from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 from ouroboros.wiring import build_parts, discover_server
 
 
@@ -112,10 +112,10 @@ async def run(
         return outcome
 
 
-def run_to_end(settings: Settings, view: LiveView) -> RunOutcome:
-    """`run` from synchronous code, with the logs opened and closed around it; `view` shows
+def run_to_end(settings: Settings, terminal: Terminal) -> RunOutcome:
+    """`run` from synchronous code, with the logs opened and closed around it; `terminal` shows
     their lines as they are written."""
-    log = EventLog(settings.paths.state_dir, view)
+    log = EventLog(settings.paths.state_dir, terminal)
     try:
         return anyio.run(run, settings, log)
     finally:

@@ -16,17 +16,17 @@ from ouroboros.run.records import JournalRecord
 from ouroboros.run.state import RunState
 from ouroboros.run.state_folder import EVENTS, USAGE
 from ouroboros.sinks.lines import USAGE_KIND, lines_of
-from ouroboros.sinks.live import LiveView
+from ouroboros.sinks.live import Terminal
 from ouroboros.sinks.summary import Summary
 
 
 class EventLog:
-    """Writes both files and echoes each line, as `tail` shows it, to `view`. Opens nothing
+    """Writes both files and echoes each line, as `tail` shows it, to `terminal`. Opens nothing
     before the journal asks for its sinks: that is under the run's lock."""
 
-    def __init__(self, state_dir: Path, view: LiveView):
+    def __init__(self, state_dir: Path, terminal: Terminal):
         self.state_dir = state_dir
-        self.view = view
+        self.terminal = terminal
         self._files: tuple[JsonlWriter, JsonlWriter, Summary] | None = None
         self.seq = 0
 
@@ -53,13 +53,13 @@ class EventLog:
             self.seq += 1
             written = {"seq": self.seq, **line}
             (usage if line["kind"] == USAGE_KIND else events).append(written)
-            self.view.line(written)
+            self.terminal.line(written)
         # After the lines: a crash between leaves `status.json` behind the journal, which
         # `status` sees and folds the journal instead.
         summary.record(lines, state)
 
     def close(self) -> None:
-        self.view.flush()
+        self.terminal.flush()
         if self._files is not None:
             self._files[0].close()
             self._files[1].close()

@@ -30,7 +30,7 @@ def outcome(line: dict[str, Any]) -> str:
     return f"{name} exit {code}" if code is not None else f"{name} ok"
 
 
-class LiveView:
+class Terminal:
     def __init__(self, console: Console, quiet: bool = False):
         self.console = console
         self.quiet = quiet

@@ -1,8 +1,8 @@
-"""A byte cap on every response the model client reads.
+"""A byte limit on every response the model client reads.
 
 The openai client buffers a server-sent event's line whole, however long, and a reply's text
 grows with every chunk: a server that streams without end would take all memory. So the
-response body is counted as it arrives and cut at a cap (`llm.max_reply_bytes`); the caller
+response body is counted as it arrives and stopped at a limit (`llm.max_reply_bytes`); the caller
 decides what a cut reply means. The client asks for the body uncompressed; a server that
 compresses it anyway (gzip, deflate) has it decoded here, step by bounded step, and what is
 counted is what is decoded: 65 KB of gzip can hold 64 MB of text. Other encodings are refused.
@@ -18,18 +18,18 @@ import openai
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _STEP = 1 << 16
-"""Bytes decoded at a time: a bomb is never more than this past the cap in memory."""
+"""Bytes decoded at a time: a bomb is never more than this past the limit in memory."""
 
 
 class ReplyTooLarge(Exception):
-    """A response went past the byte cap; reading stopped there."""
+    """A response went past the byte limit; reading stopped there."""
 
     def __init__(self, limit: int):
         super().__init__(f"the response went past {limit:,} bytes")
         self.limit = limit
 
 
-class _CappedStream(httpx2.AsyncByteStream):
+class _LimitedStream(httpx2.AsyncByteStream):
     def __init__(self, inner: httpx2.AsyncByteStream, limit: int, encoding: str):
         self.inner = inner
         self.limit = limit
@@ -65,15 +65,15 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self.inner.aclose()
 
 
-def capped_client(limit: int) -> httpx2.AsyncClient:
+def limited_client(limit: int) -> httpx2.AsyncClient:
     """An HTTP client for the openai client whose responses stop at `limit` bytes."""
 
-    async def cap(response: httpx2.Response) -> None:
+    async def bound(response: httpx2.Response) -> None:
         if isinstance(response.stream, httpx2.AsyncByteStream):
             # Decoded here, so that what is counted is what the client would hold.
             encoding = response.headers.pop("content-encoding", "").strip().lower()
-            response.stream = _CappedStream(response.stream, limit, encoding)
+            response.stream = _LimitedStream(response.stream, limit, encoding)
 
-    hooks: dict[str, list[Callable[[httpx2.Response], Awaitable[None]]]] = {"response": [cap]}
+    hooks: dict[str, list[Callable[[httpx2.Response], Awaitable[None]]]] = {"response": [bound]}
     identity = {"Accept-Encoding": "identity"}
     return openai.DefaultAsyncHttpxClient(event_hooks=hooks, headers=identity)
