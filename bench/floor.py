@@ -29,7 +29,7 @@ def sessions_keeping_recent(
     steps: Iterable[StepTokens], fixed: int, prompt_budget: int, policy: MaskPolicy
 ) -> int:
     """Sessions that any policy needs which keeps the newest results whole as the protected
-    window does, even with exact counts, nothing carried over and every prompt filled to the
+    results do, even with exact counts, nothing carried over and every prompt filled to the
     budget: everything else masked at once, a session ends when the next prompt cannot fit.
 
     `fixed` is what every session's prompt holds before its first turn (tool schemas, system

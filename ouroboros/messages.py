@@ -1,4 +1,4 @@
-"""Typed conversation records that round-trip through JSON, and their OpenAI wire form."""
+"""Typed conversation messages that round-trip through JSON, and their OpenAI wire form."""
 
 from __future__ import annotations
 
@@ -7,36 +7,36 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
-class _Record(BaseModel):
+class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ToolCall(_Record):
+class ToolCall(_Frozen):
     id: str
     name: str
     arguments: str
     """The raw JSON text the model produced (may be invalid: the tool runner says so)."""
 
 
-class SystemMessage(_Record):
+class SystemMessage(_Frozen):
     kind: Literal["system"] = "system"
     content: str
 
 
-class UserMessage(_Record):
+class UserMessage(_Frozen):
     kind: Literal["user"] = "user"
     content: str
     origin: Literal["user", "continue", "restart", "wind_down", "nudge", "compaction"] = "user"
     """Who put it there: the harness injects every message except `user`."""
 
 
-class AssistantMessage(_Record):
+class AssistantMessage(_Frozen):
     kind: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
 
 
-class ToolMessage(_Record):
+class ToolMessage(_Frozen):
     kind: Literal["tool"] = "tool"
     tool_call_id: str
     name: str

@@ -120,7 +120,7 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
         winding = "Save what matters" in json.dumps(body["messages"])
         protected = unseen if winding or index == restarted_at else contents[-3:]
         assert protected
-        assert all(PLACEHOLDER not in c for c in protected), "protected window was masked"
+        assert all(PLACEHOLDER not in c for c in protected), "a protected result was masked"
         flags = [PLACEHOLDER in c for c in contents]
         # Oldest first: once a result is intact, every newer one is intact too (per session).
         if True in flags:

@@ -217,7 +217,7 @@ def restarts_of(project: Project, agent: Responder, restarts: int) -> list[dict[
 
 
 def test_a_wind_down_leaves_room_for_the_replies_this_run_makes(project: Project) -> None:
-    # Every reply is long, as with an agent that thinks aloud: a fixed 10% below the cut does
+    # Every reply is long, as with an agent that thinks aloud: a fixed 10% below the budget does
     # not hold two of them; the line placed from the run's own replies does.
     fill_workspace(project, files=12, words=500)
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
@@ -261,8 +261,8 @@ def test_one_step_past_both_lines_is_logged_and_still_carried(project: Project) 
     assert missed[0]["projected"] > missed[0]["prompt_budget"] > missed[0]["hard_line"]
     end = project.events("session_end")[0]
     assert end["detail"].startswith("next prompt ~")
-    # No notice in session 1 (the step went past the cut at once); session 2 winds down in
-    # its place, and ends for it.
+    # No wind-down message in session 1 (the step went past the budget at once); session 2 winds
+    # down in its place, and ends for it.
     assert {w["session"] for w in project.events("wind_down")} == {2}
     assert assert_wind_downs_in_place(project, requests) == 1
     # The step that jumped is the next session's start: its reply whole, its twelve results cut

@@ -285,7 +285,7 @@ def test_kill_nine_at_recorded_points_loses_nothing(project: Project) -> None:
     for n, point in kills.items():
         if point == "stream":
             assert sent[n + 1]["messages"] == sent[n]["messages"], (
-                "the cut reply was not asked again"
+                "the reply cut off was not asked again"
             )
             continue
         assert f"call-{n}" in lines

@@ -1,4 +1,4 @@
-"""Layer 2: replace the oldest tool observations with short descriptive placeholders.
+"""Replace the oldest tool observations with short descriptive placeholders.
 
 Masking is a view: the journal keeps every full result. No message is ever removed, so each tool
 call keeps its result; assistant messages are never touched.
@@ -124,7 +124,7 @@ def unseen_ids(messages: Sequence[Message]) -> set[str]:
 def protected_ids(
     messages: Sequence[Message], policy: MaskPolicy, tokens: Callable[[Message], int]
 ) -> set[str]:
-    """The protected window: every result the model has not seen yet, however many calls its
+    """The protected results: every result the model has not seen yet, however many calls its
     last reply made; then the newest results, bounded in count and in tokens."""
     protected = unseen_ids(messages)
     spent = 0

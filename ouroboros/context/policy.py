@@ -94,7 +94,7 @@ def mask_down_to(
 
 
 def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
-    """The server refused the prompt: mask everything outside the protected window; if the
+    """The server refused the prompt: mask everything but the protected results; if the
     prompt would still be too big, cut the results the model has not seen (it would never see
     them whole anyway), as the carry-over cuts a step. Empty if nothing can be made smaller."""
     view, calibration = state.view, state.ledger.calibration
@@ -187,8 +187,8 @@ def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[D
         missed = Notice(
             event="wind_down_missed",
             session=state.session,
-            message="one step went past the hard line and the cut at once: no room was left "
-            "to ask the agent to save its state",
+            message="one step went past the hard line and the prompt budget at once: no room was "
+            "left to ask the agent to save its state",
             details={
                 "projected": now,
                 "hard_line": step.hard_line,

@@ -23,28 +23,29 @@ from ouroboros.run.state import RECENT, RunState
 
 BYTES_PER_RAW_TOKEN = 4
 ROOM_SHARE = 0.8
-"""Of the room left in the window, what this reply's tool results may fill."""
+"""Of the room left, what this reply's tool results may fill."""
 MIN_OUTPUT_BYTES = 1024
 """Even with no room left the agent sees the start and end of what it ran."""
 
-NOTICE = UserMessage(content=prompts.wind_down(99_999, 9))
-"""A wind-down notice as long as one gets: the room kept for it."""
+LONGEST_WIND_DOWN = UserMessage(content=prompts.wind_down(99_999, 9))
+"""A wind-down message as long as one gets: the room kept for it."""
 Fits = Callable[[str], int]
 """Bytes of a result's text that fit the room its call has."""
 
 
 # --- where the wind-down goes ---------------------------------------------------------------
 #
-# Where the wind-down goes: far enough below the cut that the replies it asks for still fit.
+# Where the wind-down goes: far enough below the prompt budget that the replies it asks for still
+# fit.
 #
-# The cut is the prompt budget: a session ends when its next prompt would not fit. A wind-down
-# asks for `wind_down_turns` more replies; each but the last comes back in a prompt of this session
-# with the results of its calls, and the step that crossed the line may have gone past it by one
+# A session ends when its next prompt would not fit the prompt budget. A wind-down asks for
+# `wind_down_turns` more replies; each but the last comes back in a prompt of this session with
+# the results of its calls, and the step that crossed the line may have gone past it by one
 # reply. Replies cannot be shortened; results can (the harness cuts them to the room left, and
-# shows them whole again in the next session). So the room kept below the cut is that many replies
-# as long as this run's replies are at their 90th percentile, each with the least a result is cut
-# to, and the notice itself: the hard line sits that far below the cut, and never later than the
-# configured `hard_threshold`.
+# shows them whole again in the next session). So the room kept below the budget is that many
+# replies as long as this run's replies are at their 90th percentile, each with the least a result
+# is cut to, and the wind-down message itself: the hard line sits that far below the budget, and
+# never later than the configured `hard_threshold`.
 #
 # Results of ordinary steps are cut to the room below the hard line (after what masking can free),
 # so the wind-down's room stays free: near the line a step's results are cut to most of what is
@@ -83,7 +84,7 @@ def place(
     replies: Sequence[int],
     wind_down_replies: Sequence[tuple[int, int]],
     least_result: int,
-    notice: int,
+    message_tokens: int,
     turns: int,
     max_output: int,
 ) -> WindDownLine:
@@ -91,15 +92,16 @@ def place(
 
     Room is kept for the step that crosses the line (a reply of the usual size, `replies`), and
     for each promised reply but the last, whose results only the next session sees: sized from
-    the replies earlier wind-downs got (`wind_down_replies`: which one after the notice, and its
-    tokens; saving notes makes long replies), or the usual ones before there were any. Each with
-    a result cut to the least the harness shows (`least_result`), and the notice."""
+    the replies earlier wind-downs got (`wind_down_replies`: which one after the wind-down
+    message, and its tokens; saving notes makes long replies), or the usual ones before there
+    were any. Each with a result cut to the least the harness shows (`least_result`), and the
+    wind-down message (`message_tokens`)."""
     if not turns:
         return WindDownLine(budget.hard_line, 0)
     usual = reply_allowance(replies, max_output)
     answering = [tokens for index, tokens in wind_down_replies if index < turns]
     winding = reply_allowance(answering, max_output) if answering else usual
-    room = usual + least_result + (turns - 1) * (winding + least_result) + notice
+    room = usual + least_result + (turns - 1) * (winding + least_result) + message_tokens
     line = max(0, min(budget.hard_line, budget.prompt_budget - room))
     return WindDownLine(line, max(usual, winding))
 
@@ -147,7 +149,7 @@ def step_figures(state: RunState, rules: Rules, compaction_requested: bool = Fal
         list(state.recent_replies),
         state.wind_down_reply_tokens,
         round(least),
-        calibration.message_tokens(NOTICE),
+        calibration.message_tokens(LONGEST_WIND_DOWN),
         rules.wind_down_turns,
         rules.max_output_tokens,
     )
@@ -159,9 +161,9 @@ def step_figures(state: RunState, rules: Rules, compaction_requested: bool = Fal
 
 def result_room(state: RunState, rules: Rules, step: StepFigures, calls: int) -> int:
     """Tokens each of this reply's results may take: the room left, after what masking could
-    free, below the hard line (so the wind-down's room stays free), or below the cut once the
-    wind-down began; shared by the reply's calls. A result cut for room is saved whole and shown
-    whole again in a session that has room."""
+    free, below the hard line (so the wind-down's room stays free), or below the prompt budget
+    once the wind-down began; shared by the reply's calls. A result cut for room is saved whole
+    and shown whole again in a session that has room."""
     winding = state.wind_down_replies is not None
     line = rules.budget.prompt_budget if winding else step.hard_line
     calibration = state.ledger.calibration

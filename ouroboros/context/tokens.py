@@ -55,7 +55,7 @@ def raw_estimate(message: Message) -> int:
 
 @lru_cache(maxsize=1024)
 def units(text: str) -> int:
-    """`raw_units`, remembered: masking and the protected window price the same results on
+    """`raw_units`, remembered: masking and the protected results price the same results on
     every turn (the cache holds at most 1,024 texts of at most one tool cap each)."""
     return raw_units(text)
 
@@ -143,7 +143,7 @@ class Ratio:
 @dataclass
 class KindRatio:
     """Real/raw ratio of one content kind, each lesson weighted by its size: the big outputs,
-    which masking and the protected window decide on, set it (a test log and a grep are both
+    which masking and the protected results decide on, set it (a test log and a grep are both
     shell_exec, and differ)."""
 
     real: float = 0.0

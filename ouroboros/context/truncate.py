@@ -1,4 +1,4 @@
-"""Layer 1: cap a tool output on its way into the history, and cut it further where room is short.
+"""Cap a tool output on its way into the history, and cut it further where room is short.
 
 Head and tail sizes depend only on the byte limit (a fixed allowance is kept for the marker), so
 cutting an already capped text to a smaller limit keeps exactly what cutting the whole output

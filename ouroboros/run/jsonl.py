@@ -146,7 +146,7 @@ def read_objects(path: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
     return list(reader.objects()), reader.problems
 
 
-def set_aside_torn_tail(path: Path, window: int = 1 << 20) -> Path | None:
+def set_aside_torn_tail(path: Path, reach: int = 1 << 20) -> Path | None:
     """Before appending: a last line a crash cut short goes to a side file, so new records
     start on a line of their own (cheap: only the file's end is read)."""
     try:
@@ -154,13 +154,13 @@ def set_aside_torn_tail(path: Path, window: int = 1 << 20) -> Path | None:
     except FileNotFoundError:
         return None
     with path.open("rb+") as f:
-        f.seek(max(0, size - window))
+        f.seek(max(0, size - reach))
         tail = f.read()
         if not tail or tail.endswith(b"\n"):
             return None
         cut = tail.rfind(b"\n") + 1
-        if cut == 0 and size > window:
-            f.write(b"\n")  # a line longer than the window: end it rather than guess
+        if cut == 0 and size > reach:
+            f.write(b"\n")  # a line longer than the reach: end it rather than guess
             return None
         aside = path.with_name(f"{path.name}.torn-{int(time.time() * 1000)}")
         aside.write_bytes(tail[cut:])
@@ -169,12 +169,12 @@ def set_aside_torn_tail(path: Path, window: int = 1 << 20) -> Path | None:
     return aside
 
 
-def last_line(path: Path, window: int = 1 << 16) -> dict[str, Any] | None:
+def last_line(path: Path, reach: int = 1 << 16) -> dict[str, Any] | None:
     """The last complete line of a file as a JSON object, read from its end."""
     try:
         with path.open("rb") as f:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - window))
+            f.seek(max(0, size - reach))
             tail = f.read()
     except FileNotFoundError:
         return None

@@ -78,10 +78,15 @@ class Session:
         while True:
             self.check_limits()
             reply, dropped = await self.call_model()
-            await self.act_on(reply.message, cut=reply.finish_reason == "length", dropped=dropped)
+            at_max_tokens = reply.finish_reason == "length"
+            await self.act_on(reply.message, at_max_tokens=at_max_tokens, dropped=dropped)
 
     async def act_on(
-        self, reply: AssistantMessage, resuming: bool = False, cut: bool = False, dropped: int = 0
+        self,
+        reply: AssistantMessage,
+        resuming: bool = False,
+        at_max_tokens: bool = False,
+        dropped: int = 0,
     ) -> None:
         """Run the reply's tool calls (or ask it to go on), then let the policy decide.
 
@@ -105,10 +110,10 @@ class Session:
                 self.append(self.error_result(call, prompts.CRASH_INTERRUPTED))
             else:
                 await self.run_tool(call, fits)
-        self.tell_after_step(reply, cut, dropped)
+        self.tell_after_step(reply, at_max_tokens, dropped)
         await self.after_step()
 
-    def tell_after_step(self, reply: AssistantMessage, cut: bool, dropped: int) -> None:
+    def tell_after_step(self, reply: AssistantMessage, at_max_tokens: bool, dropped: int) -> None:
         """What the agent is told once the step's results are in."""
         llm = self.settings.llm
         if dropped:
@@ -118,8 +123,8 @@ class Session:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
             self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
-        if cut and reply.tool_calls:
-            # Its calls may be cut mid-argument (they got an error result): say why.
+        if at_max_tokens and reply.tool_calls:
+            # Its calls may be cut off mid-argument (they got an error result): say why.
             message = prompts.cut_off(llm.max_output_tokens)
             self.append(UserMessage(content=message, origin="nudge"))
         repeats = self.state.view.repeated_calls()

@@ -262,7 +262,7 @@ def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) ->
     shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
     if shown_bytes > capped.kept_bytes - RECUT_MIN:
         shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
-    # A file read is read again from the file (its window says how): no copy of it.
+    # A file read is read again from the file (its range of lines says how): no copy of it.
     cut = size > shown_bytes and call.name != "file_read"
     saved_to = saved_name(call.name, text) if cut else None
     if saved_to is not None:

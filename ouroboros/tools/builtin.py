@@ -40,7 +40,7 @@ class ToolArgs(BaseModel):
 
 
 class FileReadArgs(ToolArgs):
-    """Read a text file, optionally a window of lines (1-based offset)."""
+    """Read a text file, optionally a range of lines (1-based offset)."""
 
     path: str = Field(description="File path, relative to the workspace")
     offset: int = Field(1, ge=1, description="First line to read (1-based)")
