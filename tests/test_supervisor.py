@@ -1,4 +1,4 @@
-"""The run outlives sessions, crashes and outages: restarts, resume, locks, budgets."""
+"""The run outlives sessions, crashes and outages: restarts, resume, locks, limits."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_repeated_identical_calls_get_a_nudge(project: Project) -> None:
     assert len(nudges) == 1
 
 
-def test_budgets_survive_resume_and_raising_them_continues(project: Project) -> None:
+def test_limits_survive_resume_and_raising_them_continues(project: Project) -> None:
     model = Scripted(lambda body: Reply(text="working"))
     assert run_here(project, model, supervisor={"max_total_turns": 2}).returncode == 0
     assert run_here(project, model, supervisor={"max_total_turns": 2}).returncode == 0  # no more
