@@ -92,8 +92,9 @@ from ouroboros.run.state import RunState
 from ouroboros.run.supervisor import Supervisor
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
-from ouroboros.tools import Fit, ToolOutcome, ToolRunner, shaped_result
+from ouroboros.tools import ToolOutcome, ToolRunner
 from ouroboros.tools.builtin import Output
+from ouroboros.tools.results import Fit, shaped_result
 from ouroboros.tools.workspace import Workspace
 from ouroboros.wiring import mask_policy, tool_output_cap
 

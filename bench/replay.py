@@ -85,8 +85,8 @@ from ouroboros.run.records import (
     SessionStart,
     WindDown,
 )
-from ouroboros.tools import shaped_result
 from ouroboros.tools.builtin import Output
+from ouroboros.tools.results import shaped_result
 from ouroboros.wiring import mask_policy, tool_output_cap
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -317,7 +317,7 @@ def test_link_at_the_system_prompt_name(place: Place, opener: str) -> None:
 
 STUCK = """
 import os, anyio
-from ouroboros.tools import abandonable
+from ouroboros.tools.abandonable import abandonable
 
 async def main() -> None:
     with anyio.move_on_after(0.3):

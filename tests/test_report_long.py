@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ouroboros.observe.chart import LEFT, RIGHT, W
 from ouroboros.observe.overview import BUCKETS, ZOOM_CALLS
+from ouroboros.observe.svg import LEFT, RIGHT, W
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
 from tests.conftest import PROJECT_ROOT, load_module

@@ -13,20 +13,9 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ouroboros.observe.chart import (
-    BOTTOM,
-    LEFT,
-    RIGHT,
-    TOP,
-    Frame,
-    H,
-    Lines,
-    W,
-    escape,
-    grid,
-    legend_row,
-)
+from ouroboros.observe.chart import Lines
 from ouroboros.observe.run_data import Call, Mark, RunData
+from ouroboros.observe.svg import BOTTOM, LEFT, RIGHT, TOP, Frame, H, W, escape, grid, legend_row
 
 LONG_RUN = 1_000
 """More calls than this, and the chart is an overview (the page would grow with every call)."""

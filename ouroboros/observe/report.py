@@ -13,10 +13,11 @@ from typing import Any
 from ouroboros.config import Settings
 from ouroboros.context.tokens import Budget
 from ouroboros.errors import RunError
-from ouroboros.observe.chart import Lines, chart_svg, escape
+from ouroboros.observe.chart import Lines, chart_svg
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
 from ouroboros.observe.status import duration
+from ouroboros.observe.svg import escape
 
 NOTABLE = ("error", "warning", "context_overflow", "silent_truncation", "blocked_command", "retry")
 ROUTINE = ("truncation",)

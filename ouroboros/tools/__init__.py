@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 from pydantic import BaseModel, ValidationError
 
-from ouroboros.context.truncate import RECUT_MIN, cap_output, saved_name
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
+from ouroboros.tools.abandonable import abandonable
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.builtin import Output, ToolFailed
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.results import Fit, save_whole, shaped_and_saved
 from ouroboros.tools.scratch import remove_scratch
 from ouroboros.tools.search import SearchContextArgs, search_context
 from ouroboros.tools.shell import check_length, shell_exec
 from ouroboros.tools.workspace import PathRefused, Workspace
-
-T = TypeVar("T")
-Fit = Callable[[str], int]
-"""Bytes of this text that fit the room left for it."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +191,7 @@ class ToolRunner:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
         except ValueError as e:  # e.g. a path the file system cannot encode
             output, error = Output(f"error: {e}"), str(e)
-        message = await self._result(call, output, room)
+        message = await shaped_and_saved(call, output, self.max_output_bytes, room, self.workspace)
         if error is not None:
             message = message.model_copy(update={"error": True})
         return ToolOutcome(
@@ -213,68 +206,4 @@ class ToolRunner:
     async def save_whole(self, results: list[ToolMessage]) -> None:
         """Save results about to be masked or cut whose whole text is in no file yet, where
         their placeholders and cut markers say."""
-        for m in results:
-            # A result cut at the cap had its whole output saved when it ran.
-            whole = m.output_bytes is None or m.output_bytes == len(m.content.encode())
-            if not m.masked and whole:
-                await self._save(saved_name(m.name, m.content), m.content)
-
-    async def _result(self, call: ToolCall, output: Output, room: Fit | None) -> ToolMessage:
-        message = shaped_result(call, output, self.max_output_bytes, room)
-        if message.saved_to is not None:
-            await self._save(message.saved_to, output.text)
-        return message
-
-    async def _save(self, relative: str, text: str) -> None:
-        # The journal keeps the result at the cap whatever happens here: a full disk or a planted
-        # link costs the agent the whole text, not the run.
-        await abandonable(builtin.spill, self.workspace, relative, text)
-
-
-async def abandonable(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` in a daemon thread, given up on when the caller is cancelled: a thread stuck in
-    a system call (a FIFO, a hung disk) never keeps the run from stopping. (anyio's own worker
-    threads, even with `abandon_on_cancel`, are joined when the process exits.)"""
-    done, results, errors = anyio.Event(), list[T](), list[BaseException]()
-    token = anyio.lowlevel.current_token()
-
-    def work() -> None:
-        try:
-            results.append(fn(*args))
-        except BaseException as e:  # handed to the caller, raised there
-            errors.append(e)
-        with contextlib.suppress(anyio.RunFinishedError, RuntimeError):  # nobody waits now
-            anyio.from_thread.run_sync(done.set, token=token)
-
-    threading.Thread(target=work, name=f"tool {fn.__name__}", daemon=True).start()
-    await done.wait()
-    if errors:
-        raise errors[0]
-    return results[0]
-
-
-def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) -> ToolMessage:
-    """The result at the normal cap `cap`; `room_bytes` when the room left shows less; the whole
-    output to be saved (`saved_to`) whenever what the model is shown is cut, but a file's."""
-    text = output.text
-    size = len(text.encode())
-    capped = cap_output(text, cap)
-    shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
-    if shown_bytes > capped.kept_bytes - RECUT_MIN:
-        shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
-    # A file read is read again from the file (its range of lines says how): no copy of it.
-    cut = size > shown_bytes and call.name != "file_read"
-    saved_to = saved_name(call.name, text) if cut else None
-    if saved_to is not None:
-        capped = cap_output(text, cap, saved_to)
-    return ToolMessage(
-        tool_call_id=call.id,
-        name=call.name,
-        content=capped.text,
-        exit_code=output.exit_code,
-        arguments=call.arguments,
-        output_bytes=size,
-        output_lines=len(text.splitlines()),
-        saved_to=saved_to,
-        room_bytes=shown_bytes if shown_bytes < capped.kept_bytes else None,
-    )
+        await save_whole(self.workspace, results)

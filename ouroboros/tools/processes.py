@@ -17,99 +17,16 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ouroboros.tools.child_exit import failed_step
 from ouroboros.tools.libc import prctl as _prctl
-from ouroboros.tools.limits import Limits, PidsCgroups, mounted, remove_pids_cgroup
+from ouroboros.tools.limits import Limits, PidsCgroups, remove_pids_cgroup
+from ouroboros.tools.run_cgroup import make_cgroup, start_watchdog
 from ouroboros.tools.sandbox import Confinement
 
 _PR_SET_PDEATHSIG = 1
-WATCHDOG = """
-import os, signal, sys, time
-cgroup = sys.argv[1]
-groups = set()
-for line in sys.stdin:
-    try:
-        if line.startswith("-"):
-            groups.discard(int(line[1:]))
-        else:
-            groups.add(int(line))
-    except ValueError:
-        pass  # a line cut short by the harness's death
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-def remove_pids(path):
-    for entry in os.scandir(path):
-        if entry.is_dir():
-            remove_pids(entry.path)
-    for _ in range(200):
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                for pid in f.read().split():
-                    os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.05)
-if len(sys.argv) > 2 and sys.argv[2]:
-    try:
-        remove_pids(sys.argv[2])
-    except OSError:
-        pass
-if cgroup:
-    for _ in range(600):
-        try:
-            with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
-                f.write("1")
-            os.rmdir(cgroup)
-            break
-        except OSError:
-            time.sleep(0.05)
-"""
-"""Reads the process groups the harness started (`pid`) or saw end (`-pid`), one a line, until
-the pipe closes; then kills those left. A group that ended is forgotten: its number may be
-given to another process group later. Then it removes the run's cgroups: the v2 one, whole with
-`cgroup.kill`, and the pids one (v1: its processes killed one by one)."""
-
-
-def _sweep(root: Path) -> None:
-    """Remove what runs whose harness and watchdog are both gone left (killed before the
-    watchdog started): their processes first, then the cgroup."""
-    for path in root.glob("ouroboros-*"):
-        owner = path.name.split("-")[1]
-        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            with contextlib.suppress(OSError):
-                (path / "cgroup.kill").write_text("1")
-                path.rmdir()
-
-
-def _make_cgroup(name: str) -> Path | None:
-    """A cgroup v2 for this run, where it may be made and can be killed whole (5.14+)."""
-    root = mounted("cgroup2")
-    if root is None:
-        return None
-    _sweep(root)
-    path = root / name
-    try:
-        path.mkdir(exist_ok=True)
-    except OSError:
-        return None
-    if not (path / "cgroup.kill").exists():
-        with contextlib.suppress(OSError):
-            path.rmdir()
-        return None
-    return path
 
 
 class Processes:
@@ -129,7 +46,7 @@ class Processes:
         self.cgroup: Path | None = None
         """The run's cgroup, made with the first command, with the watchdog that removes it."""
         self._name = f"ouroboros-{os.getpid()}-{secrets.token_hex(4)}"
-        probe = _make_cgroup(self._name) if use_cgroup else None
+        probe = make_cgroup(self._name) if use_cgroup else None
         self._cgroups = probe is not None
         if probe is not None:
             probe.rmdir()
@@ -221,19 +138,11 @@ class Processes:
                 self._watchdog.stdin.flush()
 
     def _start_watchdog(self) -> subprocess.Popen[str]:
-        pids = str(self._pids.path) if self._pids is not None else ""
         if self._cgroups:
-            self.cgroup = _make_cgroup(self._name)
+            self.cgroup = make_cgroup(self._name)
         if self.cgroup is not None:
             self._procs_fd = os.open(self.cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-        return subprocess.Popen(
-            [sys.executable, "-S", "-I", "-c", WATCHDOG, str(self.cgroup or ""), pids],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C to the harness is not the watchdog's
-            text=True,
-        )
+        return start_watchdog(self.cgroup, self._pids.path if self._pids is not None else None)
 
     def _child_setup(self, cwd: bytes, pids: int | None) -> Callable[[], None]:
         procs, confinement, limits = self._procs_fd, self.confinement, self.limits

@@ -1,0 +1,120 @@
+"""python -m ouroboros: run an LLM agent unattended for days against a local model server
+(Ollama, llama-server, vLLM, LM Studio), and watch it.
+
+examples:
+  python -m ouroboros run                 start, or resume the run in .ouroboros/
+  python -m ouroboros run --max-turns 50  stop after 50 model calls in all
+  python -m ouroboros tail -f             watch it: a line per model call and event
+  python -m ouroboros status              is it alive, where is it, what is left
+  python -m ouroboros report              an HTML page of the whole run
+  python -m ouroboros demo                a whole run in seconds with a scripted model
+
+Settings: config.toml next to where you run it (or --config), and OUROBOROS_<SECTION>__<KEY>.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _command(
+    commands: Any, name: str, summary: str, example: str, details: str = ""
+) -> argparse.ArgumentParser:
+    """A command whose --help says what it does and shows it used."""
+    return commands.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=f"{summary}.{' ' + details if details else ''}",
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """Every command, its flags and its help."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ouroboros",
+        description=__doc__,  # this module's docstring is what `--help` says first
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, help="config file (default: ./config.toml)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+    run_cmd = _command(
+        commands,
+        "run",
+        "start the agent, or resume the run in the state folder",
+        "python -m ouroboros run --max-turns 200",
+        "It runs until a limit, the agent's finish, or Ctrl-C; running it again resumes "
+        "without losing a completed turn.",
+    )
+    run_cmd.add_argument("--max-turns", type=int, help="stop the run after N model calls in all")
+    run_cmd.add_argument(
+        "--fresh", action="store_true", help="move the old state aside and start anew"
+    )
+    run_cmd.add_argument(
+        "-q", "--quiet", action="store_true", help="only errors, warnings and the end (unattended)"
+    )
+    _command(
+        commands,
+        "resume",
+        "let a running supervisor that waits before a restart go on",
+        "python -m ouroboros resume",
+        "With supervisor.auto_restart = false the run stops before each new session until "
+        "Enter is pressed in its terminal, or this command is given from another.",
+    )
+    _command(
+        commands,
+        "compact",
+        "ask the running supervisor to compact the context at its next turn",
+        "python -m ouroboros compact",
+        "The model writes a recap of the older part of its session, which replaces it.",
+    )
+    state_help = (
+        "state folder (default: paths.state_dir; without --config, a config.toml next to "
+        "this folder is used for the budgets and lines)"
+    )
+    tail_cmd = _command(
+        commands,
+        "tail",
+        "both logs merged, one readable line per model call and event",
+        "python -m ouroboros tail -n 50 --session 3",
+    )
+    tail_cmd.add_argument(
+        "-f", "--follow", action="store_true", help="start near the end, keep printing new lines"
+    )
+    tail_cmd.add_argument("-n", "--lines", type=int, metavar="N", help="only the last N lines")
+    tail_cmd.add_argument(
+        "--since", metavar="TIME", help="from a time (2026-11-23T14:00) or an age (10m, 2h, 1d)"
+    )
+    tail_cmd.add_argument("--session", type=int, metavar="N", help="only session N")
+    tail_cmd.add_argument("--state", type=Path, help=state_help)
+    tail_cmd.add_argument("--json", action="store_true", help="the records unchanged, merged")
+    tail_cmd.add_argument("--tools", action="store_true", help="a line per tool call too")
+    status_cmd = _command(
+        commands,
+        "status",
+        "is the run alive, where it is, what is left",
+        "python -m ouroboros status --state runs/a/.ouroboros",
+    )
+    status_cmd.add_argument("--state", type=Path, help=state_help)
+    report_cmd = _command(
+        commands,
+        "report",
+        "an HTML page with a chart of the run",
+        "python -m ouroboros report --out run.html",
+    )
+    report_cmd.add_argument("--state", type=Path, help=state_help)
+    report_cmd.add_argument("--session", type=int, metavar="N", help="a page on session N alone")
+    report_cmd.add_argument(
+        "--out", type=Path, help="where to write (default: <state>/report.html)"
+    )
+    demo_cmd = _command(
+        commands,
+        "demo",
+        "a whole run in seconds with a scripted model",
+        "python -m ouroboros demo --dir /tmp/demo",
+    )
+    demo_cmd.add_argument("--dir", type=Path, help="project folder (default: a new temp folder)")
+    return parser

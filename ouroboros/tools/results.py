@@ -1,0 +1,69 @@
+"""A tool's result as the model is shown it: capped, cut to the room left, and its whole output
+saved under `workspace/.outputs/` wherever what is shown says it was cut or masked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ouroboros.context.truncate import RECUT_MIN, cap_output, saved_name
+from ouroboros.messages import ToolCall, ToolMessage
+from ouroboros.tools import builtin
+from ouroboros.tools.abandonable import abandonable
+from ouroboros.tools.builtin import Output
+from ouroboros.tools.workspace import Workspace
+
+Fit = Callable[[str], int]
+"""Bytes of this text that fit the room left for it."""
+
+
+def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) -> ToolMessage:
+    """The result at the normal cap `cap`; `room_bytes` when the room left shows less; the whole
+    output to be saved (`saved_to`) whenever what the model is shown is cut, but a file's."""
+    text = output.text
+    size = len(text.encode())
+    capped = cap_output(text, cap)
+    shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
+    if shown_bytes > capped.kept_bytes - RECUT_MIN:
+        shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
+    # A file read is read again from the file (its range of lines says how): no copy of it.
+    cut = size > shown_bytes and call.name != "file_read"
+    saved_to = saved_name(call.name, text) if cut else None
+    if saved_to is not None:
+        capped = cap_output(text, cap, saved_to)
+    return ToolMessage(
+        tool_call_id=call.id,
+        name=call.name,
+        content=capped.text,
+        exit_code=output.exit_code,
+        arguments=call.arguments,
+        output_bytes=size,
+        output_lines=len(text.splitlines()),
+        saved_to=saved_to,
+        room_bytes=shown_bytes if shown_bytes < capped.kept_bytes else None,
+    )
+
+
+async def shaped_and_saved(
+    call: ToolCall, output: Output, cap: int, room: Fit | None, workspace: Workspace
+) -> ToolMessage:
+    """The result shaped, and its whole output saved where it says."""
+    message = shaped_result(call, output, cap, room)
+    if message.saved_to is not None:
+        await _save(workspace, message.saved_to, output.text)
+    return message
+
+
+async def save_whole(workspace: Workspace, results: list[ToolMessage]) -> None:
+    """Save results about to be masked or cut whose whole text is in no file yet, where
+    their placeholders and cut markers say."""
+    for m in results:
+        # A result cut at the cap had its whole output saved when it ran.
+        whole = m.output_bytes is None or m.output_bytes == len(m.content.encode())
+        if not m.masked and whole:
+            await _save(workspace, saved_name(m.name, m.content), m.content)
+
+
+async def _save(workspace: Workspace, relative: str, text: str) -> None:
+    # The journal keeps the result at the cap whatever happens here: a full disk or a planted
+    # link costs the agent the whole text, not the run.
+    await abandonable(builtin.spill, workspace, relative, text)
