@@ -301,7 +301,7 @@ def test_loopback_server_outlives_its_command(box: Box) -> None:
         pytest.skip("no network namespace here: Landlock refuses every TCP connection")
     shell(box, "python3 -u -m http.server 0 > server.log 2>&1 &")
     log = box.workspace / "server.log"
-    wait_for(lambda: "port " in log.read_text())
+    wait_for(lambda: log.exists() and "port " in log.read_text())
     port = log.read_text().split("port ")[1].split(" ")[0]
     fetch = python(f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')")
     assert shell(box, fetch).message.exit_code == 0
