@@ -67,7 +67,7 @@ def boundaries(full: list[bytes], every: int, streak: bool) -> list[int]:
             for i, r in enumerate(records)
             if r["kind"] == "message" and r["message"].get("content", "").startswith("You have")
         )
-        chosen.update(range(nudge - STREAK, nudge + 1))
+        chosen.update(range(nudge - STREAK, nudge + 2))  # up to the nudge record itself
     common = 0
     for k, record in enumerate(records, start=1):
         if record["kind"] not in ("message", "tool_started"):

@@ -8,7 +8,7 @@ force); a call's `CallFigures` say where it stood against them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ouroboros import prompts
@@ -29,8 +29,6 @@ MIN_OUTPUT_BYTES = 1024
 
 LONGEST_WIND_DOWN = UserMessage(content=prompts.wind_down(99_999, 9))
 """A wind-down message as long as one gets: the room kept for it."""
-Fits = Callable[[str], int]
-"""Bytes of a result's text that fit the room its call has."""
 
 
 # --- where the wind-down goes ---------------------------------------------------------------
@@ -180,14 +178,14 @@ def fitting_bytes(state: RunState, room: int, text: str) -> int:
     return max(MIN_OUTPUT_BYTES, fitting)
 
 
-def zone(state: RunState, rules: Rules, used: int, truncated: bool) -> Zone:
+def zone(state: RunState, rules: Rules, used: int, truncated: bool, hard_line: int) -> Zone:
     """Where a call's tokens fall against the lines in force. After a suspected truncation the
     window is taken as full; a wind-down is `hard` even when masking for the promised replies
     took the prompt back below the line."""
     budget = rules.budget
     if truncated:
         return "over" if used > budget.prompt_budget else "hard"
-    found = budget.zone(used, step_figures(state, rules).hard_line)
+    found = budget.zone(used, hard_line)
     winding = state.wind_down_replies is not None
     return "hard" if winding and found in ("normal", "soft") else found
 
@@ -206,14 +204,15 @@ def call_figures(
     reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
     m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported, counting)
     used = m.prompt_tokens + m.completion_tokens
+    hard_line = step_figures(state, rules).hard_line
     return CallFigures(
         **m.model_dump(),
         turn=turn,
         estimated_prompt_tokens=ledger.calibration.tally_tokens(raw_prompt),
         context_limit=rules.budget.limit,
-        zone=zone(state, rules, used, m.silent_truncation),
+        zone=zone(state, rules, used, m.silent_truncation, hard_line),
         finish_reason=completion.finish_reason,
         purpose=purpose,
-        hard_line=step_figures(state, rules).hard_line,
+        hard_line=hard_line,
         **asdict(completion.prefill),
     )

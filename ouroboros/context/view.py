@@ -55,6 +55,7 @@ class ContextView:
         self.raw.append(cost)
         self._add(content_kind(self.shown[-1]), cost)
         self._add(FRAME_KIND, 1)
+        self._advance_cursor()
 
     @property
     def raw_total(self) -> int:
@@ -73,6 +74,7 @@ class ContextView:
             assert isinstance(original, ToolMessage)
             self._replace(index, masked(original))
             self.masked_ids.add(call_id)
+        self._advance_cursor()
 
     def masked_tally(self, call_ids: Iterable[str]) -> RawTally:
         """Raw tokens `messages()` would hold with these results masked too."""
@@ -149,7 +151,6 @@ class ContextView:
     def choose_masks(self, policy: MaskPolicy, calibration: Calibration, excess: int) -> list[str]:
         """Oldest unmasked results worth masking to reclaim `excess` calibrated tokens, priced
         as they are shown."""
-        self._advance_cursor()
         return choose_masks(
             self.shown,
             self.masked_ids,

@@ -40,7 +40,7 @@ class Lines:
         """(name, tokens, colour, dash) of each line, top to bottom; the hard line where it
         was in force (`in_force`, placed below the configured one), else where configured."""
         b = self.budget(limit)
-        hard_line = in_force or b.hard_line
+        hard_line = b.hard_line if in_force is None else in_force
         soft, hard = b.soft_line / b.prompt_budget, hard_line / b.prompt_budget
         return [
             (f"window {limit:,}", limit, "#222", ""),

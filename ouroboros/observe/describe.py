@@ -36,7 +36,8 @@ def line_marks(usage: dict[str, Any]) -> tuple[float, ...]:
     """The soft line and the hard line in force for a call, as fractions of its prompt budget
     (a usage line keeps both)."""
     budget = usage.get("prompt_budget") or 0
-    return tuple(usage[k] / budget for k in ("soft_line", "hard_line") if budget and usage.get(k))
+    marks = (usage.get(k) for k in ("soft_line", "hard_line"))
+    return tuple(mark / budget for mark in marks if budget and mark is not None)
 
 
 def usage_text(r: dict[str, Any]) -> Text:

@@ -30,13 +30,14 @@ RECAP_CHARS_PER_TOKEN = 3
 """The recap call's transcript is cut to fit the prompt budget (conservatively, per token)."""
 
 
-def take_compaction_request(state_dir: Path) -> bool:
-    """Whether `python -m ouroboros compact` asked for one (the request is taken)."""
-    flag = state_dir / COMPACT_REQUEST
-    if not flag.exists():
-        return False
-    flag.unlink(missing_ok=True)
-    return True
+def compaction_requested(state_dir: Path) -> bool:
+    """Whether `python -m ouroboros compact` asked for one."""
+    return (state_dir / COMPACT_REQUEST).exists()
+
+
+def drop_compaction_request(state_dir: Path) -> None:
+    """The request is taken: the compaction it asked for is being made."""
+    (state_dir / COMPACT_REQUEST).unlink(missing_ok=True)
 
 
 async def compact(

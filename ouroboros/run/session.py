@@ -17,13 +17,13 @@ from ouroboros.config import Settings
 from ouroboros.context import policy, room
 from ouroboros.context.ledger import Counting
 from ouroboros.context.policy import ContextPolicy, Decision, End, FreeRoom
-from ouroboros.context.room import Rules, StepFigures
+from ouroboros.context.room import Rules
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import retrying
 from ouroboros.run import reply_checks
 from ouroboros.run.call_figures import CallFigures
-from ouroboros.run.compaction import compact, take_compaction_request
+from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.run.journal import Journal
 from ouroboros.run.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
 from ouroboros.run.reply_checks import (
@@ -36,6 +36,7 @@ from ouroboros.run.reply_checks import (
 )
 from ouroboros.tools import Tools
 from ouroboros.tools.builtin import finish_summary
+from ouroboros.tools.results import Fit
 
 
 class SessionEnded(Exception):
@@ -93,11 +94,12 @@ class Session:
         After a crash the same step is finished from the journal: calls with a result are
         skipped, calls started without one get an 'interrupted' result and are never re-run.
         """
-        results = (
-            {m.tool_call_id: m for m in self.state.messages if isinstance(m, ToolMessage)}
-            if resuming
-            else {}
-        )
+        history = self.state.messages
+        results = {m.tool_call_id: m for m in history if isinstance(m, ToolMessage)}
+        last = max(i for i, m in enumerate(history) if isinstance(m, AssistantMessage))
+        told = history[last + 1 :] if resuming else []
+        if not resuming:
+            results = {}
         step = room.step_figures(self.state, self.rules)
         share = room.result_room(self.state, self.rules, step, len(reply.tool_calls))
         fits = partial(room.fitting_bytes, self.state, share)
@@ -110,41 +112,45 @@ class Session:
                 self.append(self.error_result(call, prompts.CRASH_INTERRUPTED))
             else:
                 await self.run_tool(call, fits)
-        self.tell_after_step(reply, at_max_tokens, dropped)
+        for message in self.told_after_step(reply, at_max_tokens, dropped):
+            if message not in told:  # a resumed step: what it was told before the crash stays
+                self.append(message)
         await self.after_step()
 
-    def tell_after_step(self, reply: AssistantMessage, at_max_tokens: bool, dropped: int) -> None:
+    def told_after_step(
+        self, reply: AssistantMessage, at_max_tokens: bool, dropped: int
+    ) -> list[UserMessage]:
         """What the agent is told once the step's results are in."""
-        llm = self.settings.llm
+        llm, told = self.settings.llm, []
         if dropped:
             message = reply_checks.dropped_calls(dropped, llm.max_tool_calls_per_reply)
-            self.append(UserMessage(content=message, origin="nudge"))
+            told.append(UserMessage(content=message, origin="nudge"))
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
-            self.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+            told.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
         if at_max_tokens and reply.tool_calls:
             # Its calls may be cut off mid-argument (they got an error result): say why.
-            message = prompts.cut_off(llm.max_output_tokens)
-            self.append(UserMessage(content=message, origin="nudge"))
+            told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
         repeats = self.state.view.repeated_calls()
         if reply.tool_calls and repeats >= self.settings.session.repeat_nudge_after:
-            self.append(UserMessage(content=prompts.repeated(repeats), origin="nudge"))
+            told.append(UserMessage(content=prompts.repeated(repeats), origin="nudge"))
+        return told
 
     async def after_step(self) -> None:
         """The policy's phases in order, each deciding on what the one before did."""
-        requested = take_compaction_request(self.settings.paths.state_dir)
+        requested = compaction_requested(self.settings.paths.state_dir)
         step = room.step_figures(self.state, self.rules, requested)
         for phase in self.policy.after_step:
             for decision in phase(self.state, self.rules, step):
-                await self.carry_out(decision, step)
+                await self.carry_out(decision)
 
-    async def carry_out(self, decision: Decision, step: StepFigures) -> None:
+    async def carry_out(self, decision: Decision) -> None:
         """The one place the policy's decisions take effect."""
         if isinstance(decision, End):
             raise SessionEnded(decision.reason, decision.detail)
         if isinstance(decision, FreeRoom):
-            await self.free_room(decision, step)
+            await self.free_room(decision)
             return
         if isinstance(decision, Mask):
             # A placeholder says where the whole result can be read again: make it true first
@@ -155,11 +161,13 @@ class Session:
             await self.tools.save_whole(self.state.view.unseen())  # where the cut marker says
         self.journal.append(decision)
 
-    async def free_room(self, plan: FreeRoom, step: StepFigures) -> None:
+    async def free_room(self, plan: FreeRoom) -> None:
         for index, means in enumerate(plan.order):
-            if index and room.projected(self.state, self.rules) < plan.line:
+            if not policy.still_wanted(self.state, self.rules, plan, means, first=index == 0):
                 return
             if means == "compact":
+                if plan.forced:
+                    drop_compaction_request(self.settings.paths.state_dir)
                 parts = (self.model, self.settings, self.journal, self.rules, self.counting)
                 if await compact(*parts, self.clock, plan.forced):
                     return
@@ -168,7 +176,7 @@ class Session:
                 self.state, self.rules, plan.target, plan.reason, plan.waits_below
             )
             if mask is not None:
-                await self.carry_out(mask, step)
+                await self.carry_out(mask)
 
     def append(
         self,
@@ -220,9 +228,8 @@ class Session:
         decisions = self.policy.after_overflow(self.state, self.rules)
         if not decisions:
             raise SessionEnded(EndReason.CONTEXT_OVERFLOW, self.state.refusal[:200])
-        step = room.step_figures(self.state, self.rules)
         for decision in decisions:
-            await self.carry_out(decision, step)
+            await self.carry_out(decision)
 
     def error_result(self, call: ToolCall, error: str) -> ToolMessage:
         return ToolMessage(
@@ -233,7 +240,7 @@ class Session:
             error=True,
         )
 
-    async def run_tool(self, call: ToolCall, fits: room.Fits) -> None:
+    async def run_tool(self, call: ToolCall, fits: Fit) -> None:
         if (size := reply_checks.omitted_bytes(call)) is not None:
             error = reply_checks.too_long(size, self.settings.llm.max_tool_argument_bytes)
             tool = ToolRun(duration_s=0, output_bytes=0, error=error)

@@ -94,13 +94,13 @@ class RunState:
     wind_down_replies: int | None = field(default=None, metadata=SESSION)
     """Replies the agent gave since this session's wind-down message; None before it."""
     ended_reason: EndReason | None = field(default=None, metadata=SESSION)
+    """Why the last session ended, while no next session has started."""
     ended_detail: str = field(default="", metadata=SESSION)
     refused_unanswered: bool = field(default=False, metadata=SESSION)
     """The server refused the newest request and nothing has been done about it yet: a resume
     makes the room first, as the live run was doing, instead of asking again."""
     refusal: str = field(default="", metadata=SESSION)
     """What the server said when it last refused a prompt as too long."""
-    """Why the last session ended, while no next session has started."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
     window: WindowFigures | None = None
@@ -187,6 +187,8 @@ class RunState:
         if record.once is not None:
             self.warned.add(record.once)
         if record.event == "context_overflow":
+            # Without a count (`Refused`) a resume asks again: nothing was learnt, so the same
+            # refusal leads to the same room.
             self.refusal = record.message
 
     @apply.register

@@ -193,7 +193,8 @@ def token_usage(
     if state.window is not None and budget:
         line["soft_line"] = state.window.soft_line
         # The line in force for this call (placed from the run's replies), where it was kept.
-        line["hard_line"] = figures.get("hard_line") or state.window.hard_line
+        in_force = figures.get("hard_line")
+        line["hard_line"] = state.window.hard_line if in_force is None else in_force
     return USAGE_KIND, line
 
 
