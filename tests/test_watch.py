@@ -372,9 +372,9 @@ def test_status_of_a_run_that_stopped_on_an_error(
     assert f"{last['total_tokens']:,} of {last['prompt_budget']:,} tokens" in out
     assert f"{prompt:,} prompt + {completion:,} completion" in out
     # Budgets from the config next to the state folder (max_total_turns 100, max_restarts 2).
-    assert f"turns budget {100 - turns} left of 100" in out
-    assert "restarts budget 0 left (2 used)" in out
-    assert "tokens budget unlimited" in out
+    assert f"turns limit {100 - turns} left of 100" in out
+    assert "restarts limit 0 left (2 used)" in out
+    assert "tokens limit unlimited" in out
     assert re.search(r"last model call \d+ s ago", out)
 
 

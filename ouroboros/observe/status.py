@@ -230,7 +230,7 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
         limits = RunLimits.of(settings()).model_dump()
     for name, value in _limits_left(limits, figures):
         note = "" if run.get("limits") is not None else " (from config.toml)"
-        grid.add_row(f"{name} budget", value + note)
+        grid.add_row(f"{name} limit", value + note)
     title = Text(f"ouroboros: {printable(str(figures.state_dir))}")
     return Panel(grid, title=title, title_align="left", expand=False)
 
