@@ -169,6 +169,31 @@ class SupervisorSettings(_Section):
     """Offer the `finish` tool that ends the run when the agent declares the task done."""
 
 
+HookEventName = Literal["run_end", "error", "stuck", "waiting", "restart", "told", "paused"]
+"""What a hook may run on (`sinks/hooks.py` says which record each is)."""
+
+
+class HookCommand(_Section):
+    """One command and the events it runs on."""
+
+    events: list[HookEventName] = Field(min_length=1)
+    command: list[str] = Field(min_length=1)
+    """The program and its arguments (no shell: `["sh", "-c", "..."]` for one)."""
+
+
+class HookSettings(_Section):
+    """Commands run on events of the run, the event as JSON on stdin; never waited for."""
+
+    on: list[HookCommand] = []
+    timeout_s: float = Field(10.0, gt=0)
+    """A hook still running after this is killed (its process group), with a warning."""
+    min_interval_s: float = Field(60.0, ge=0)
+    """Least time between two runs of the hooks of one event; the events between are counted
+    (`skipped`), not run."""
+    waiting_after_min: float = Field(10.0, ge=0)
+    """Minutes of failed calls to the model server before the `waiting` event."""
+
+
 class PathSettings(_Section):
     """Where things live; relative paths resolve against the config file's folder."""
 
@@ -189,6 +214,7 @@ class Settings(BaseSettings):
     session: SessionSettings = SessionSettings()
     supervisor: SupervisorSettings = SupervisorSettings()
     tools: ToolSettings = ToolSettings()
+    hooks: HookSettings = HookSettings()
     paths: PathSettings = PathSettings()
 
     @model_validator(mode="after")

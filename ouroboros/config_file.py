@@ -18,11 +18,20 @@ from ouroboros.errors import ConfigError
 
 
 def to_toml(sections: dict[str, dict[str, Any]]) -> str:
-    """A config file's text from `{section: {key: value}}` (JSON literals are valid TOML here)."""
+    """A config file's text from `{section: {key: value}}`."""
     return "".join(
-        f"[{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+        f"[{name}]\n" + "".join(f"{key} = {_toml_value(value)}\n" for key, value in values.items())
         for name, values in sections.items()
     )
+
+
+def _toml_value(value: Any) -> str:
+    """JSON literals are valid TOML, but not JSON objects: a dict is an inline table."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -20,16 +20,21 @@ from ouroboros.run.session import Parts
 from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.hooks import Hooks
 from ouroboros.sinks.live import Terminal
 from ouroboros.wiring import build_parts, discover_server
 
 
-def open_journal(settings: Settings, log: EventLog, stale_owner: str | None) -> Journal:
-    """The run's journal, with the logs as its sinks (called holding the lock: opening them
-    sets aside what a crash left torn), and what opening them found journalled."""
+def open_journal(
+    settings: Settings, log: EventLog, hooks: Hooks, stale_owner: str | None
+) -> Journal:
+    """The run's journal, with the logs and then the hooks as its sinks (called holding the
+    lock: opening them sets aside what a crash left torn), and what opening them found
+    journalled."""
     refuse_lost_journal(settings.paths.state_dir)
     journal = Journal(settings.paths.state_dir / JOURNAL)
     journal.sinks.extend(log.sinks())
+    hooks.attach(journal)
     if stale_owner is not None:
         journal.notify("warning", f"took over a stale lock left by pid {stale_owner}")
     if journal.torn_aside:
@@ -53,7 +58,8 @@ async def run(
     retries on `clock`."""
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with state_lock(settings.paths.state_dir) as stale_owner:
-        journal = open_journal(settings, log, stale_owner)
+        hooks = Hooks(settings.hooks, settings.paths.state_dir)
+        journal = open_journal(settings, log, hooks, stale_owner)
         client = LLMClient(settings.llm)
         parts: Parts | None = None
         outcome = RunOutcome("stopped", 0)
@@ -106,6 +112,9 @@ async def run(
                 with contextlib.suppress(StateUnwritable):
                     journal.append(RunEnd(reason=EndReason.ERROR, detail=message))
                 failure = RunError(message)
+            # The last events' hooks (the run's end) are waited for, each at most its timeout.
+            with contextlib.suppress(StateUnwritable):
+                hooks.close()
             journal.close()
         if failure is not None:
             raise failure

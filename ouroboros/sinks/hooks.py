@@ -1,0 +1,223 @@
+"""Hooks: the user's commands run on events of the run (`[hooks]`), the event as one JSON
+object on stdin, for telling a person that the run ended, failed, is stuck, waits for its
+server, restarted, delivered a message or paused.
+
+The journal's last sink: each record, once on disk and folded, may be an event. A hook runs in
+a thread of its own and is never waited for while the run goes on; at the end the run waits
+for the hooks still running, each at most its `timeout_s`. A hook that fails (not found, an
+exit status, killed at its timeout) becomes a warning in the journal, written by the sink
+itself when the next record reaches it (or at the end): the journal is only ever written from
+the run's own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from queue import Empty, SimpleQueue
+from typing import Any
+
+from ouroboros.config import HookCommand, HookEventName, HookSettings
+from ouroboros.run.journal import Journal
+from ouroboros.run.records import (
+    EndReason,
+    JournalRecord,
+    MessageRecord,
+    Notice,
+    RunEnd,
+    RunStart,
+    SessionStart,
+    SideCall,
+)
+from ouroboros.run.state import RunState
+
+ERROR_BYTES = 300
+"""Of a failed hook's stderr, what its warning quotes."""
+GRACE_S = 1.0
+"""Past its timeout, how long the end of the run waits for a killed hook to be reaped."""
+
+
+@dataclass(frozen=True)
+class Event:
+    name: HookEventName
+    summary: str
+    """One line a person reads: what a notification shows."""
+
+
+class Outage:
+    """Failed calls to the model server in a row: since the first, until one gets through;
+    `waiting` is said once an outage."""
+
+    def __init__(self, after_min: float):
+        self.after_s = after_min * 60
+        self.since: datetime | None = None
+        self.said = False
+
+    def event(self, record: JournalRecord) -> Event | None:
+        if isinstance(record, MessageRecord | SideCall | RunStart | RunEnd):
+            self.since, self.said = None, False
+        if not isinstance(record, Notice) or record.event != "retry":
+            return None
+        at = datetime.fromisoformat(record.ts)
+        self.since = self.since or at
+        waited = (at - self.since).total_seconds()
+        if self.said or waited < self.after_s:
+            return None
+        self.said = True
+        minutes = f"{waited / 60:.1f}"
+        return Event("waiting", f"waiting for the model server for {minutes} min: {record.message}")
+
+
+def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
+    """The events `record` is, for the hooks."""
+    waiting = outage.event(record)
+    if waiting is not None:
+        return [waiting]
+    kind = record.kind
+    if isinstance(record, RunEnd):
+        said = f"run ended: {record.reason}" + (f" ({record.detail})" if record.detail else "")
+        events = [Event("run_end", said)]
+        if record.reason == EndReason.ERROR:
+            events.append(Event("error", said))
+        # By name: the loops' end reason.
+        if str(record.reason) == "stuck":
+            events.append(Event("stuck", said))
+        return events
+    if isinstance(record, SessionStart) and record.reason != "fresh":
+        return [Event("restart", f"session {record.session} started after {record.reason}")]
+    if kind == "told":
+        return [Event("told", "the operator's message was delivered to the agent")]
+    if kind == "paused":
+        return [Event("paused", f"run paused by {getattr(record, 'by', 'operator')}")]
+    return []
+
+
+class Hooks:
+    """The `[hooks]` of a run as a journal sink (`attach`); `close` before the journal's."""
+
+    def __init__(
+        self,
+        settings: HookSettings,
+        state_dir: Path,
+        now: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self.state_dir = str(state_dir)
+        self.now = now
+        self.outage = Outage(settings.waiting_after_min)
+        self.last_run: dict[str, float] = {}
+        self.skipped: dict[str, int] = {}
+        self.running: list[threading.Thread] = []
+        self.failures: SimpleQueue[str] = SimpleQueue()
+        self.journal: Journal | None = None
+        self.warning = False
+
+    def attach(self, journal: Journal) -> None:
+        """Last of the journal's sinks: a warning it writes follows the record that made it
+        in every other sink."""
+        journal.sinks.append(self)
+        self.journal = journal
+
+    def __call__(self, record: JournalRecord, state: RunState) -> None:
+        self.report_failures()
+        for event in events_of(record, self.outage):
+            hooks = [hook for hook in self.settings.on if event.name in hook.events]
+            if hooks and self.due(event.name):
+                payload = self.payload(event, record, state)
+                for hook in hooks:
+                    self.start(hook, event, payload)
+
+    def due(self, name: str) -> bool:
+        """Rate limit: one run of an event's hooks per `min_interval_s`, the rest counted."""
+        now = self.now()
+        last = self.last_run.get(name)
+        if last is not None and now - last < self.settings.min_interval_s:
+            self.skipped[name] = self.skipped.get(name, 0) + 1
+            return False
+        self.last_run[name] = now
+        return True
+
+    def payload(self, event: Event, record: JournalRecord, state: RunState) -> bytes:
+        data: dict[str, Any] = {
+            "event": event.name,
+            "summary": event.summary,
+            "ts": record.ts,
+            "state_dir": self.state_dir,
+            "session": state.session,
+            "turns": state.total_turns,
+            "skipped": self.skipped.pop(event.name, 0),
+            # A session's opening (the system prompt...) is no news.
+            "record": record.model_dump(mode="json", exclude={"messages"}),
+        }
+        return (json.dumps(data) + "\n").encode()
+
+    def start(self, hook: HookCommand, event: Event, payload: bytes) -> None:
+        self.running = [t for t in self.running if t.is_alive()]
+        thread = threading.Thread(
+            target=self.run, args=(hook, event, payload), name=f"hook {event.name}", daemon=True
+        )
+        thread.start()
+        self.running.append(thread)
+
+    def run(self, hook: HookCommand, event: Event, payload: bytes) -> None:
+        """In the hook's thread: never raises, never writes the journal."""
+        name = f"hook {hook.command[0]!r} on {event.name}"
+        env = {**os.environ, "OUROBOROS_EVENT": event.name, "OUROBOROS_SUMMARY": event.summary}
+        timeout = self.settings.timeout_s
+        try:
+            with tempfile.TemporaryFile() as errors:
+                process = subprocess.Popen(
+                    hook.command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    env=env,
+                    # Its own process group: killed whole at its timeout, children too.
+                    start_new_session=True,
+                )
+                try:
+                    process.communicate(payload, timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                    self.failures.put(f"{name}: killed after its timeout of {timeout:g}s")
+                    return
+                if process.returncode != 0:
+                    errors.seek(0)
+                    said = errors.read(ERROR_BYTES).decode(errors="replace").strip()
+                    status = f"exit status {process.returncode}"
+                    self.failures.put(f"{name} failed ({status})" + (f": {said}" if said else ""))
+        except OSError as e:
+            self.failures.put(f"{name}: cannot run: {e.strerror or e}")
+
+    def report_failures(self) -> None:
+        """The failed hooks' warnings, into the journal (from the run's thread only)."""
+        if self.journal is None or self.warning:
+            return
+        self.warning = True  # the warning's own record comes back here
+        try:
+            while True:
+                try:
+                    failure = self.failures.get_nowait()
+                except Empty:
+                    return
+                self.journal.notify("warning", failure)
+        finally:
+            self.warning = False
+
+    def close(self) -> None:
+        """Waits for the hooks still running, each bounded by its timeout (then killed), and
+        journals how the last ones failed."""
+        deadline = time.monotonic() + self.settings.timeout_s + GRACE_S
+        for thread in self.running:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.report_failures()
