@@ -20,6 +20,7 @@ from ouroboros.observe import status
 from ouroboros.observe.describe import stderr_console, stdout_console
 from ouroboros.observe.liveness import liveness
 from ouroboros.printable import printable
+from ouroboros.run.jsonl import storage
 from ouroboros.run.state_folder import EVENTS, JOURNAL, USAGE
 
 if TYPE_CHECKING:
@@ -131,10 +132,49 @@ def _ask(settings: Settings, request: str, what: str, console: Console) -> int:
     return 0
 
 
+def _when(state: Path) -> str:
+    return "at its next step" if liveness(state).alive else "when it starts (it is not running)"
+
+
+def _tell(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.run.inbox import post
+
+    if (args.text is None) == (args.file is None):
+        raise RunError('say the message, or give --file: tell "text" or tell --file notes.txt')
+    text = args.text
+    if args.file is not None:
+        try:
+            text = args.file.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            why = getattr(e, "strerror", None) or e
+            raise RunError(f"cannot read {args.file}: {why}") from None
+    state = load().paths.state_dir
+    letter = post(state, text)
+    console.print(f"message {letter.message_id} kept: the run reads it {_when(state)}")
+    return 0
+
+
+def _request(load: Loader, request: str, what: str, console: Console) -> int:
+    """Leave a request the run takes at its next safe point, or when it starts (`operator.py`);
+    the newer of `pause` and `resume` decides."""
+    state = load().paths.state_dir
+    with storage(state / request):
+        state.mkdir(parents=True, exist_ok=True)
+        (state / request).touch()
+    console.print(f"asked the run on {escape(str(state))} to {what} {_when(state)}")
+    return 0
+
+
+def _pause(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.run.state_folder import PAUSE_REQUEST
+
+    return _request(load, PAUSE_REQUEST, "pause", console)
+
+
 def _resume(load: Loader, args: argparse.Namespace, console: Console) -> int:
     from ouroboros.run.state_folder import RESUME_REQUEST
 
-    return _ask(load(), RESUME_REQUEST, "go on", console)
+    return _request(load, RESUME_REQUEST, "go on", console)
 
 
 def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
@@ -145,6 +185,8 @@ def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
 
 _COMMANDS = {
     "run": _run,
+    "tell": _tell,
+    "pause": _pause,
     "resume": _resume,
     "compact": _compact,
     "tail": _tail,

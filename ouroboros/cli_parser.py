@@ -6,6 +6,8 @@ examples:
   python -m ouroboros run --max-turns 50  stop after 50 model calls in all
   python -m ouroboros tail -f             watch it: a line per model call and event
   python -m ouroboros status              is it alive, where is it, what is left
+  python -m ouroboros tell "use pytest"    a message for the agent, at its next step
+  python -m ouroboros pause / resume      hold the run (no model call) / let it go on
   python -m ouroboros report              an HTML page of the whole run
   python -m ouroboros demo                a whole run in seconds with a scripted model
 
@@ -56,13 +58,33 @@ def argument_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument(
         "-q", "--quiet", action="store_true", help="only errors, warnings and the end (unattended)"
     )
+    tell_cmd = _command(
+        commands,
+        "tell",
+        "leave a message for the agent, delivered at its next step",
+        'python -m ouroboros tell "the tests live in tests/, run them with pytest"',
+        "It is kept in the state folder the moment this returns, and shown to the agent as a "
+        "message from you once, after its current step's results (or when the run starts, if "
+        "it is not running). `status` lists what is pending and when it was delivered.",
+    )
+    tell_cmd.add_argument("text", nargs="?", help="the message")
+    tell_cmd.add_argument("--file", type=Path, help="read the message from a file")
+    _command(
+        commands,
+        "pause",
+        "pause the run at its next step: no model call and no tool until `resume`",
+        "python -m ouroboros pause",
+        "The current model call and its tools finish; nothing new starts. The pause is in the "
+        "journal: a run restarted while paused stays paused.",
+    )
     _command(
         commands,
         "resume",
-        "let a running supervisor that waits before a restart go on",
+        "let a paused run go on",
         "python -m ouroboros resume",
-        "With supervisor.auto_restart = false the run stops before each new session until "
-        "Enter is pressed in its terminal, or this command is given from another.",
+        "A run pauses when `pause` is given, and before each new session with "
+        "supervisor.auto_restart = false (there Enter in its terminal also goes on). Given to "
+        "a run that is not running, it is taken when the run starts.",
     )
     _command(
         commands,

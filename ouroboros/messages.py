@@ -26,7 +26,9 @@ class SystemMessage(_Frozen):
 class UserMessage(_Frozen):
     kind: Literal["user"] = "user"
     content: str
-    origin: Literal["user", "continue", "restart", "wind_down", "nudge", "compaction"] = "user"
+    origin: Literal[
+        "user", "continue", "restart", "wind_down", "nudge", "compaction", "operator"
+    ] = "user"
     """Who put it there: the harness injects every message except `user`."""
 
 

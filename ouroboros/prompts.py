@@ -99,3 +99,11 @@ CRASH_INTERRUPTED = (
     "error: this call was interrupted when the harness process died; whether it took effect is "
     "unknown. Check before repeating it."
 )
+
+
+def from_operator(text: str, sent_at: str) -> str:
+    """A message `python -m ouroboros tell` left for the agent."""
+    return (
+        f"A message from the person who runs you (sent {sent_at}); take it into account, "
+        f"then go on with your work:\n\n{text}"
+    )

@@ -78,21 +78,18 @@ def test_a_bad_environment_variable_is_named_not_the_file(project: Project) -> N
     assert "'lots'" in line
 
 
-@pytest.mark.parametrize("command", ["resume", "compact"])
-def test_resume_or_compact_with_no_run_is_refused_and_leaves_nothing(
-    project: Project, command: str
-) -> None:
+def test_compact_with_no_run_is_refused_and_leaves_nothing(project: Project) -> None:
     project.configure(CLOSED)
-    result = project.run(command)
+    result = project.run("compact")
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert "no run is running" in line
     assert "python -m ouroboros run" in line
-    assert not (project.state / command).exists()
+    assert not (project.state / "compact").exists()
 
 
 @pytest.mark.parametrize(
-    "command", ["run", "resume", "compact", "tail", "status", "report", "demo"]
+    "command", ["run", "tell", "pause", "resume", "compact", "tail", "status", "report", "demo"]
 )
 def test_each_command_says_what_it_does_with_an_example(project: Project, command: str) -> None:
     result = project.run(command, "--help")
@@ -104,7 +101,17 @@ def test_each_command_says_what_it_does_with_an_example(project: Project, comman
 def test_the_top_help_is_for_users(project: Project) -> None:
     text = project.run("--help").stdout
     assert "examples:" in text
-    for command in ("run", "resume", "compact", "tail", "status", "report", "demo"):
+    for command in (
+        "run",
+        "tell",
+        "pause",
+        "resume",
+        "compact",
+        "tail",
+        "status",
+        "report",
+        "demo",
+    ):
         assert f"\n    {command} " in text or f"\n  {command} " in text or f"{{{command}" in text
     assert "Nothing runs on import" not in text
 

@@ -108,15 +108,18 @@ def test_auto_restart_off_waits_for_resume(project: Project) -> None:
             supervisor={"auto_restart": False, "max_total_turns": 2},
         )
         process = project.start("run")
-        wait_for(lambda: project.events("waiting"))
-        assert project.events("waiting"), "the supervisor did not say it waits"
+        wait_for(lambda: project.events("paused"))
+        assert project.events("paused"), "the supervisor did not say it waits"
         time.sleep(0.5)
         assert len(server.chat_requests()) == 1, "restarted without confirmation"
         assert project.run("resume").returncode == 0
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
     assert len(server.chat_requests()) == 2
-    assert "python -m ouroboros resume" in project.events("waiting")[0]["message"]
+    paused = project.events("paused")[0]
+    assert paused["by"] == "auto_restart = false"
+    assert "python -m ouroboros resume" in paused["message"]
+    assert [e["by"] for e in project.events("resumed")] == ["operator"]
 
 
 def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project) -> None:

@@ -172,6 +172,9 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     ),
     "warning": ("yellow", lambda r: f"warning: {r.get('message')}"),
     "waiting": ("yellow", lambda r: f"waiting: {r.get('message')}"),
+    "told": ("bold cyan", lambda r: f"told (sent {str(r.get('sent_at'))[11:19]}): {r.get('text')}"),
+    "paused": ("bold yellow", lambda r: f"paused by {r.get('by')}: {r.get('message')}"),
+    "resumed": ("bold", lambda r: f"resumed by {r.get('by')}"),
     "error": ("bold red", lambda r: f"error: {r.get('message')}"),
     "tool_call": (
         "dim",

@@ -27,7 +27,7 @@ from ouroboros.errors import ConfigError
 from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure, line_marks
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.printable import printable
-from ouroboros.run.state_folder import JOURNAL, SUMMARY
+from ouroboros.run.state_folder import INBOX, JOURNAL, SUMMARY
 from ouroboros.sinks import summary
 
 if TYPE_CHECKING:
@@ -187,12 +187,42 @@ def _event(line: dict[str, Any] | None, now: float) -> Text:
     return text
 
 
+def _inbox(state_dir: Path) -> list[str]:
+    """The ids of the messages `tell` left in the inbox."""
+    try:
+        return sorted(p.stem for p in (state_dir / INBOX).iterdir() if p.suffix == ".json")
+    except OSError:
+        return []
+
+
+def _operator_rows(figures: StatusFigures) -> list[tuple[str, Text]]:
+    """A pause, and the messages `tell` left: those not yet delivered (still in the inbox), and
+    the newest delivered."""
+    rows = []
+    paused = figures.run.get("paused")
+    if paused:
+        since = _age(paused.get("ts"), figures.now)
+        said = f"since {since}, by {paused.get('by')}: `python -m ouroboros resume` goes on"
+        rows.append(("paused", Text(said, style="bold yellow")))
+    delivered: dict[str, str] = figures.run.get("delivered") or {}
+    pending = [name for name in _inbox(figures.state_dir) if name not in delivered]
+    if pending:
+        rows.append(("messages", Text(f"{len(pending)} pending (delivered at the next step)")))
+    if delivered:
+        newest = max(delivered.values())
+        said = f"{len(delivered)} delivered, the newest {_age(newest, figures.now)}"
+        rows.append(("messages" if not pending else "", Text(said)))
+    return rows
+
+
 def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> Panel:
     run = figures.run
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", justify="right")
     grid.add_column()
     grid.add_row("run", _run_line(figures))
+    for row, shown in _operator_rows(figures):
+        grid.add_row(row, shown)
     ended = f"ended: {run['ended_reason']}"
     session = f"{run['session']} ({'open' if run['session_open'] else ended})"
     grid.add_row("session", session if run["session"] else "none yet")
@@ -237,7 +267,11 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
 
 def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> int:
     if not any((state_dir / name).exists() for name in (JOURNAL, SUMMARY)):
-        out.print(f"no run in {escape(str(state_dir))}")
+        waiting = len(_inbox(state_dir))
+        pending = (
+            f"; {waiting} message(s) from `tell` pending for when it starts" if waiting else ""
+        )
+        out.print(f"no run in {escape(str(state_dir))}{pending}")
         return 1
     out.print(render_status(read_status(state_dir), settings))
     return 0

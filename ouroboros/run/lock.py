@@ -1,28 +1,23 @@
-"""The state folder: one supervisor at a time (an flock), an old run moved aside, and the wait
-for `python -m ouroboros resume`."""
+"""The state folder: one supervisor at a time (an flock), and an old run moved aside."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-import select
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-import anyio
 from pydantic import ValidationError
 
 from ouroboros.errors import RunError
-from ouroboros.run.journal import Journal
 from ouroboros.run.jsonl import storage
 from ouroboros.run.records import JOURNAL_RECORD, Notice, RunEnd, RunStart
 from ouroboros.run.snapshot import journal_size_then, snapshot_path
-from ouroboros.run.state_folder import JOURNAL, LOCK, RESUME_REQUEST, USAGE
+from ouroboros.run.state_folder import JOURNAL, LOCK, USAGE
 
 LOCK_PATIENCE_S = 1.0
 """`status` takes the lock for an instant to see whether a run holds it: a run starting in that
@@ -175,22 +170,3 @@ def fresh_state(state_dir: Path) -> Path | None:
     if mark.exists():
         mark.rename(aside / mark.name)
     return aside
-
-
-async def wait_for_resume(state_dir: Path, journal: Journal) -> None:
-    flag = state_dir / RESUME_REQUEST
-    journal.notify(
-        "waiting",
-        "auto_restart is off: press Enter here, or run "
-        "`python -m ouroboros resume`, to start the next session",
-    )
-    # Polled, not read in a thread: a thread blocked in readline would keep the process alive
-    # after the run ends, and swallow the next Enter.
-    terminal = sys.stdin is not None and sys.stdin.isatty()
-    while not flag.exists():
-        if terminal and select.select([sys.stdin], [], [], 0)[0]:
-            sys.stdin.readline()
-            break
-        await anyio.sleep(0.2)
-    with storage(flag):
-        flag.unlink(missing_ok=True)

@@ -225,6 +225,32 @@ class CompactionFailed(Record):
     retry_above: int = 0
 
 
+class Told(Record):
+    """A message from the operator (`python -m ouroboros tell`) delivered into the session:
+    written before its inbox file is removed, so a kill between the two delivers it once."""
+
+    kind: Literal["told"] = "told"
+    session: int
+    message_id: str
+    sent_at: str
+    text: str
+    """What the person wrote; `message` is how the agent was shown it."""
+    message: UserMessage
+
+
+class Paused(Record):
+    """The run holds at its safe point: no model call, no tool, until `resume`."""
+
+    kind: Literal["paused"] = "paused"
+    by: str
+    """`operator` (`python -m ouroboros pause`), or `auto_restart = false` between sessions."""
+
+
+class Resumed(Record):
+    kind: Literal["resumed"] = "resumed"
+    by: str = "operator"
+
+
 class SessionEnd(Record):
     kind: Literal["session_end"] = "session_end"
     session: int
@@ -255,6 +281,9 @@ JournalRecord = Annotated[
     | SideCall
     | Notice
     | CompactionFailed
+    | Told
+    | Paused
+    | Resumed
     | SessionEnd
     | RunEnd,
     Field(discriminator="kind"),

@@ -21,7 +21,7 @@ from ouroboros.context.room import Rules
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import retrying
-from ouroboros.run import reply_checks
+from ouroboros.run import operator, reply_checks
 from ouroboros.run.call_figures import CallFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.run.journal import Journal
@@ -78,6 +78,8 @@ class Session:
             await self.room_after_refusal()
         while True:
             self.check_limits()
+            # After the limits: a message goes to a session that makes a call with it.
+            await operator.safe_point(self.settings.paths.state_dir, self.journal, self.clock)
             reply, dropped = await self.call_model()
             at_max_tokens = reply.finish_reason == "length"
             await self.act_on(reply.message, at_max_tokens=at_max_tokens, dropped=dropped)

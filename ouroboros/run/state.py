@@ -23,13 +23,16 @@ from ouroboros.run.records import (
     Mask,
     MessageRecord,
     Notice,
+    Paused,
     Record,
     Refused,
+    Resumed,
     RunEnd,
     RunStart,
     SessionEnd,
     SessionStart,
     SideCall,
+    Told,
     ToolStarted,
     WindDown,
 )
@@ -113,6 +116,11 @@ class RunState:
     last_request: tuple[list[Message], int] | None = field(default=None, metadata=SESSION)
     """The session's newest request and its prompt tokens; None after a call the server's
     cache saw in between (a compaction's): what the cache check compares the next with."""
+
+    delivered: dict[str, str] = field(default_factory=dict)
+    """Operator messages delivered (`Told`): id -> when; an inbox file of one is not again."""
+    paused: Paused | None = None
+    """Since when and by whom the run is paused; None while it goes on."""
 
     def __post_init__(self) -> None:
         # A snapshot's list becomes the bounded deque again.
@@ -198,6 +206,19 @@ class RunState:
         self.total_prompt_tokens += record.usage.prompt_tokens
         self.total_completion_tokens += record.usage.completion_tokens
         self.prefill.add(record.usage)
+
+    @apply.register
+    def _(self, record: Told) -> None:
+        self.delivered[record.message_id] = record.ts
+        self._message(record.message)
+
+    @apply.register
+    def _(self, record: Paused) -> None:
+        self.paused = record
+
+    @apply.register
+    def _(self, record: Resumed) -> None:
+        self.paused = None
 
     @apply.register
     def _(self, record: SessionEnd) -> None:

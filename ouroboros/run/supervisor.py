@@ -11,12 +11,10 @@ from ouroboros.context.truncate import shown
 from ouroboros.errors import RunError
 from ouroboros.instructions import system_message
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.run import operator
 from ouroboros.run.call_figures import RunLimits, WindowFigures
-from ouroboros.run.lock import (
-    mark_started,
-    wait_for_resume,
-)
-from ouroboros.run.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
+from ouroboros.run.lock import mark_started
+from ouroboros.run.records import EndReason, Paused, RunEnd, RunStart, SessionEnd, SessionStart
 from ouroboros.run.session import Parts, Session, SessionEnded
 
 CARRYOVER_SHARE = 0.25
@@ -110,7 +108,11 @@ class Supervisor:
         if limit is not None and state.restarts >= limit:
             return self.finished(EndReason.MAX_RESTARTS, f"{state.restarts} restarts")
         if not self.settings.supervisor.auto_restart:
-            await wait_for_resume(self.settings.paths.state_dir, self.journal)
+            # The run pauses between sessions: `resume` (or Enter here) goes on, as from a pause.
+            if state.paused is None:
+                self.journal.append(Paused(by=operator.BY_AUTO_RESTART_OFF))
+            state_dir, clock = self.settings.paths.state_dir, self.parts.clock
+            await operator.hold(state_dir, self.journal, clock, enter=True)
         # A session that could not make one turn with what it carried: the next carries nothing.
         system = self.system_message()
         carry = await self.carryover(state.messages, system) if state.session_turns else []

@@ -20,12 +20,15 @@ from ouroboros.run.records import (
     Mask,
     MessageRecord,
     Notice,
+    Paused,
     Record,
+    Resumed,
     RunEnd,
     RunStart,
     SessionEnd,
     SessionStart,
     SideCall,
+    Told,
     ToolRun,
     WindDown,
 )
@@ -146,6 +149,22 @@ def _(record: SessionStart, state: RunState) -> list[tuple[str, dict[str, Any]]]
         made.append(("session_restart", restart))
     made.append(("session_start", {"session": record.session, "reason": record.reason}))
     return made
+
+
+@_lines.register
+def _(record: Told, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    told = {"session": record.session, "message_id": record.message_id, "sent_at": record.sent_at}
+    return [("told", {**told, "text": record.text})]
+
+
+@_lines.register
+def _(record: Paused, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    return [("paused", {"by": record.by, "message": "`python -m ouroboros resume` goes on"})]
+
+
+@_lines.register
+def _(record: Resumed, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    return [("resumed", {"by": record.by})]
 
 
 @_lines.register

@@ -49,6 +49,8 @@ def of_state(state: RunState) -> dict[str, Any]:
         "run_end": None
         if end is None
         else {"reason": str(end.reason), "detail": end.detail, "ts": end.ts},
+        "paused": None if state.paused is None else state.paused.model_dump(include={"by", "ts"}),
+        "delivered": state.delivered,
         "limits": None if state.limits is None else state.limits.model_dump(),
         "window": None if state.window is None else state.window.model_dump(),
     }

@@ -1,0 +1,89 @@
+"""What the operator asks of a run, taken at its safe points: the messages `tell` left, and
+`pause` / `resume`.
+
+A safe point is before a model call, after the step before it is whole (its results and what
+the harness told the agent): never between a call and its result. Everything taken is
+journalled before its request or message file is removed, and taking the same file again
+changes nothing, so a kill at any point neither loses nor repeats what was asked.
+"""
+
+from __future__ import annotations
+
+import select
+import sys
+from pathlib import Path
+
+from ouroboros import prompts
+from ouroboros.clock import Clock
+from ouroboros.messages import UserMessage
+from ouroboros.run import inbox
+from ouroboros.run.journal import Journal
+from ouroboros.run.jsonl import storage
+from ouroboros.run.records import Paused, Resumed, Told
+from ouroboros.run.state_folder import PAUSE_REQUEST, RESUME_REQUEST
+
+POLL_S = 0.5
+"""How often a paused run looks for `resume`."""
+BY_OPERATOR = "operator"
+BY_AUTO_RESTART_OFF = "auto_restart = false"
+
+
+async def safe_point(state_dir: Path, journal: Journal, clock: Clock) -> None:
+    """Pause if asked (and hold while paused), then deliver the messages waiting."""
+    take_requests(state_dir, journal)
+    await hold(state_dir, journal, clock)
+    deliver(state_dir, journal)
+
+
+def take_requests(state_dir: Path, journal: Journal) -> None:
+    """The newer of a `pause` and a `resume` request decides; a request that changes nothing
+    (a pause while paused) is only removed."""
+    requests = [state_dir / PAUSE_REQUEST, state_dir / RESUME_REQUEST]
+    present = []
+    for path in requests:
+        try:
+            present.append((path.stat().st_mtime_ns, path.name))
+        except FileNotFoundError:
+            continue
+    if not present:
+        return
+    newest = max(present)[1]
+    if newest == PAUSE_REQUEST and journal.state.paused is None:
+        journal.append(Paused(by=BY_OPERATOR))
+    elif newest == RESUME_REQUEST and journal.state.paused is not None:
+        journal.append(Resumed(by=BY_OPERATOR))
+    for path in requests:
+        with storage(path):
+            path.unlink(missing_ok=True)
+
+
+async def hold(state_dir: Path, journal: Journal, clock: Clock, enter: bool = False) -> None:
+    """While the run is paused: no model call, no tool; `resume` (or, with `enter`, Enter in
+    the run's terminal) goes on. Ctrl-C and SIGTERM cancel the sleep and stop the run."""
+    # Polled, not read in a thread: a thread blocked in readline would keep the process alive
+    # after the run ends, and swallow the next Enter.
+    terminal = enter and sys.stdin is not None and sys.stdin.isatty()
+    while journal.state.paused is not None:
+        if terminal and select.select([sys.stdin], [], [], 0)[0]:
+            sys.stdin.readline()
+            journal.append(Resumed(by="Enter in the run's terminal"))
+            return
+        await clock.sleep(POLL_S)
+        take_requests(state_dir, journal)
+
+
+def deliver(state_dir: Path, journal: Journal) -> None:
+    """Each message not yet delivered joins the session (journalled), then its file goes."""
+    state = journal.state
+    for letter in inbox.letters(state_dir):
+        if letter.message_id not in state.delivered:
+            content = prompts.from_operator(letter.text, letter.sent_at)
+            told = Told(
+                session=state.session,
+                message_id=letter.message_id,
+                sent_at=letter.sent_at,
+                text=letter.text,
+                message=UserMessage(content=content, origin="operator"),
+            )
+            journal.append(told)
+        inbox.remove(state_dir, letter.message_id)

@@ -1,0 +1,122 @@
+"""`tell`, `pause` and `resume` from the command line against a run in another process and the
+loopback server: one-line errors, a kill -9 between `tell` and delivery, a pause that holds
+across a kill and restart (the server's request log shows no call while paused)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from ouroboros.run import inbox
+from tests.conftest import Project, wait_for
+
+TOLD = "stop listing folders; the answer is in README"
+CLOSED = "http://127.0.0.1:9/v1"
+
+
+def agent(body: dict[str, Any]) -> Reply:
+    step = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+    return Reply(tool_calls=[tool("shell_exec", command=f"echo step {step}")], delay_s=0.2)
+
+
+def told_in(request: dict[str, Any]) -> int:
+    return sum(1 for m in request["messages"] if m["role"] == "user" and TOLD in m["content"])
+
+
+def kinds(project: Project, *wanted: str) -> list[str]:
+    return [r["kind"] for r in project.records("journal.jsonl") if r["kind"] in wanted]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["tell"], "say the message, or give --file"),
+        (["tell", "   "], "the message is empty"),
+        (["tell", "--file", "missing.txt"], "cannot read missing.txt"),
+        (["tell", "x" * 20_000], "more than 16,384"),
+    ],
+)
+def test_tell_refuses_bad_input_in_one_line(project: Project, args: list[str], said: str) -> None:
+    project.configure(CLOSED)
+    result = project.run(*args)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert said in result.stderr
+    assert inbox.letters(project.state) == []
+
+
+def test_tell_from_a_file_to_a_stopped_run_is_kept_until_it_starts(project: Project) -> None:
+    (project.root / "note.txt").write_text(TOLD)
+    project.configure(CLOSED)
+    result = project.run("tell", "--file", "note.txt")
+    assert result.returncode == 0, result.stderr
+    assert "when it starts" in result.stderr
+    assert [letter.text for letter in inbox.letters(project.state)] == [TOLD]
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        status = project.run("status")
+        assert "1 message(s) from `tell` pending" in status.stdout
+        assert project.run("run", "--max-turns", "2").returncode == 0
+        requests = server.chat_requests()
+    assert [told_in(r) for r in requests] == [1, 1]
+    assert "1 delivered" in project.run("status").stdout
+    assert TOLD in project.run("tail").stdout
+
+
+def test_tell_then_kill_9_before_delivery_delivers_it_once_after_restart(
+    project: Project,
+) -> None:
+    released = threading.Event()
+
+    def held(body: dict[str, Any]) -> Reply:
+        # The run killed is still waiting for its first answer; the one restarted is answered.
+        return replace(agent(body), delay_s=0 if released.is_set() else 60)
+
+    with ScriptedServer(held) as server:
+        project.configure(server.url)
+        process = project.start("run")
+        wait_for(lambda: server.chat_requests())
+        assert project.run("tell", TOLD).returncode == 0  # the model is still answering
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=20)
+        released.set()
+        assert kinds(project, "told") == []
+        assert len(inbox.letters(project.state)) == 1
+        assert project.run("run", "--max-turns", "4").returncode == 0
+        requests = server.chat_requests()
+    assert kinds(project, "told") == ["told"]
+    assert told_in(requests[-1]) == 1
+    assert all(told_in(r) <= 1 for r in requests)
+    assert inbox.letters(project.state) == []
+
+
+def test_a_pause_holds_across_kill_9_and_restart_with_no_model_call(project: Project) -> None:
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        process = project.start("run", "--max-turns", "4")
+        wait_for(lambda: server.chat_requests())
+        assert project.run("pause").returncode == 0
+        wait_for(lambda: kinds(project, "paused"))
+        calls = len(server.chat_requests())
+        assert "paused" in project.run("status").stdout
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=20)
+        restarted = project.start("run", "--max-turns", "4")
+        wait_for(lambda: kinds(project, "run_start") == ["run_start"] * 2)
+        time.sleep(1)  # the restarted run looks for `resume` twice a second meanwhile
+        assert len(server.chat_requests()) == calls, "a paused run called the model"
+        status = project.run("status").stdout
+        assert "since" in status
+        assert "by operator" in status
+        assert project.run("resume").returncode == 0
+        _, stderr = restarted.communicate(timeout=30)
+        assert restarted.returncode == 0, stderr
+        assert len(server.chat_requests()) == 4
+    assert kinds(project, "paused", "resumed") == ["paused", "resumed"]
