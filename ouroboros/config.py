@@ -106,8 +106,26 @@ class SessionSettings(_Section):
     """Model calls the agent gets after the wind-down message."""
     shell_timeout_s: float = Field(120.0, gt=0)
     """Default and upper bound of `shell_exec`'s timeout."""
-    repeat_nudge_after: int = Field(3, ge=2)
-    """Identical consecutive tool calls before the agent is told it is repeating itself."""
+
+
+class LoopSettings(_Section):
+    """When the agent is going in circles (`context/loops.py`); 0 turns a detector off."""
+
+    repeat_after: int = Field(3, ge=0)
+    """Replies in a row making the same calls."""
+    cycle_repeats: int = Field(3, ge=0)
+    """Turns of a cycle of two or three calls (A B A B A B is 3)."""
+    failing_after: int = Field(3, ge=0)
+    """Times the same call fails the same way with only failures between."""
+    no_calls_after: int = Field(3, ge=0)
+    """Replies in a row without a tool call."""
+    overflows_after: int = Field(3, ge=0)
+    """Prompts the server refuses as too long in one session."""
+    session_repeat_after: int = Field(5, ge=0)
+    """Calls in a row of a new session that the previous session made, with the same results."""
+    max_loops: int = Field(3, ge=0)
+    """Restarts for a loop in the run; a loop after the nudge once they are spent stops the run
+    as `stuck`."""
 
 
 class ToolSettings(_Section):
@@ -212,6 +230,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     context: ContextSettings = ContextSettings()
     session: SessionSettings = SessionSettings()
+    loops: LoopSettings = LoopSettings()
     supervisor: SupervisorSettings = SupervisorSettings()
     tools: ToolSettings = ToolSettings()
     hooks: HookSettings = HookSettings()

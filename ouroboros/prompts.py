@@ -50,12 +50,18 @@ CONTINUE = "Continue with your task. (No one reads replies without a tool call; 
 
 
 def restart_marker(
-    session: int, previous_turns: int, reason: str, carried: int, actions: list[str]
+    session: int,
+    previous_turns: int,
+    reason: str,
+    carried: int,
+    actions: list[str],
+    detail: str = "",
 ) -> str:
     why = {
         "context_full": "the context was full",
         "context_overflow": "the prompt no longer fitted the server's window",
         "max_turns": "it reached its turn limit",
+        "loop": f"it was going in circles ({detail})",
     }.get(reason, reason)
     carried_text = (
         f"The last {carried} messages of that session follow."
@@ -81,10 +87,35 @@ def wind_down(room: int, turns_left: int) -> str:
     )
 
 
-def repeated(count: int) -> str:
+LOOPS = {
+    "repeat": "you made the same tool call {n} in a row",
+    "cycle": "you went round the same calls {n} over",
+    "failing": "the same call failed the same way {n}",
+    "no_calls": "you gave {n} without a tool call",
+    "overflows": "the server refused {n} as too long",
+    "session_repeat": "this session redid the previous session's calls with the same results",
+}
+
+
+def loop_named(kind: str, evidence: list[str]) -> str:
+    """What the agent (and the reader) is told of a loop: its kind and what repeated."""
+    *what, count = evidence if kind != "session_repeat" else [*evidence, ""]
+    repeated = "; ".join(f"`{w}`" for w in what)
+    return LOOPS[kind].format(n=count) + (f": {repeated}" if repeated else "")
+
+
+def loop_nudge(kind: str, evidence: list[str]) -> str:
     return (
-        f"You have run this same tool call {count} times in a row with the same arguments. "
-        "It will not give a different result: change approach."
+        f"You are going in circles: {loop_named(kind, evidence)}. Doing it again will not give "
+        "a different result: stop, think about why, and change approach."
+    )
+
+
+def loop_wind_down(kind: str, evidence: list[str], turns_left: int) -> str:
+    return (
+        f"You are still going in circles after being told: {loop_named(kind, evidence)}. This "
+        "session restarts to break the loop. Save what you learnt to your workspace files now, "
+        f"and what not to try again; you have {turns_left} more replies."
     )
 
 

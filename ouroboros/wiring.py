@@ -112,6 +112,7 @@ def build_parts(
         s.session.wind_down_turns,
         s.llm.max_output_tokens,
         schema_raw,
+        s.loops,
     )
     return Parts(s, model, tools, journal, rules, counting, clock=clock), window
 

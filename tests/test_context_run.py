@@ -100,7 +100,11 @@ def tool_contents(body: dict[str, Any]) -> list[str]:
 def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
     fill_workspace(project, words=200)
     result = run_here(
-        project, reader(), window=4096, supervisor={"max_restarts": 1, "max_total_turns": 100}
+        project,
+        reader(),
+        window=4096,
+        supervisor={"max_restarts": 1, "max_total_turns": 100},
+        loops={"session_repeat_after": 0},  # `reader` rereads the same files in every session
     )
     requests = result.chat_requests()
     assert result.returncode == 0, result.stderr

@@ -87,6 +87,8 @@ def test_a_restart_never_loses_the_last_step(project: Project) -> None:
         window=6144,
         llm={"max_output_tokens": 1024},
         supervisor={"max_restarts": 4, "max_total_turns": 200},
+        # It reads the same files over in every session: a loop, by design of this test.
+        loops={"session_repeat_after": 0},
     )
     requests = result.chat_requests()
     assert result.returncode == 0, result.stderr

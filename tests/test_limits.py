@@ -55,6 +55,7 @@ def test_no_wind_down_turns_ends_the_session_at_the_hard_line(project: Project) 
         reader(),
         session={"wind_down_turns": 0},
         supervisor={"max_restarts": 1, "max_total_turns": 100},
+        loops={"session_repeat_after": 0},  # `reader` rereads the same files in every session
     )
     assert "run stopped: max_restarts" in ran.stdout, ran.stderr
     requests = ran.chat_requests()

@@ -35,7 +35,9 @@ def session_with_results(sizes: list[int]) -> RunState:
     opening = [SystemMessage(content="Work."), UserMessage(content="Begin.", origin="restart")]
     state.apply(SessionStart(session=1, reason="fresh", messages=opening))
     for n, size in enumerate(sizes):
-        call = ToolCall(id=f"c{n}", name="shell_exec", arguments=json.dumps({"command": "x"}))
+        # Different commands: three of the same would be a loop (`context/loops.py`).
+        command = json.dumps({"command": f"x{n}"})
+        call = ToolCall(id=f"c{n}", name="shell_exec", arguments=command)
         reply = AssistantMessage(content="", tool_calls=(call,))
         output = " ".join(f"w{i}" for i in range(size))
         result = ToolMessage(tool_call_id=call.id, name=call.name, content=output, exit_code=0)

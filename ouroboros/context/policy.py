@@ -18,12 +18,21 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ouroboros import prompts
+from ouroboros.context import loops
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.mask import round_waits_below, worth_a_round
 from ouroboros.context.room import Rules, StepFigures, projected
 from ouroboros.context.truncate import shown
 from ouroboros.messages import ToolMessage, UserMessage
-from ouroboros.run.records import Cut, EndReason, Mask, MaskReason, Notice, WindDown
+from ouroboros.run.records import (
+    Cut,
+    EndReason,
+    LoopDetected,
+    Mask,
+    MaskReason,
+    Notice,
+    WindDown,
+)
 from ouroboros.run.state import RunState
 
 
@@ -53,7 +62,7 @@ class FreeRoom:
     """The compaction was asked for (`python -m ouroboros compact`)."""
 
 
-Decision = Mask | Cut | WindDown | Notice | End | FreeRoom
+Decision = Mask | Cut | WindDown | Notice | LoopDetected | End | FreeRoom
 
 
 # --- masking -----------------------------------------------------------------------------------
@@ -131,6 +140,45 @@ def still_wanted(state: RunState, rules: Rules, plan: FreeRoom, means: Means, fi
 
 
 # --- after every step: phases, each seeing what the one before did ----------------------------
+
+
+def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
+    """A loop: the session's first is named to the agent; one after it winds the session down
+    and restarts it (at once when a context wind-down is under way); one after `max_loops`
+    such restarts stops the run as `stuck`."""
+    winding = state.session_loops.winding
+    if winding is not None:
+        used = (state.wind_down_replies or 0) >= rules.wind_down_turns
+        named = prompts.loop_named(winding.loop, winding.evidence)
+        return [End(EndReason.LOOP, named)] if used else []
+    loop = loops.detect(state, rules.loops)
+    if loop is None:
+        return []
+    level, named = loops.level(state, rules.loops), prompts.loop_named(loop.kind, loop.evidence)
+    caught = LoopDetected(
+        session=state.session, loop=loop.kind, evidence=loop.evidence, level=level
+    )
+    if level == 1:
+        nudge = UserMessage(content=prompts.loop_nudge(loop.kind, loop.evidence), origin="nudge")
+        return [caught.model_copy(update={"message": nudge})]
+    if level == 3:
+        return [caught, End(EndReason.STUCK, named)]
+    turns, now = rules.wind_down_turns, projected(state, rules)
+    if turns == 0 or state.wind_down_replies is not None:
+        return [caught, End(EndReason.LOOP, named)]
+    notice = UserMessage(
+        content=prompts.loop_wind_down(loop.kind, loop.evidence, turns), origin="wind_down"
+    )
+    wind_down = WindDown(
+        session=state.session,
+        projected=now,
+        hard_line=step.hard_line,
+        room=rules.budget.prompt_budget - now,
+        reply_allowance=step.lines.reply,
+        turns_left=turns,
+        message=notice,
+    )
+    return [caught, wind_down]
 
 
 def spent(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
@@ -237,5 +285,6 @@ class ContextPolicy:
 
 
 MANAGED = ContextPolicy(
-    (spent, free_room, room_for_replies, wind_down_or_end, room_for_replies), after_overflow
+    (loops_caught, spent, free_room, room_for_replies, wind_down_or_end, room_for_replies),
+    after_overflow,
 )

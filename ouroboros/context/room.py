@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ouroboros import prompts
-from ouroboros.config import ContextSettings
+from ouroboros.config import ContextSettings, LoopSettings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.tokens import SCHEMA_KIND, Budget, output_kind, raw_estimate, units
@@ -115,6 +115,7 @@ class Rules:
     max_output_tokens: int
     schema_raw: int
     """Raw tokens of the tool schemas every request carries (0 when the server drops them)."""
+    loops: LoopSettings = field(default_factory=LoopSettings)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
 from ouroboros.context.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
 from ouroboros.context.truncate import saved_name, shown
-from ouroboros.messages import AssistantMessage, Message, ToolMessage
+from ouroboros.messages import Message, ToolMessage
 from ouroboros.run.call_figures import RawTally
 
 
@@ -182,20 +182,6 @@ class ContextView:
             assert isinstance(original, ToolMessage)
             freed += tokens(self.shown[index]) - tokens(masked(original))
         return freed
-
-    def repeated_calls(self) -> int:
-        """How many of this session's replies with calls, newest first, made the same calls as
-        the newest (a reply without calls neither counts nor breaks the run)."""
-        newest: list[tuple[str, str]] | None = None
-        count = 0
-        for message in reversed(self.history[self.opening :]):
-            if not isinstance(message, AssistantMessage) or not message.tool_calls:
-                continue
-            calls = [(c.name, c.arguments) for c in message.tool_calls]
-            if newest is not None and calls != newest:
-                break
-            newest, count = calls, count + 1
-        return count
 
     def _advance_cursor(self) -> None:
         # Skip messages that can never become candidates again: not results, or masked. (A

@@ -148,6 +148,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
             f"{figure(r.get('prompt_budget'))}"
         ),
     ),
+    "loop": ("bold red", lambda r: f"loop {loop_text(r)}"),
     "silent_truncation": (
         "bold red",
         lambda r: (
@@ -185,6 +186,16 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
         ),
     ),
 }
+
+
+LOOP_ACTIONS = {1: "nudge", 2: "restart", 3: "stuck"}
+"""What each level of a loop (`LoopDetected`) does."""
+
+
+def loop_text(r: dict[str, Any]) -> str:
+    """A loop's kind, what was done and what repeated."""
+    action = LOOP_ACTIONS.get(r.get("level", 0), r.get("level"))
+    return f"{r.get('loop')} -> {action}: " + "; ".join(str(e) for e in r.get("evidence") or [])
 
 
 def _generic(r: dict[str, Any]) -> str:

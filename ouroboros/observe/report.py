@@ -19,7 +19,15 @@ from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, l
 from ouroboros.observe.status import duration
 from ouroboros.observe.svg import escape
 
-NOTABLE = ("error", "warning", "context_overflow", "silent_truncation", "blocked_command", "retry")
+NOTABLE = (
+    "error",
+    "warning",
+    "context_overflow",
+    "silent_truncation",
+    "blocked_command",
+    "retry",
+    "loop",
+)
 ROUTINE = ("truncation",)
 """Outputs cut to the cap or to the room left: counted, not listed among the errors."""
 MAX_NOTABLE_ROWS = 100
@@ -79,14 +87,14 @@ def session_table(sessions: list[SessionSummary]) -> str:
 
 
 def notable_table(events: list[dict[str, Any]]) -> str:
-    """Errors, warnings, retries, overflows and blocked commands, newest first, counted by kind;
+    """Errors, warnings, retries, overflows, loops and blocked commands, newest first, by kind;
     routine output cuts only counted."""
     chosen = [e for e in events if e.get("kind") in NOTABLE]
     routine = sum(e.get("kind") in ROUTINE for e in events)
     cuts = f"{routine:,} tool outputs were cut to the cap or to the room left (routine)."
     if not chosen:
         return (
-            '<p class="note">No errors, warnings, retries, overflows or blocked commands. '
+            '<p class="note">No errors, warnings, retries, overflows, loops or blocked commands. '
             f"{cuts}</p>"
         )
     counts: dict[str, int] = {}

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.errors import ConfigError
-from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure, line_marks
+from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure, line_marks, loop_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.printable import printable
 from ouroboros.run.state_folder import INBOX, JOURNAL, SUMMARY
@@ -228,6 +228,9 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     grid.add_row("session", session if run["session"] else "none yet")
     grid.add_row("turns", f"{run['session_turns']:,} this session, {run['total_turns']:,} in all")
     grid.add_row("restarts", f"{run['restarts']}")
+    if (loops := run.get("loops")) and (latest := loops["latest"]):
+        said = f"{loops['detections']} caught, the newest {_age(latest['ts'], figures.now)}: "
+        grid.add_row("loops", Text(said + printable(loop_text(latest)), style="yellow"))
     grid.add_row("context", _context(figures.usage))
     tokens = run["prompt_tokens"] + run["completion_tokens"]
     grid.add_row(

@@ -35,11 +35,20 @@ class EndReason(StrEnum):
     MAX_RESTARTS = "max_restarts"
     STOPPED = "stopped"
     ERROR = "error"
+    LOOP = "loop"
+    """The agent looped on after it was told: restarted (`LoopDetected`)."""
+    STUCK = "stuck"
+    """It looped on after `loops.max_loops` such restarts: the run stops."""
 
     @property
     def restarts(self) -> bool:
         """A session that ended so is followed by another."""
-        return self in (EndReason.CONTEXT_FULL, EndReason.CONTEXT_OVERFLOW, EndReason.MAX_TURNS)
+        return self in (
+            EndReason.CONTEXT_FULL,
+            EndReason.CONTEXT_OVERFLOW,
+            EndReason.MAX_TURNS,
+            EndReason.LOOP,
+        )
 
 
 class MaskReason(StrEnum):
@@ -251,6 +260,33 @@ class Resumed(Record):
     by: str = "operator"
 
 
+class LoopKind(StrEnum):
+    REPEAT = "repeat"
+    """The same calls, reply after reply."""
+    CYCLE = "cycle"
+    """Two or three calls in turn, over and over."""
+    FAILING = "failing"
+    """The same call failing the same way, among nothing but failures."""
+    NO_CALLS = "no_calls"
+    """Replies in a row that call no tool."""
+    OVERFLOWS = "overflows"
+    """Prompts the server refused as too long, again and again in one session."""
+    SESSION_REPEAT = "session_repeat"
+    """A new session doing what the previous one did, with the same results."""
+
+
+class LoopDetected(Record):
+    """The agent goes in circles (`context/loops.py`), and what is done: 1 a nudge (`message`
+    joins the session with this record), 2 a wind-down and restart, 3 a stop as `stuck`."""
+
+    kind: Literal["loop"] = "loop"
+    session: int
+    loop: LoopKind
+    evidence: list[str]
+    level: int
+    message: UserMessage | None = None
+
+
 class SessionEnd(Record):
     kind: Literal["session_end"] = "session_end"
     session: int
@@ -281,6 +317,7 @@ JournalRecord = Annotated[
     | SideCall
     | Notice
     | CompactionFailed
+    | LoopDetected
     | Told
     | Paused
     | Resumed

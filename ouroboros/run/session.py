@@ -134,9 +134,6 @@ class Session:
         if at_max_tokens and reply.tool_calls:
             # Its calls may be cut off mid-argument (they got an error result): say why.
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
-        repeats = self.state.view.repeated_calls()
-        if reply.tool_calls and repeats >= self.settings.session.repeat_nudge_after:
-            told.append(UserMessage(content=prompts.repeated(repeats), origin="nudge"))
         return told
 
     async def after_step(self) -> None:

@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import singledispatchmethod
 
 from ouroboros.context.ledger import Ledger
+from ouroboros.context.loops import LoopTally, SessionLoops, session_calls
 from ouroboros.context.view import ContextView
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
@@ -20,6 +21,7 @@ from ouroboros.run.records import (
     CompactionFailed,
     Cut,
     EndReason,
+    LoopDetected,
     Mask,
     MessageRecord,
     Notice,
@@ -116,6 +118,8 @@ class RunState:
     last_request: tuple[list[Message], int] | None = field(default=None, metadata=SESSION)
     """The session's newest request and its prompt tokens; None after a call the server's
     cache saw in between (a compaction's): what the cache check compares the next with."""
+    loops: LoopTally = field(default_factory=LoopTally)
+    session_loops: SessionLoops = field(default_factory=SessionLoops, metadata=SESSION)
 
     delivered: dict[str, str] = field(default_factory=dict)
     """Operator messages delivered (`Told`): id -> when; an inbox file of one is not again."""
@@ -195,6 +199,7 @@ class RunState:
         if record.once is not None:
             self.warned.add(record.once)
         if record.event == "context_overflow":
+            self.session_loops.overflows += 1
             # Without a count (`Refused`) a resume asks again: nothing was learnt, so the same
             # refusal leads to the same room.
             self.refusal = record.message
@@ -219,6 +224,15 @@ class RunState:
     @apply.register
     def _(self, record: Resumed) -> None:
         self.paused = None
+
+    @apply.register
+    def _(self, record: LoopDetected) -> None:
+        self.loops.detections += 1
+        self.loops.restarts += record.level == 2
+        self.loops.latest = record
+        if record.message is not None:
+            self._message(record.message)
+        self.session_loops.caught(record, len(self.view.history))
 
     @apply.register
     def _(self, record: SessionEnd) -> None:
@@ -254,6 +268,7 @@ class RunState:
     def _(self, record: SessionStart) -> None:
         if self.session:
             self.restarts += 1
+            self.loops.previous_calls = session_calls(self.view, self.view.opening)
         self.session = record.session
         fresh = RunState()
         for name in session_fields():

@@ -174,6 +174,7 @@ class Supervisor:
                 reason,
                 len(carried),
                 recent_actions(state.messages, self.settings.context.ambient_actions),
+                state.ended_detail,
             )
         )
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]

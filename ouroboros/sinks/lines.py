@@ -17,6 +17,7 @@ from ouroboros.run.records import (
     CompactionFailed,
     Cut,
     EndReason,
+    LoopDetected,
     Mask,
     MessageRecord,
     Notice,
@@ -133,6 +134,12 @@ def _(record: Compaction, state: RunState) -> list[tuple[str, dict[str, Any]]]:
 @_lines.register
 def _(record: WindDown, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [("wind_down", record.model_dump(exclude={"v", "ts", "kind", "message"}))]
+
+
+@_lines.register
+def _(record: LoopDetected, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    fields = record.model_dump(exclude={"v", "ts", "kind", "message"})
+    return [("loop", {**fields, "detections": state.loops.detections})]
 
 
 @_lines.register

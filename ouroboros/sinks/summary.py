@@ -51,6 +51,13 @@ def of_state(state: RunState) -> dict[str, Any]:
         else {"reason": str(end.reason), "detail": end.detail, "ts": end.ts},
         "paused": None if state.paused is None else state.paused.model_dump(include={"by", "ts"}),
         "delivered": state.delivered,
+        "loops": {
+            "detections": state.loops.detections,
+            "restarts": state.loops.restarts,
+            "latest": None
+            if state.loops.latest is None
+            else state.loops.latest.model_dump(include={"ts", "loop", "evidence", "level"}),
+        },
         "limits": None if state.limits is None else state.limits.model_dump(),
         "window": None if state.window is None else state.window.model_dump(),
     }
