@@ -120,7 +120,8 @@ class LoopSettings(_Section):
     no_calls_after: int = Field(3, ge=0)
     """Replies in a row without a tool call."""
     overflows_after: int = Field(3, ge=0)
-    """Prompts the server refuses as too long in one session."""
+    """Prompts the server refuses as too long, in a session and the sessions just before it
+    that ended so."""
     session_repeat_after: int = Field(5, ge=0)
     """Calls in a row of a new session that the previous session made, with the same results."""
     max_loops: int = Field(3, ge=0)

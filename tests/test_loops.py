@@ -17,6 +17,7 @@ from ouroboros.run.records import (
     LoopKind,
     MessageRecord,
     Notice,
+    SessionEnd,
     SessionStart,
     WindDown,
 )
@@ -105,13 +106,19 @@ def test_replies_without_a_call_in_a_row() -> None:
     assert caught(said(ran(said(started(), "hmm", "well"), ok("ls")), "so")) is None
 
 
-def test_refused_prompts_in_a_session() -> None:
+def test_refused_prompts_in_sessions_that_end_so() -> None:
     state = started()
-    for _ in range(3):
+    for session in (1, 2):
         assert caught(state) is None
-        state.apply(Notice(event="context_overflow", session=1, message="too long"))
+        state.apply(Notice(event="context_overflow", session=session, message="too long"))
+        end = EndReason.CONTEXT_OVERFLOW
+        state.apply(SessionEnd(session=session, reason=end))
+        state = started(state, session=session + 1)
+    state.apply(Notice(event="context_overflow", session=3, message="too long"))
     assert caught(state) == LoopKind.OVERFLOWS
-    assert caught(started(state, session=2)) is None  # a new session counts again
+    # A session that ended otherwise (its context full) leaves the refusals before it behind.
+    state.apply(SessionEnd(session=3, reason=EndReason.CONTEXT_FULL))
+    assert caught(started(state, session=4)) is None
 
 
 def test_a_session_that_redoes_the_previous_one() -> None:

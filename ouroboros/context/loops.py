@@ -36,6 +36,13 @@ class LoopTally:
     latest: LoopDetected | None = None
     previous_calls: list[tuple[str, str]] = field(default_factory=list)
     """The calls of the session before this one, from its opening: (call, result) digests."""
+    overflows: int = 0
+    """Prompts the server refused since the newest loop caught, in this session and those
+    before it that ended so (a refused prompt that cannot be made smaller ends a session)."""
+
+    def caught(self, record: LoopDetected) -> None:
+        self.detections, self.latest, self.overflows = self.detections + 1, record, 0
+        self.restarts += record.level == 2
 
 
 @dataclass
@@ -47,11 +54,9 @@ class SessionLoops:
     """History index from which the detectors look: after the newest loop caught."""
     winding: LoopDetected | None = None
     """The loop the session winds down for, before its restart."""
-    overflows: int = 0
-    """Prompts the server refused since the session started or the newest loop caught."""
 
     def caught(self, record: LoopDetected, history_length: int) -> None:
-        self.nudged, self.since, self.overflows = True, history_length, 0
+        self.nudged, self.since = True, history_length
         if record.level == 2:
             self.winding = record
 
@@ -152,8 +157,9 @@ def no_calls(state: RunState, after: int) -> Loop | None:
 
 
 def overflows(state: RunState, after: int) -> Loop | None:
-    """The server refused `after` prompts as too long in this session."""
-    count = state.session_loops.overflows
+    """The server refused `after` prompts as too long, in this session and in the sessions just
+    before it that ended so."""
+    count = state.loops.overflows
     return Loop(LoopKind.OVERFLOWS, [f"{count} prompts"]) if count >= after else None
 
 

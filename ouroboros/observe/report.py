@@ -14,6 +14,7 @@ from ouroboros.config import Settings
 from ouroboros.context.tokens import Budget
 from ouroboros.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
+from ouroboros.observe.operator_table import operator_table
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
 from ouroboros.observe.status import duration
@@ -195,6 +196,8 @@ starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard 
 run recorded them call by call. Hover a point for its figures.</p>
 <h2>Sessions</h2>
 {_sessions(data.sessions)}
+<h2>Told, paused, resumed</h2>
+{operator_table(data.events)}
 <h2>Errors, warnings and retries</h2>
 {notable_table(data.events)}
 {"".join(f"<p class=note>{escape(line)}</p>" for line in data.skipped)}

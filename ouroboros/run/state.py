@@ -199,7 +199,7 @@ class RunState:
         if record.once is not None:
             self.warned.add(record.once)
         if record.event == "context_overflow":
-            self.session_loops.overflows += 1
+            self.loops.overflows += 1
             # Without a count (`Refused`) a resume asks again: nothing was learnt, so the same
             # refusal leads to the same room.
             self.refusal = record.message
@@ -227,9 +227,7 @@ class RunState:
 
     @apply.register
     def _(self, record: LoopDetected) -> None:
-        self.loops.detections += 1
-        self.loops.restarts += record.level == 2
-        self.loops.latest = record
+        self.loops.caught(record)
         if record.message is not None:
             self._message(record.message)
         self.session_loops.caught(record, len(self.view.history))
@@ -239,6 +237,8 @@ class RunState:
         self.session_open = False
         self.ended_reason = record.reason
         self.ended_detail = record.detail
+        if record.reason != EndReason.CONTEXT_OVERFLOW:
+            self.loops.overflows = 0
 
     @apply.register
     def _(self, record: RunEnd) -> None:
