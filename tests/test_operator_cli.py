@@ -68,6 +68,9 @@ def test_tell_from_a_file_to_a_stopped_run_is_kept_until_it_starts(project: Proj
     assert [told_in(r) for r in requests] == [1, 1]
     assert "1 delivered" in project.run("status").stdout
     assert TOLD in project.run("tail").stdout
+    assert project.run("report").returncode == 0
+    page = (project.state / "report.html").read_text()
+    assert f'<td class="text">{TOLD}</td>' in page.split('id="operator"')[1]
 
 
 def test_tell_then_kill_9_before_delivery_delivers_it_once_after_restart(
