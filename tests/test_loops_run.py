@@ -120,3 +120,14 @@ def test_a_loop_is_nudged_then_restarted_then_stops_the_run_as_stuck(project: Pr
     Console(file=out, width=200).print(panel)
     assert "4 caught" in out.getvalue()
     assert "repeat -> stuck" in out.getvalue()
+
+
+def test_the_escalation_goes_on_across_resumes(project: Project) -> None:
+    """The counts are the run's, in the fold: a resumed run goes on from where it stopped (the
+    session's nudge from the journal, the restarts from the snapshot of the session start)."""
+    model = Scripted(lambda body: shell("ls"))
+    for turns in (3, 6, 8, 14):
+        run_here(project, model, loops={"max_loops": 1}, supervisor={"max_total_turns": turns})
+    assert caught(project) == [("repeat", 1), ("repeat", 2), ("repeat", 1), ("repeat", 3)]
+    assert [e["reason"] for e in project.events("run_end")][-1] == "stuck"
+    assert len(model.chat_requests()) == 14
