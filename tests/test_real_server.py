@@ -1113,3 +1113,46 @@ def test_a_tool_call_llama_server_made_runs_through_the_harness(tmp_path: Path) 
     assert json.loads(reply.tool_calls[0].arguments) == json.loads(streamed)
     (outcome,) = [m for m in messages if isinstance(m, ToolMessage)]
     assert outcome.tool_call_id == fragments[0]["id"]
+
+
+# --- the operator: tell, pause, resume -----------------------------------------------------------
+
+
+def test_a_run_told_something_paused_and_resumed(
+    live: Any, proxy: RecordingProxy, tmp_path: Path
+) -> None:
+    """A message left before the run is in its first request and every one after, once; a
+    pause given mid-run holds the run with no call to the server (the proxy and the server's own
+    log see none) until `resume`, and the run then makes the rest of its turns."""
+    turns, told = 6, "Write your notes to NOTES.md before anything else."
+    project = make_project(tmp_path / "project", proxy.base_url)
+    assert project.run("tell", told).returncode == 0
+    mark = log_mark(live)
+    process = project.start("run", "--max-turns", str(turns))
+    try:
+        deadline = time.monotonic() + 120
+        while not project.usage() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert project.run("pause").returncode == 0
+        while not project.events("paused") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert project.events("paused"), "the run did not pause"
+        calls = len(proxy.chats())
+        time.sleep(2)  # a run that kept going would make a call meanwhile (about 1 s each)
+        assert len(proxy.chats()) == calls, "a paused run called the server"
+        assert len(log_since(live, mark).finished) == calls
+        assert "by operator" in project.run("status").stdout
+        assert project.run("resume").returncode == 0
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr
+    chats = proxy.chats()
+    assert len(chats) == turns
+    for chat in chats:
+        said = [m for m in chat.request["messages"] if told in str(m.get("content"))]
+        assert len(said) == 1
+    assert [e["by"] for e in project.events("resumed")] == ["operator"]
+    assert len(project.events("told")) == 1
