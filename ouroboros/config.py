@@ -188,7 +188,7 @@ class SupervisorSettings(_Section):
     """Offer the `finish` tool that ends the run when the agent declares the task done."""
 
 
-HookEventName = Literal["run_end", "error", "stuck", "waiting", "restart", "told", "paused"]
+HookEventName = Literal["run_end", "error", "stuck", "waiting", "restart", "loop", "told", "paused"]
 """What a hook may run on (`sinks/hooks.py` says which record each is)."""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ with open(sys.argv[1], "a") as f:
 """
 """A hook that appends the event it was given to the file named by its argument."""
 
-EVENTS = ["run_end", "error", "stuck", "waiting", "restart", "told", "paused"]
+EVENTS = ["run_end", "error", "stuck", "waiting", "restart", "loop", "told", "paused"]
 
 
 def recorder(out: Path) -> list[str]:
@@ -75,6 +76,9 @@ def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Proj
         return Reply(tool_calls=[tool("finish", summary="done")])
 
     resume = ["touch", str(project.state / RESUME_REQUEST)]
+    # Should the `paused` hook not run, the test fails rather than holding forever.
+    net = threading.Timer(30, (project.state / RESUME_REQUEST).touch)
+    net.start()
     result = run_here(
         project,
         agent,
@@ -87,6 +91,7 @@ def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Proj
             ],
         },
     )
+    net.cancel()
     assert result.returncode == 0, result.stderr
     events = recorded(out)
     by_name = {e["event"]: e for e in events}
@@ -99,6 +104,26 @@ def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Proj
     assert "messages" not in by_name["restart"]["record"]
     assert by_name["restart"]["state_dir"] == str(project.state)
     assert journal_warnings(project) == []
+
+
+def test_a_looping_agent_runs_the_loop_hooks_then_the_stuck_hook(project: Project) -> None:
+    out = project.root / "events.jsonl"
+    result = run_here(
+        project,
+        lambda body: Reply(tool_calls=[tool("shell_exec", command="ls")]),
+        loops={"max_loops": 1},
+        supervisor={"max_total_turns": 100},
+        hooks={"min_interval_s": 0, "on": [{"events": EVENTS, "command": recorder(out)}]},
+    )
+    assert "run stopped: stuck" in result.stdout
+    events = recorded(out)
+    loops = [(e["record"]["loop"], e["record"]["level"]) for e in events if e["event"] == "loop"]
+    assert loops == [("repeat", 1), ("repeat", 2), ("repeat", 1), ("repeat", 3)]
+    assert [e["event"] for e in events if e["event"] not in ("loop", "restart")] == [
+        "run_end",
+        "stuck",
+    ]
+    assert "stopped as stuck" in [e for e in events if e["event"] == "loop"][-1]["summary"]
 
 
 def test_a_hung_hook_is_killed_at_its_timeout_and_never_holds_the_run(project: Project) -> None:

@@ -1,6 +1,6 @@
 """Hooks: the user's commands run on events of the run (`[hooks]`), the event as one JSON
 object on stdin, for telling a person that the run ended, failed, is stuck, waits for its
-server, restarted, delivered a message or paused.
+server, restarted, loops, delivered a message or paused.
 
 The journal's last sink: each record, once on disk and folded, may be an event. A hook runs in
 a thread of its own and is never waited for while the run goes on; at the end the run waits
@@ -31,17 +31,21 @@ from ouroboros.run.journal import Journal
 from ouroboros.run.records import (
     EndReason,
     JournalRecord,
+    LoopDetected,
     MessageRecord,
     Notice,
+    Paused,
     RunEnd,
     RunStart,
     SessionStart,
     SideCall,
+    Told,
 )
 from ouroboros.run.state import RunState
 
 ERROR_BYTES = 300
 """Of a failed hook's stderr, what its warning quotes."""
+LOOP_ACTIONS = {1: "nudged", 2: "restarted", 3: "stopped as stuck"}
 GRACE_S = 1.0
 """Past its timeout, how long the end of the run waits for a killed hook to be reaped."""
 
@@ -82,22 +86,23 @@ def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
     waiting = outage.event(record)
     if waiting is not None:
         return [waiting]
-    kind = record.kind
     if isinstance(record, RunEnd):
         said = f"run ended: {record.reason}" + (f" ({record.detail})" if record.detail else "")
         events = [Event("run_end", said)]
         if record.reason == EndReason.ERROR:
             events.append(Event("error", said))
-        # By name: the loops' end reason.
-        if str(record.reason) == "stuck":
+        if record.reason == EndReason.STUCK:
             events.append(Event("stuck", said))
         return events
     if isinstance(record, SessionStart) and record.reason != "fresh":
         return [Event("restart", f"session {record.session} started after {record.reason}")]
-    if kind == "told":
+    if isinstance(record, LoopDetected):
+        action = LOOP_ACTIONS.get(record.level, f"level {record.level}")
+        return [Event("loop", f"session {record.session} loops ({record.loop}): {action}")]
+    if isinstance(record, Told):
         return [Event("told", "the operator's message was delivered to the agent")]
-    if kind == "paused":
-        return [Event("paused", f"run paused by {getattr(record, 'by', 'operator')}")]
+    if isinstance(record, Paused):
+        return [Event("paused", f"run paused by {record.by}")]
     return []
 
 
