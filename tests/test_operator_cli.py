@@ -123,3 +123,20 @@ def test_a_pause_holds_across_kill_9_and_restart_with_no_model_call(project: Pro
         assert restarted.returncode == 0, stderr
         assert len(server.chat_requests()) == 4
     assert kinds(project, "paused", "resumed") == ["paused", "resumed"]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_a_paused_run_at_once_and_it_stays_paused(
+    project: Project, stop: signal.Signals
+) -> None:
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        assert project.run("pause").returncode == 0  # a run not running starts paused
+        process = project.start("run")
+        wait_for(lambda: kinds(project, "paused"))
+        process.send_signal(stop)
+        _, stderr = process.communicate(timeout=20)
+        assert server.chat_requests() == []
+    assert process.returncode == 0, stderr
+    assert project.events("run_end")[-1]["reason"] == "stopped"
+    assert kinds(project, "paused", "resumed") == ["paused"]
