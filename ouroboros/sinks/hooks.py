@@ -82,7 +82,7 @@ class Outage:
 
 
 def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
-    """The events `record` is, for the hooks."""
+    """The events `record` is, for the hooks, the most specific first."""
     waiting = outage.event(record)
     if waiting is not None:
         return [waiting]
@@ -90,9 +90,9 @@ def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
         said = f"run ended: {record.reason}" + (f" ({record.detail})" if record.detail else "")
         events = [Event("run_end", said)]
         if record.reason == EndReason.ERROR:
-            events.append(Event("error", said))
+            events.insert(0, Event("error", said))
         if record.reason == EndReason.STUCK:
-            events.append(Event("stuck", said))
+            events.insert(0, Event("stuck", said))
         return events
     if isinstance(record, SessionStart) and record.reason != "fresh":
         return [Event("restart", f"session {record.session} started after {record.reason}")]
@@ -134,11 +134,19 @@ class Hooks:
 
     def __call__(self, record: JournalRecord, state: RunState) -> None:
         self.report_failures()
+        started: set[int] = set()
         for event in events_of(record, self.outage):
-            hooks = [hook for hook in self.settings.on if event.name in hook.events]
+            # A hook runs once a record, on the most specific of its events (a run stopped as
+            # stuck is one notification, not a `stuck` and a `run_end`).
+            hooks = [
+                (number, hook)
+                for number, hook in enumerate(self.settings.on)
+                if event.name in hook.events and number not in started
+            ]
             if hooks and self.due(event.name):
                 payload = self.payload(event, record, state)
-                for hook in hooks:
+                for number, hook in hooks:
+                    started.add(number)
                     self.start(hook, event, payload)
 
     def due(self, name: str) -> bool:
