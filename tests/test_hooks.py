@@ -135,7 +135,7 @@ def test_a_hung_hook_is_killed_at_its_timeout_and_never_holds_the_run(project: P
         requests += 1
         if requests == 2:
             # The call after the restart: the restart's hook is still running.
-            wait_for(pids.exists)
+            wait_for(lambda: pids.exists() and pids.read_text().strip())
             seen_alive.append(alive(int(pids.read_text().split()[0])))
             return Reply(tool_calls=[tool("finish", summary="done")])
         return Reply(tool_calls=[tool("list_dir", path=".")])
