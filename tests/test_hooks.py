@@ -196,8 +196,11 @@ def test_a_burst_of_one_event_runs_its_hook_once_per_interval(tmp_path: Path) ->
     assert sorted((e["record"]["session"], e["skipped"]) for e in events) == [(2, 0), (6, 3)]
 
 
-def test_waiting_for_the_server_runs_its_hook_once_an_outage(
-    project: Project, server: ScriptedServer
+@pytest.mark.parametrize(
+    ("after_min", "expected"), [(0, ["waiting", "run_end"]), (10, ["run_end"])]
+)
+def test_waiting_for_the_server_runs_its_hook_once_an_outage_past_its_minutes(
+    project: Project, server: ScriptedServer, after_min: float, expected: list[str]
 ) -> None:
     out = project.root / "events.jsonl"
     server.add(
@@ -209,7 +212,7 @@ def test_waiting_for_the_server_runs_its_hook_once_an_outage(
     project.configure(
         server.url,
         hooks={
-            "waiting_after_min": 0,
+            "waiting_after_min": after_min,
             "min_interval_s": 0,
             "on": [{"events": EVENTS, "command": recorder(out)}],
         },
@@ -217,9 +220,10 @@ def test_waiting_for_the_server_runs_its_hook_once_an_outage(
     ran = project.run("run")
     assert ran.returncode == 0, ran.stderr
     events = recorded(out)
-    assert [e["event"] for e in events] == ["waiting", "run_end"]
-    assert "waiting for the model server" in events[0]["summary"]
-    assert "loading model" in events[0]["summary"]
+    assert [e["event"] for e in events] == expected
+    if after_min == 0:
+        assert "waiting for the model server" in events[0]["summary"]
+        assert "loading model" in events[0]["summary"]
 
 
 def test_a_run_that_fails_runs_the_error_hook(project: Project, server: ScriptedServer) -> None:
