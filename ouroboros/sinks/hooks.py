@@ -124,7 +124,7 @@ class Hooks:
         self.running: list[threading.Thread] = []
         self.failures: SimpleQueue[str] = SimpleQueue()
         self.journal: Journal | None = None
-        self.warning = False
+        self.reporting = False
 
     def attach(self, journal: Journal) -> None:
         """Last of the journal's sinks: a warning it writes follows the record that made it
@@ -214,9 +214,9 @@ class Hooks:
 
     def report_failures(self) -> None:
         """The failed hooks' warnings, into the journal (from the run's thread only)."""
-        if self.journal is None or self.warning:
+        if self.journal is None or self.reporting:
             return
-        self.warning = True  # the warning's own record comes back here
+        self.reporting = True  # the warning's own record comes back here
         try:
             while True:
                 try:
@@ -225,7 +225,7 @@ class Hooks:
                     return
                 self.journal.notify("warning", failure)
         finally:
-            self.warning = False
+            self.reporting = False
 
     def close(self) -> None:
         """Waits for the hooks still running, each bounded by its timeout (then killed), and
