@@ -15,6 +15,7 @@ from ouroboros.config_file import load_settings
 from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.observe.describe import describe
+from ouroboros.observe.report import notable_table
 from ouroboros.observe.status import read_status, render_status
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
@@ -119,6 +120,10 @@ def test_a_loop_is_nudged_then_restarted_then_stops_the_run_as_stuck(project: Pr
     panel = render_status(read_status(project.state), lambda: settings)
     Console(file=out, width=200).print(panel)
     assert "4 caught" in out.getvalue()
+    assert "repeat -> stuck" in out.getvalue()
+    listed = notable_table(project.events())
+    assert "loop <b>4</b>" in listed
+    assert "level=3" in listed
     assert "repeat -> stuck" in out.getvalue()
 
 
