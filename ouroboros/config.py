@@ -10,7 +10,14 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -127,6 +134,14 @@ class LoopSettings(_Section):
     max_loops: int = Field(3, ge=0)
     """Restarts for a loop in the run; a loop after the nudge once they are spent stops the run
     as `stuck`."""
+
+    @field_validator("repeat_after", "cycle_repeats", "failing_after", "no_calls_after")
+    @classmethod
+    def _twice_at_least(cls, value: int, info: ValidationInfo) -> int:
+        # Once is not a loop: 1 would stop every run.
+        if value == 1:
+            raise ValueError(f"loops.{info.field_name} is 0 (not watched) or at least 2, not 1")
+        return value
 
 
 class ToolSettings(_Section):

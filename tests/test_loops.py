@@ -7,6 +7,9 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
+from pydantic import ValidationError
+
 from ouroboros.config import LoopSettings
 from ouroboros.context import loops, policy, room
 from ouroboros.context.policy import End
@@ -183,3 +186,10 @@ def test_a_loop_is_named_then_restarted_then_stops_the_run_as_stuck() -> None:
     assert [type(d) for d in stuck] == [LoopDetected, End]
     assert isinstance(stuck[1], End)
     assert stuck[1].reason == EndReason.STUCK
+
+
+def test_a_loop_is_at_least_twice() -> None:
+    for key in ("repeat_after", "cycle_repeats", "failing_after", "no_calls_after"):
+        with pytest.raises(ValidationError, match=f"loops.{key} is 0 .* or at least 2"):
+            LoopSettings.model_validate({key: 1})
+        assert LoopSettings.model_validate({key: 0}) != LoopSettings.model_validate({key: 2})
