@@ -177,3 +177,32 @@ def test_a_pause_holds_after_a_kill_and_the_restarted_run_waits_for_resume(
     assert len(second.chat_requests()) == 1
     kinds = [r["kind"] for r in journal(project) if r["kind"] in ("paused", "resumed")]
     assert kinds == ["paused", "resumed"]
+
+
+def test_auto_restart_off_pauses_before_a_restart_and_once_after_a_kill(project: Project) -> None:
+    model = Scripted(shell_agent)
+    clock = PausedClock(project.state, model.requests, resume_after=3)
+    session, limits = {"max_turns": 1}, {"auto_restart": False, "max_total_turns": 2}
+    result = run_here(project, model, clock=clock, session=session, supervisor=limits)
+    assert result.returncode == 0, result.stderr
+    assert clock.calls_at_sleeps == [1, 1, 1]
+    wanted = ("paused", "resumed", "session_start")
+    assert kinds_of(project, *wanted) == ["session_start", "paused", "resumed", "session_start"]
+    assert project.events("paused")[0]["by"] == "auto_restart = false"
+    # Killed between the resume and the new session's start: it goes on without a second pause.
+    path = project.state / "journal.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    resumed = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "resumed")
+    path.write_text("".join(lines[: resumed + 1]))
+    (project.state / "journal.jsonl.snapshot").unlink(missing_ok=True)
+    again = Scripted(shell_agent)
+    clock = PausedClock(project.state, again.requests, resume_after=3)  # were it to pause
+    result = run_here(project, again, clock=clock, session=session, supervisor=limits)
+    assert result.returncode == 0, result.stderr
+    assert kinds_of(project, *wanted) == ["session_start", "paused", "resumed", "session_start"]
+    assert len(again.chat_requests()) == 1
+    assert clock.calls_at_sleeps == []
+
+
+def kinds_of(project: Project, *wanted: str) -> list[str]:
+    return [r["kind"] for r in journal(project) if r["kind"] in wanted]

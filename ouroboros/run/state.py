@@ -125,6 +125,9 @@ class RunState:
     """Operator messages delivered (`Told`): id -> when; an inbox file of one is not again."""
     paused: Paused | None = None
     """Since when and by whom the run is paused; None while it goes on."""
+    resumed_between: bool = field(default=False, metadata=SESSION)
+    """Resumed since the session ended: the next one starts without pausing again (after a
+    kill between the `resume` and its start, with `auto_restart = false`)."""
 
     def __post_init__(self) -> None:
         # A snapshot's list becomes the bounded deque again.
@@ -224,6 +227,7 @@ class RunState:
     @apply.register
     def _(self, record: Resumed) -> None:
         self.paused = None
+        self.resumed_between = not self.session_open
 
     @apply.register
     def _(self, record: LoopDetected) -> None:

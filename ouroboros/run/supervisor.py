@@ -109,7 +109,7 @@ class Supervisor:
             return self.finished(EndReason.MAX_RESTARTS, f"{state.restarts} restarts")
         if not self.settings.supervisor.auto_restart:
             # The run pauses between sessions: `resume` (or Enter here) goes on, as from a pause.
-            if state.paused is None:
+            if state.paused is None and not state.resumed_between:
                 self.journal.append(Paused(by=operator.BY_AUTO_RESTART_OFF))
             state_dir, clock = self.settings.paths.state_dir, self.parts.clock
             await operator.hold(state_dir, self.journal, clock, enter=True)
