@@ -126,8 +126,7 @@ class RunState:
     paused: Paused | None = None
     """Since when and by whom the run is paused; None while it goes on."""
     resumed_between: bool = field(default=False, metadata=SESSION)
-    """Resumed since the session ended: the next one starts without pausing again (after a
-    kill between the `resume` and its start, with `auto_restart = false`)."""
+    """Resumed since the session ended: the next starts without another pause (a kill before)."""
 
     def __post_init__(self) -> None:
         # A snapshot's list becomes the bounded deque again.
@@ -221,13 +220,9 @@ class RunState:
         self._message(record.message)
 
     @apply.register
-    def _(self, record: Paused) -> None:
-        self.paused = record
-
-    @apply.register
-    def _(self, record: Resumed) -> None:
-        self.paused = None
-        self.resumed_between = not self.session_open
+    def _(self, record: Paused | Resumed) -> None:
+        self.paused = record if isinstance(record, Paused) else None
+        self.resumed_between = isinstance(record, Resumed) and not self.session_open
 
     @apply.register
     def _(self, record: LoopDetected) -> None:
