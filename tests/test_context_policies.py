@@ -7,7 +7,7 @@ import re
 from typing import Literal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ouroboros.context.ledger import Counting, Ledger
@@ -230,6 +230,7 @@ def test_what_a_round_makes_the_server_process_again(
 
 
 @given(st.text(min_size=0, max_size=3000), st.integers(256, 2000))
+@example("0" * 28 + "\x80" * 110 + "ĳ" * 80 + "ŞŞşş͠Ṱ", 256)  # a cut inside a character
 @settings(max_examples=300, deadline=None)
 def test_cap_output_bounds_and_utf8(text: str, limit: int) -> None:
     capped = cap_output(text, limit, spill_path=".outputs/abc.txt")

@@ -85,8 +85,9 @@ def cap_output(
     if len(data) <= max_bytes:
         return Capped(text, size, len(data))
     room = max(0, max_bytes - MARKER_ALLOWANCE)
-    head = _head(data, int(room * HEAD_SHARE))
-    tail = _tail(data, room - int(room * HEAD_SHARE))
+    # Whole characters only: what is counted as kept is what is shown.
+    head = _text(_head(data, int(room * HEAD_SHARE))).encode()
+    tail = _text(_tail(data, room - int(room * HEAD_SHARE))).encode()
     kept_lines = head.count(b"\n") + len(tail.splitlines())
     note = marker(size - len(head) - len(tail), lines - kept_lines, (lines, size), spill_path)
     result = _text(head) + note + _text(tail)
