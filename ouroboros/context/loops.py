@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 SHOWN_CHARS = 80
 """Of a call or a reply, in the evidence: enough to recognise it."""
+FAILURES_LOOKED_AT = 4
+"""Of the newest failing calls, so many times the threshold are looked at for one that failed
+the same way that often."""
 
 
 @dataclass
@@ -80,17 +83,29 @@ def failed(result: ToolMessage) -> bool:
     return result.error or result.exit_code not in (0, None)
 
 
-def calls_with_results(view: ContextView, start: int) -> list[tuple[str, ToolMessage]]:
-    """Each call from `start` on that has its result, in order: (the call, the result)."""
-    history = view.history[start:]
-    results = {m.tool_call_id: m for m in history if isinstance(m, ToolMessage)}
-    return [
-        (f"{c.name} {c.arguments}", results[c.id])
-        for m in history
-        if isinstance(m, AssistantMessage)
-        for c in m.tool_calls
-        if c.id in results
-    ]
+def calls_with_results(
+    view: ContextView, start: int, most: int | None = None
+) -> list[tuple[str, ToolMessage]]:
+    """The calls from `start` on that have their result, in order: (the call, the result); only
+    the newest `most` of them when given (read from the end: a step costs what it looks at,
+    not the session's length)."""
+    results: dict[str, ToolMessage] = {}
+    found: list[tuple[str, ToolMessage]] = []
+    history = view.history
+    for index in range(len(history) - 1, start - 1, -1):
+        message = history[index]
+        if isinstance(message, ToolMessage):
+            results[message.tool_call_id] = message
+        elif isinstance(message, AssistantMessage):
+            found.extend(
+                (f"{c.name} {c.arguments}", results[c.id])
+                for c in reversed(message.tool_calls)
+                if c.id in results
+            )
+            if most is not None and len(found) >= most:
+                break
+    found.reverse()
+    return found if most is None else found[-most:]
 
 
 def session_calls(view: ContextView, start: int) -> list[tuple[str, str]]:
@@ -109,7 +124,9 @@ def repeated_call(state: RunState, after: int) -> Loop | None:
     without calls neither counts nor breaks the run)."""
     newest: list[str] | None = None
     count = 0
-    for message in reversed(state.view.history[_start(state) :]):
+    history = state.view.history
+    for index in range(len(history) - 1, _start(state) - 1, -1):
+        message = history[index]
         if not isinstance(message, AssistantMessage) or not message.tool_calls:
             continue
         calls = [f"{c.name} {c.arguments}" for c in message.tool_calls]
@@ -123,7 +140,8 @@ def repeated_call(state: RunState, after: int) -> Loop | None:
 
 def cycle(state: RunState, repeats: int) -> Loop | None:
     """The newest calls are a cycle of two or three different calls, `repeats` times over."""
-    calls = [call for call, _ in calls_with_results(state.view, _start(state))]
+    newest = calls_with_results(state.view, _start(state), 3 * repeats)
+    calls = [call for call, _ in newest]
     for period in (2, 3):
         tail = calls[-period * repeats :]
         if len(tail) < period * repeats or len(set(tail[:period])) < period:
@@ -136,7 +154,8 @@ def cycle(state: RunState, repeats: int) -> Loop | None:
 def same_failure(state: RunState, after: int) -> Loop | None:
     """Among the newest calls, all failing, one failed the same way `after` times."""
     seen: dict[tuple[str, str], int] = {}
-    for call, result in reversed(calls_with_results(state.view, _start(state))):
+    newest = calls_with_results(state.view, _start(state), FAILURES_LOOKED_AT * after)
+    for call, result in reversed(newest):
         if not failed(result):
             break
         key = (call, digest(result.content))
@@ -149,11 +168,17 @@ def same_failure(state: RunState, after: int) -> Loop | None:
 
 def no_calls(state: RunState, after: int) -> Loop | None:
     """The newest `after` replies called no tool."""
-    replies = [m for m in state.view.history[_start(state) :] if isinstance(m, AssistantMessage)]
-    tail = replies[-after:]
-    if len(tail) < after or any(m.tool_calls for m in tail):
-        return None
-    return Loop(LoopKind.NO_CALLS, [short(tail[-1].content), f"{after} replies"])
+    tail: list[AssistantMessage] = []
+    history = state.view.history
+    for index in range(len(history) - 1, _start(state) - 1, -1):
+        message = history[index]
+        if isinstance(message, AssistantMessage):
+            if message.tool_calls:
+                return None
+            tail.append(message)
+            if len(tail) == after:
+                return Loop(LoopKind.NO_CALLS, [short(tail[0].content), f"{after} replies"])
+    return None
 
 
 def overflows(state: RunState, after: int) -> Loop | None:
@@ -166,7 +191,7 @@ def overflows(state: RunState, after: int) -> Loop | None:
 def repeated_session(state: RunState, after: int) -> Loop | None:
     """This session's newest `after` calls did what the previous session did, in the same
     order, with the same results."""
-    calls = calls_with_results(state.view, _start(state))[-after:]
+    calls = calls_with_results(state.view, _start(state), after)
     newest = [(digest(call), digest(result.content)) for call, result in calls]
     previous = state.loops.previous_calls
     if len(newest) < after:
