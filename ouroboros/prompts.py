@@ -132,6 +132,13 @@ CRASH_INTERRUPTED = (
 )
 
 
+def operator_cut(size: int, shown: int) -> str:
+    return (
+        f"\n[... the message is {size:,} bytes; only its first {shown:,} fit your context "
+        "window: ask for the rest in a shorter form if you need it]"
+    )
+
+
 def from_operator(text: str, sent_at: str) -> str:
     """A message `python -m ouroboros tell` left for the agent."""
     return (

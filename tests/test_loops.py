@@ -79,6 +79,15 @@ def test_the_same_call_three_times_is_a_repeat() -> None:
     assert caught(ran(started(), ok("a"), ok("b"), ok("a"))) is None
 
 
+def test_a_command_polled_while_its_output_changes_is_no_loop() -> None:
+    polls = [("tail -1 build.log", f"step {n}/9", 0) for n in (1, 2, 3)]
+    assert caught(ran(started(), *polls)) is None
+    cycle = [("make", "building", 0), ("tail -1 build.log", "", 0)]
+    assert (
+        caught(ran(started(), *[(c, f"{o} {n}", x) for n in range(3) for c, o, x in cycle])) is None
+    )
+
+
 def test_two_or_three_calls_in_turn_three_times_over_are_a_cycle() -> None:
     two = [ok("a"), ok("b")] * 3
     assert caught(ran(started(), *two[:-1])) is None

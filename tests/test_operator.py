@@ -206,3 +206,19 @@ def test_auto_restart_off_pauses_before_a_restart_and_once_after_a_kill(project:
 
 def kinds_of(project: Project, *wanted: str) -> list[str]:
     return [r["kind"] for r in journal(project) if r["kind"] in wanted]
+
+
+def test_a_message_longer_than_the_window_has_room_for_is_shown_cut(project: Project) -> None:
+    """A 15 KB message in a 4K window: shown cut (whole in the journal), never a prompt the
+    server refuses with every request after it."""
+    words = " ".join(f"w{i}" for i in range(2700))
+    inbox.post(project.state, "MARK " + words)
+    steps = [Reply(tool_calls=[tool("shell_exec", command=f"echo {n}")]) for n in range(4)]
+    ran = run_here(project, [*steps, Reply(tool_calls=[tool("finish", summary="done")])])
+    assert ran.returncode == 0, ran.stderr
+    assert not project.events("context_overflow")
+    [told] = [r for r in project.records("journal.jsonl") if r["kind"] == "told"]
+    assert told["text"] == "MARK " + words
+    shown = json.dumps(ran.chat_requests()[0])
+    assert "MARK" in shown
+    assert "only its first" in shown

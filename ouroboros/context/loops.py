@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 SHOWN_CHARS = 80
 """Of a call or a reply, in the evidence: enough to recognise it."""
+READING = frozenset({"file_read", "list_dir", "search_context"})
+"""Tools that only read: redoing them after a restart is finding one's bearings, not a loop."""
+READING_SPAN = 4
+"""Of the newest calls, so many times the threshold are looked at for the ones that are not
+reading."""
 FAILURES_LOOKED_AT = 4
 """Of the newest failing calls, so many times the threshold are looked at for one that failed
 the same way that often."""
@@ -40,8 +45,8 @@ class LoopTally:
     previous_calls: list[tuple[str, str]] = field(default_factory=list)
     """The calls of the session before this one, from its opening: (call, result) digests."""
     overflows: int = 0
-    """Prompts the server refused since the newest loop caught, in this session and those
-    before it that ended so (a refused prompt that cannot be made smaller ends a session)."""
+    """Sessions in a row that a refused prompt ended (one that cannot be made smaller ends its
+    session), since the newest loop caught."""
 
     def caught(self, record: LoopDetected) -> None:
         self.detections, self.latest, self.overflows = self.detections + 1, record, 0
@@ -57,6 +62,8 @@ class SessionLoops:
     """History index from which the detectors look: after the newest loop caught."""
     winding: LoopDetected | None = None
     """The loop the session winds down for, before its restart."""
+    refused: bool = False
+    """The server refused one of this session's prompts as too long."""
 
     def caught(self, record: LoopDetected, history_length: int) -> None:
         self.nudged, self.since = True, history_length
@@ -109,9 +116,12 @@ def calls_with_results(
 
 
 def session_calls(view: ContextView, start: int) -> list[tuple[str, str]]:
-    """The calls from `start` on as digests of the call and of its result."""
+    """The calls from `start` on that change or run something, as digests of the call and of
+    its result (reading is what an agent does to find its bearings after a restart)."""
     return [
-        (digest(call), digest(result.content)) for call, result in calls_with_results(view, start)
+        (digest(call), digest(result.content))
+        for call, result in calls_with_results(view, start)
+        if result.name not in READING
     ]
 
 
@@ -120,34 +130,39 @@ def _start(state: RunState) -> int:
 
 
 def repeated_call(state: RunState, after: int) -> Loop | None:
-    """The newest replies with calls made the same calls `after` times in a row (a reply
-    without calls neither counts nor breaks the run)."""
-    newest: list[str] | None = None
+    """The newest replies with calls made the same calls, with the same results, `after` times
+    in a row (a reply without calls neither counts nor breaks the run; a command polled while
+    its output changes is no loop)."""
+    newest: list[tuple[str, str]] | None = None
     count = 0
     history = state.view.history
+    results: dict[str, str] = {}
     for index in range(len(history) - 1, _start(state) - 1, -1):
         message = history[index]
+        if isinstance(message, ToolMessage):
+            results[message.tool_call_id] = digest(message.content)
         if not isinstance(message, AssistantMessage) or not message.tool_calls:
             continue
-        calls = [f"{c.name} {c.arguments}" for c in message.tool_calls]
+        calls = [(f"{c.name} {c.arguments}", results.get(c.id, "")) for c in message.tool_calls]
         if newest is not None and calls != newest:
             break
         newest, count = calls, count + 1
     if count < after:
         return None
-    return Loop(LoopKind.REPEAT, [*map(short, newest or []), f"{count} times"])
+    return Loop(LoopKind.REPEAT, [*(short(c) for c, _ in newest or []), f"{count} times"])
 
 
 def cycle(state: RunState, repeats: int) -> Loop | None:
     """The newest calls are a cycle of two or three different calls, `repeats` times over."""
     newest = calls_with_results(state.view, _start(state), 3 * repeats)
-    calls = [call for call, _ in newest]
+    calls = [(call, digest(result.content)) for call, result in newest]
     for period in (2, 3):
         tail = calls[-period * repeats :]
         if len(tail) < period * repeats or len(set(tail[:period])) < period:
             continue
         if all(tail[i] == tail[i % period] for i in range(len(tail))):
-            return Loop(LoopKind.CYCLE, [*map(short, tail[:period]), f"{repeats} times"])
+            shown = [short(call) for call, _ in tail[:period]]
+            return Loop(LoopKind.CYCLE, [*shown, f"{repeats} times"])
     return None
 
 
@@ -184,14 +199,20 @@ def no_calls(state: RunState, after: int) -> Loop | None:
 def overflows(state: RunState, after: int) -> Loop | None:
     """The server refused `after` prompts as too long, in this session and in the sessions just
     before it that ended so."""
-    count = state.loops.overflows
+    # Sessions that a refusal ended, and this one if it had one: refusals the harness made room
+    # for within one session are no loop.
+    count = state.loops.overflows + state.session_loops.refused
     return Loop(LoopKind.OVERFLOWS, [f"{count} prompts"]) if count >= after else None
 
 
 def repeated_session(state: RunState, after: int) -> Loop | None:
     """This session's newest `after` calls did what the previous session did, in the same
     order, with the same results."""
-    calls = calls_with_results(state.view, _start(state), after)
+    calls = [
+        (call, result)
+        for call, result in calls_with_results(state.view, _start(state), READING_SPAN * after)
+        if result.name not in READING
+    ][-after:]
     newest = [(digest(call), digest(result.content)) for call, result in calls]
     previous = state.loops.previous_calls
     if len(newest) < after:

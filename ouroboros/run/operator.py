@@ -28,11 +28,12 @@ BY_OPERATOR = "operator"
 BY_AUTO_RESTART_OFF = "auto_restart = false"
 
 
-async def safe_point(state_dir: Path, journal: Journal, clock: Clock) -> None:
-    """Pause if asked (and hold while paused), then deliver the messages waiting."""
+async def safe_point(state_dir: Path, journal: Journal, clock: Clock, room_bytes: int) -> None:
+    """Pause if asked (and hold while paused), then deliver the messages waiting, each cut to
+    `room_bytes`."""
     take_requests(state_dir, journal)
     await hold(state_dir, journal, clock)
-    deliver(state_dir, journal)
+    deliver(state_dir, journal, room_bytes)
 
 
 def take_requests(state_dir: Path, journal: Journal) -> None:
@@ -72,12 +73,14 @@ async def hold(state_dir: Path, journal: Journal, clock: Clock, enter: bool = Fa
         take_requests(state_dir, journal)
 
 
-def deliver(state_dir: Path, journal: Journal) -> None:
-    """Each message not yet delivered joins the session (journalled), then its file goes."""
+def deliver(state_dir: Path, journal: Journal, room_bytes: int) -> None:
+    """Each message not yet delivered joins the session (journalled whole), then its file goes.
+    The model is shown at most `room_bytes` of it: a message longer than the window has room
+    for would be refused with every prompt after it, in this session and the next."""
     state = journal.state
     for letter in inbox.letters(state_dir):
         if letter.message_id not in state.delivered:
-            content = prompts.from_operator(letter.text, letter.sent_at)
+            content = prompts.from_operator(fitted(letter.text, room_bytes), letter.sent_at)
             told = Told(
                 session=state.session,
                 message_id=letter.message_id,
@@ -87,3 +90,11 @@ def deliver(state_dir: Path, journal: Journal) -> None:
             )
             journal.append(told)
         inbox.remove(state_dir, letter.message_id)
+
+
+def fitted(text: str, room_bytes: int) -> str:
+    data = text.encode()
+    if len(data) <= room_bytes:
+        return text
+    kept = data[:room_bytes].decode(errors="ignore")
+    return kept + prompts.operator_cut(len(data), len(kept.encode()))

@@ -38,6 +38,11 @@ from ouroboros.tools import Tools
 from ouroboros.tools.builtin import finish_summary
 from ouroboros.tools.results import Fit
 
+TOLD_SHARE = 0.1
+"""Of the prompt budget, what one operator message may take (the rest is kept in the journal)."""
+BYTES_PER_TOKEN = 2
+"""Conservative: the densest text costs about a token every two bytes."""
+
 
 class SessionEnded(Exception):
     """The session is over; `reason` tells the supervisor whether to restart or stop."""
@@ -79,7 +84,10 @@ class Session:
         while True:
             self.check_limits()
             # After the limits: a message goes to a session that makes a call with it.
-            await operator.safe_point(self.settings.paths.state_dir, self.journal, self.clock)
+            room_bytes = int(self.rules.budget.prompt_budget * TOLD_SHARE * BYTES_PER_TOKEN)
+            await operator.safe_point(
+                self.settings.paths.state_dir, self.journal, self.clock, room_bytes
+            )
             reply, dropped = await self.call_model()
             at_max_tokens = reply.finish_reason == "length"
             await self.act_on(reply.message, at_max_tokens=at_max_tokens, dropped=dropped)

@@ -102,8 +102,10 @@ async def run(
             await client.aclose()
             if parts is not None:
                 parts.tools.close()
-            signal.signal(signal.SIGINT, handlers[0])
-            signal.signal(signal.SIGTERM, handlers[1])
+            # The run is over: a Ctrl-C while the last hooks get their time must not become a
+            # traceback (the handlers come back once they are done).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if failure is not None:
                 message = str(failure)
                 if isinstance(failure, LLMError) and not isinstance(failure, FatalError):
@@ -116,6 +118,8 @@ async def run(
             with contextlib.suppress(StateUnwritable):
                 hooks.close()
             journal.close()
+            signal.signal(signal.SIGINT, handlers[0])
+            signal.signal(signal.SIGTERM, handlers[1])
         if failure is not None:
             raise failure
         return outcome

@@ -201,10 +201,8 @@ class RunState:
         if record.once is not None:
             self.warned.add(record.once)
         if record.event == "context_overflow":
-            self.loops.overflows += 1
-            # Without a count (`Refused`) a resume asks again: nothing was learnt, so the same
-            # refusal leads to the same room.
-            self.refusal = record.message
+            # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
+            self.refusal, self.session_loops.refused = record.message, True
 
     @apply.register
     def _(self, record: SideCall) -> None:
@@ -236,7 +234,10 @@ class RunState:
         self.session_open = False
         self.ended_reason = record.reason
         self.ended_detail = record.detail
-        if record.reason != EndReason.CONTEXT_OVERFLOW:
+        # Only refusals no room could answer count: one the harness recovered from is no loop.
+        if record.reason == EndReason.CONTEXT_OVERFLOW:
+            self.loops.overflows += 1
+        else:
             self.loops.overflows = 0
 
     @apply.register
