@@ -152,9 +152,10 @@ class RunState:
     @apply.register
     def _(self, record: MessageRecord) -> None:
         self.refused_unanswered = False
-        if record.usage is not None:
-            # The reply's record is the first after its request: the view is what was sent.
-            self.last_request = (self.view.messages(), record.usage.prompt_tokens)
+        if (usage := record.usage) is not None:
+            # The view is what was sent (first record after it): kept while the check can use it.
+            checked = usage.cached_tokens is not None and "cache" not in self.warned
+            self.last_request = (self.view.messages(), usage.prompt_tokens) if checked else None
         self._message(record.message)
         if isinstance(record.message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
