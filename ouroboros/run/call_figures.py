@@ -2,11 +2,12 @@
 
 A call's tokens as the server counted them and as the harness estimated them (`Measurement`),
 where it stood against the lines (`CallFigures`), the window the server gave (`WindowFigures`)
-and the limits the run was started with (`RunLimits`).
+and the limits the run was started with (`RunLimits`); the prompt cache over a run (`PrefillTally`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -92,3 +93,24 @@ class RunLimits(BaseModel):
             max_turns=s.session.max_turns,
             wind_down_turns=s.session.wind_down_turns,
         )
+
+
+@dataclass
+class PrefillTally:
+    """The server's prompt cache over the run, from the calls whose server said (`Prefill`)."""
+
+    calls: int = 0
+    cached_tokens: int = 0
+    processed_tokens: int = 0
+    timed_calls: int = 0
+    prefill_ms: float = 0.0
+
+    def add(self, figures: CallFigures) -> None:
+        if figures.cached_tokens is None or figures.processed_tokens is None:
+            return
+        self.calls += 1
+        self.cached_tokens += figures.cached_tokens
+        self.processed_tokens += figures.processed_tokens
+        if figures.prefill_ms is not None:
+            self.timed_calls += 1
+            self.prefill_ms += figures.prefill_ms

@@ -9,30 +9,22 @@ an older version folds the same way.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from ouroboros.messages import Message, UserMessage
 from ouroboros.run.call_figures import CallFigures, Measurement, RunLimits, WindowFigures
+from ouroboros.run.operating import LoopDetected as LoopDetected
+from ouroboros.run.operating import Paused as Paused
+from ouroboros.run.operating import Resumed as Resumed
+from ouroboros.run.operating import Told as Told
 from ouroboros.run.reasons import EndReason as EndReason
 from ouroboros.run.reasons import LoopKind as LoopKind
 from ouroboros.run.reasons import MaskReason as MaskReason
-
-SCHEMA_VERSION = 2
-"""Written in every line. 1: before typed records (folds the same)."""
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-class Record(BaseModel):
-    # A field a later version removed is ignored rather than refused: old journals still fold.
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    v: int = SCHEMA_VERSION
-    ts: str = Field(default_factory=now_iso)
+from ouroboros.run.record_base import SCHEMA_VERSION as SCHEMA_VERSION
+from ouroboros.run.record_base import Record as Record
+from ouroboros.run.record_base import now_iso as now_iso
 
 
 class RunStart(Record):
@@ -194,44 +186,6 @@ class CompactionFailed(Record):
     projected_before: int | None = None
     projected_after: int | None = None
     retry_above: int = 0
-
-
-class Told(Record):
-    """A message from the operator (`python -m ouroboros tell`) delivered into the session:
-    written before its inbox file is removed, so a kill between the two delivers it once."""
-
-    kind: Literal["told"] = "told"
-    session: int
-    message_id: str
-    sent_at: str
-    text: str
-    """What the person wrote; `message` is how the agent was shown it."""
-    message: UserMessage
-
-
-class Paused(Record):
-    """The run holds at its safe point: no model call, no tool, until `resume`."""
-
-    kind: Literal["paused"] = "paused"
-    by: str
-    """`operator` (`python -m ouroboros pause`), or `auto_restart = false` between sessions."""
-
-
-class Resumed(Record):
-    kind: Literal["resumed"] = "resumed"
-    by: str = "operator"
-
-
-class LoopDetected(Record):
-    """The agent goes in circles (`context/loops.py`), and what is done: 1 a nudge (`message`
-    joins the session with this record), 2 a wind-down and restart, 3 a stop as `stuck`."""
-
-    kind: Literal["loop"] = "loop"
-    session: int
-    loop: LoopKind
-    evidence: list[str]
-    level: int
-    message: UserMessage | None = None
 
 
 class SessionEnd(Record):

@@ -15,7 +15,7 @@ from ouroboros.context.ledger import Ledger
 from ouroboros.context.loops import LoopTally, SessionLoops, session_calls
 from ouroboros.context.view import ContextView
 from ouroboros.messages import AssistantMessage, Message, UserMessage
-from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.run.call_figures import PrefillTally, RunLimits, WindowFigures
 from ouroboros.run.records import (
     Compaction,
     CompactionFailed,
@@ -38,28 +38,6 @@ from ouroboros.run.records import (
     ToolStarted,
     WindDown,
 )
-
-
-@dataclass
-class PrefillTally:
-    """The server's prompt cache over the run, from the calls whose server said (`Prefill`)."""
-
-    calls: int = 0
-    cached_tokens: int = 0
-    processed_tokens: int = 0
-    timed_calls: int = 0
-    prefill_ms: float = 0.0
-
-    def add(self, figures: CallFigures) -> None:
-        if figures.cached_tokens is None or figures.processed_tokens is None:
-            return
-        self.calls += 1
-        self.cached_tokens += figures.cached_tokens
-        self.processed_tokens += figures.processed_tokens
-        if figures.prefill_ms is not None:
-            self.timed_calls += 1
-            self.prefill_ms += figures.prefill_ms
-
 
 RECENT = 200
 """Replies and results looked at: the newest, so the lines follow what the agent does now."""
