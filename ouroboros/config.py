@@ -24,9 +24,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from ouroboros.mcp.settings import McpSettings
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+ToolProtocol = Literal["auto", "native", "text"]
 
 
 class LLMSettings(_Section):
@@ -60,6 +65,11 @@ class LLMSettings(_Section):
     """Tool calls of one reply that are run; the rest are dropped, and the agent told so."""
     max_tool_argument_bytes: int = Field(1 << 20, ge=1024)
     """A call whose arguments are longer is not run (an error result says so), nor stored whole."""
+    tool_protocol: ToolProtocol = "native"
+    """How tool calls travel: `native` (the server's tool calls; a call the model wrote as text
+    instead is recovered), `text` (tools described in the system prompt, one action block per
+    reply, for models or servers without tool calls), `auto` (native until the server refuses
+    tools or the model keeps writing its calls as text, then text for the rest of the run)."""
 
     @property
     def reply_byte_limit(self) -> int:
@@ -228,6 +238,15 @@ class HookSettings(_Section):
     """Minutes of failed calls to the model server before the `waiting` event."""
 
 
+class CheckpointSettings(_Section):
+    """A snapshot of the workspace at each session start, in a git repository in the state
+    folder (`run/checkpoints.py`); `python -m ouroboros rewind` restores one."""
+
+    enabled: bool = True
+    max_bytes: int = Field(100_000_000, ge=0)
+    """Bytes of files one snapshot holds at most: the files past it are left out, with a warning."""
+
+
 class PathSettings(_Section):
     """Where things live; relative paths resolve against the config file's folder."""
 
@@ -250,7 +269,9 @@ class Settings(BaseSettings):
     supervisor: SupervisorSettings = SupervisorSettings()
     tools: ToolSettings = ToolSettings()
     hooks: HookSettings = HookSettings()
+    checkpoints: CheckpointSettings = CheckpointSettings()
     paths: PathSettings = PathSettings()
+    mcp: McpSettings = McpSettings()
 
     @model_validator(mode="after")
     def _soft_below_hard(self) -> Settings:

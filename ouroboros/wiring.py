@@ -10,12 +10,15 @@ from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.plan import plan_bytes
 from ouroboros.context.room import Rules
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.errors import RunError
+from ouroboros.mcp.hub import McpHub
 from ouroboros.model.llm import LLMClient, Model
 from ouroboros.model.retry import retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
+from ouroboros.run import tool_protocol
 from ouroboros.run.call_figures import WindowFigures
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import started_mark
@@ -60,7 +63,7 @@ async def discover_server(settings: Settings, client: LLMClient, journal: Journa
         )
     for warning in info.cache_warnings:
         journal.notify("warning", warning)
-    if info.renders_tools is False:
+    if info.renders_tools is False and s.llm.tool_protocol == "native":
         journal.notify(
             "warning",
             "the model's chat template cannot render tools: the server drops the "
@@ -96,6 +99,7 @@ def build_parts(
     info: ServerInfo,
     journal: Journal,
     clock: Clock = SYSTEM_CLOCK,
+    mcp: McpHub | None = None,
 ) -> tuple[Parts, WindowFigures]:
     """What the run's sessions work with, from the settings and what the server is: the window
     and its lines, the rules of the context policy, the tools."""
@@ -104,7 +108,10 @@ def build_parts(
     budget = Budget(window.context_limit, window.prompt_budget, window.soft_line, window.hard_line)
     counting = Counting(budget.limit, info.truncates_silently, info.counts_whole_prompt)
     tools = build_tools(s, budget, journal)
-    schema_raw = tools_estimate(tools.schemas()) if info.renders_tools is not False else 0
+    if mcp is not None:  # before the schemas are counted: the servers' tools are among them
+        mcp.offer(tools, budget.prompt_budget)
+    renders = info.renders_tools is not False
+    schema_raw = tool_protocol.schema_raw(s.llm.tool_protocol, tools.schemas(), renders)
     rules = Rules(
         budget,
         mask_policy(s, budget),
@@ -114,7 +121,8 @@ def build_parts(
         schema_raw,
         s.loops,
     )
-    return Parts(s, model, tools, journal, rules, counting, clock=clock), window
+    spoken = tool_protocol.ProtocolModel(model, journal, s.llm.tool_protocol, renders)
+    return Parts(s, spoken, tools, journal, rules, counting, clock=clock), window
 
 
 def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRunner:
@@ -160,6 +168,7 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
             [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
         ),
         scratch=tmp,
+        plan_bytes=plan_bytes(budget.prompt_budget),
     )
 
 

@@ -10,6 +10,9 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 from rich.text import Text
 
+from ouroboros.mcp.records import offered_text
+from ouroboros.observe.checkpoint_view import DESCRIBED as CHECKPOINTS
+from ouroboros.observe.plan_view import change_text
 from ouroboros.printable import printable
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
@@ -176,6 +179,16 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     "told": ("bold cyan", lambda r: f"told (sent {str(r.get('sent_at'))[11:19]}): {r.get('text')}"),
     "paused": ("bold yellow", lambda r: f"paused by {r.get('by')}: {r.get('message')}"),
     "resumed": ("bold", lambda r: f"resumed by {r.get('by')}"),
+    "plan": ("cyan", change_text),
+    **CHECKPOINTS,
+    "mcp_offered": ("dim", lambda r: f"mcp: {offered_text(r)}"),
+    "mcp_fault": (
+        "yellow",
+        lambda r: (
+            f"mcp server {r.get('server')} ({r.get('tool')}): {r.get('fault')}; "
+            f"{r.get('restarts_left')} restart(s) left this session"
+        ),
+    ),
     "error": ("bold red", lambda r: f"error: {r.get('message')}"),
     "tool_call": (
         "dim",

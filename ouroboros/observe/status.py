@@ -24,8 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ouroboros.errors import ConfigError
-from ouroboros.observe.describe import ZONE_STYLE, bar, describe, figure, line_marks, loop_text
+from ouroboros.observe.checkpoint_view import checkpoints_status
+from ouroboros.observe.describe import describe, loop_text
 from ouroboros.observe.liveness import Liveness, liveness
+from ouroboros.observe.plan_view import plan_status
+from ouroboros.observe.status_rows import cache_text, context_text
 from ouroboros.printable import printable
 from ouroboros.run.state_folder import INBOX, JOURNAL, SUMMARY
 from ouroboros.sinks import summary
@@ -151,33 +154,6 @@ def _limits_left(limits: dict[str, Any], figures: StatusFigures) -> list[tuple[s
     ]
 
 
-def _context(usage: dict[str, Any] | None) -> Text:
-    if usage is None:
-        return Text("no model call yet", style="dim")
-    zone = str(usage.get("zone", "normal"))
-    fraction = float(usage.get("fraction", 0.0))
-    text = Text(
-        f"{bar(fraction, lines=line_marks(usage))} {fraction:.0%} {zone}",
-        style=ZONE_STYLE.get(zone, "white"),
-    )
-    text.append(
-        f"  {figure(usage.get('total_tokens'))} of {figure(usage.get('prompt_budget'))} tokens "
-        f"(session {usage.get('session')}, turn {usage.get('turn')}, {usage.get('source')})"
-    )
-    return text
-
-
-def _cache(prefill: dict[str, Any]) -> Text:
-    cached, processed = prefill.get("cached_tokens", 0), prefill.get("processed_tokens", 0)
-    if not cached + processed:
-        return Text("not reported by the server", style="dim")
-    text = f"{cached / (cached + processed):.0%} of prompt tokens cached over "
-    text += f"{prefill.get('calls', 0):,} calls"
-    if prefill.get("timed_calls"):
-        text += f", prefill {prefill['prefill_ms'] / prefill['timed_calls'] / 1000:.1f} s per call"
-    return Text(text)
-
-
 def _event(line: dict[str, Any] | None, now: float) -> Text:
     if line is None:
         return Text("none yet", style="dim")
@@ -231,13 +207,17 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     if (loops := run.get("loops")) and (latest := loops["latest"]):
         said = f"{loops['detections']} caught, the newest {_age(latest['ts'], figures.now)}: "
         grid.add_row("loops", Text(said + printable(loop_text(latest)), style="yellow"))
-    grid.add_row("context", _context(figures.usage))
+    grid.add_row("plan", plan_status(run.get("plan")))
+    grid.add_row("context", context_text(figures.usage))
+    grid.add_row("checkpoints", checkpoints_status(run.get("checkpoints")))
+    grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
+    grid.add_row("mcp", printable(run.get("mcp") or "no servers"))
     tokens = run["prompt_tokens"] + run["completion_tokens"]
     grid.add_row(
         "tokens",
         f"{run['prompt_tokens']:,} prompt + {run['completion_tokens']:,} completion = {tokens:,}",
     )
-    grid.add_row("prompt cache", _cache(run.get("prefill") or {}))
+    grid.add_row("prompt cache", cache_text(run.get("prefill") or {}))
     last_call = figures.usage.get("ts") if figures.usage else None
     grid.add_row("last model call", _age(last_call, figures.now))
     grid.add_row("last event", _event(figures.last_event, figures.now))

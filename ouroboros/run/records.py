@@ -13,8 +13,13 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
+from ouroboros.context.plan import PlanItem
+from ouroboros.mcp.records import McpFault as McpFault
+from ouroboros.mcp.records import McpOffered as McpOffered
 from ouroboros.messages import Message, UserMessage
 from ouroboros.run.call_figures import CallFigures, Measurement, RunLimits, WindowFigures
+from ouroboros.run.checkpoint_records import Checkpoint as Checkpoint
+from ouroboros.run.checkpoint_records import Rewound as Rewound
 from ouroboros.run.operating import LoopDetected as LoopDetected
 from ouroboros.run.operating import Paused as Paused
 from ouroboros.run.operating import Resumed as Resumed
@@ -74,6 +79,12 @@ class MessageRecord(Record):
     the new id -> the id the server sent (`reply_checks`)."""
     dropped_calls: int | None = None
     """Calls of this reply past `llm.max_tool_calls_per_reply`: not recorded, not run."""
+    calls_from_text: str | None = None
+    """The format this reply's calls were read from its text in (`llm.tool_protocol`): `hermes`,
+    `json`, `fenced_json`, `mistral` (recovered: the server sent no call), `bash`, `json_action`
+    (the text protocol's action blocks)."""
+    plan: list[PlanItem] | None = None
+    """The plan a `plan` call saved, with its result: the plan changes with this very record."""
 
 
 class ToolStarted(Record):
@@ -222,6 +233,10 @@ JournalRecord = Annotated[
     | Told
     | Paused
     | Resumed
+    | Checkpoint
+    | Rewound
+    | McpOffered
+    | McpFault
     | SessionEnd
     | RunEnd,
     Field(discriminator="kind"),

@@ -11,6 +11,7 @@ import anyio
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.errors import RunError, StateUnwritable
+from ouroboros.mcp.hub import mcp_servers
 from ouroboros.model.llm import FatalError, LLMClient, LLMError, Model
 from ouroboros.model.servers import ServerInfo
 from ouroboros.run.journal import Journal
@@ -88,10 +89,11 @@ async def run(
                             outcome = RunOutcome("this run already finished; use --fresh", 0)
                         else:
                             found = info or await discover_server(settings, client, journal)
-                            parts, window = build_parts(
-                                settings, model or client, found, journal, clock
-                            )
-                            outcome = await Supervisor(parts, window).run()
+                            async with mcp_servers(settings, journal) as mcp:
+                                parts, window = build_parts(
+                                    settings, model or client, found, journal, clock, mcp
+                                )
+                                outcome = await Supervisor(parts, window).run()
                     except (LLMError, RunError, StateUnwritable) as e:
                         failure = e
                     tg.cancel_scope.cancel()

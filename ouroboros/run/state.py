@@ -14,8 +14,12 @@ from functools import singledispatchmethod
 from ouroboros.context.ledger import Ledger
 from ouroboros.context.loops import LoopTally, SessionLoops, session_calls
 from ouroboros.context.view import ContextView
+from ouroboros.mcp.records import McpFault, McpOffered, McpTally
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.run.call_figures import PrefillTally, RunLimits, WindowFigures
+from ouroboros.run.checkpoint_records import Checkpoint, Checkpoints, Rewound
+from ouroboros.run.plan import RunPlan
+from ouroboros.run.protocol_tally import ProtocolTally
 from ouroboros.run.records import (
     Compaction,
     CompactionFailed,
@@ -105,6 +109,12 @@ class RunState:
     """Since when and by whom the run is paused; None while it goes on."""
     resumed_between: bool = field(default=False, metadata=SESSION)
     """Resumed since the session ended: the next starts without another pause (a kill before)."""
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    plan: RunPlan = field(default_factory=RunPlan)
+    """The agent's plan: the newest a `plan` call saved (shown at every session's start)."""
+    protocol: ProtocolTally = field(default_factory=ProtocolTally)
+    """Calls read from replies' text, and `auto`'s switch to the text protocol."""
+    mcp: McpTally = field(default_factory=McpTally)
 
     def __post_init__(self) -> None:
         # A snapshot's list becomes the bounded deque again.
@@ -137,6 +147,8 @@ class RunState:
         self._message(record.message)
         if isinstance(record.message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
+        self.plan.apply(record)
+        self.protocol.message(record)
         if record.usage is not None:
             self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
             self.ledger.apply(record.usage)
@@ -179,6 +191,7 @@ class RunState:
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
+        self.protocol.notice(record)
         if record.event == "context_overflow":
             # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
             self.refusal, self.session_loops.refused = record.message, True
@@ -200,6 +213,14 @@ class RunState:
     def _(self, record: Paused | Resumed) -> None:
         self.paused = record if isinstance(record, Paused) else None
         self.resumed_between = isinstance(record, Resumed) and not self.session_open
+
+    @apply.register
+    def _(self, record: Checkpoint | Rewound) -> None:
+        self.checkpoints.apply(record)
+
+    @apply.register
+    def _(self, record: McpOffered | McpFault) -> None:
+        self.mcp.apply(record)
 
     @apply.register
     def _(self, record: LoopDetected) -> None:

@@ -11,6 +11,8 @@ from functools import singledispatch
 from typing import Any
 
 from ouroboros.messages import ToolMessage
+from ouroboros.run.checkpoint_records import Checkpoint, Rewound
+from ouroboros.run.plan import plan_line
 from ouroboros.run.records import (
     SCHEMA_VERSION,
     Compaction,
@@ -19,6 +21,8 @@ from ouroboros.run.records import (
     EndReason,
     LoopDetected,
     Mask,
+    McpFault,
+    McpOffered,
     MessageRecord,
     Notice,
     Paused,
@@ -60,8 +64,12 @@ def _(record: MessageRecord, state: RunState) -> list[tuple[str, dict[str, Any]]
     if record.usage is not None:
         calls = len(getattr(record.message, "tool_calls", ()))
         made.append(token_usage(record.session, record.usage.model_dump(), state, calls))
+        if record.calls_from_text is not None:
+            made[-1][1]["calls_from_text"] = record.calls_from_text
     if record.tool is not None and isinstance(record.message, ToolMessage):
         made += tool_call(record.session, record.message, record.tool, state)
+    if record.plan is not None:
+        made.append(("plan", plan_line(record, state.plan)))
     return made
 
 
@@ -75,6 +83,16 @@ def _(record: Notice, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     said = {"message": record.message} if record.message else {}
     where = {} if record.session is None else {"session": record.session}
     return [(record.event, {**said, **where, **record.details})]
+
+
+@_lines.register
+def _(record: McpOffered | McpFault, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    return [(record.kind, record.model_dump(exclude={"v", "ts", "kind"}))]
+
+
+@_lines.register
+def _(record: Checkpoint | Rewound, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    return [record.line()]
 
 
 @_lines.register

@@ -60,6 +60,10 @@ def of_state(state: RunState) -> dict[str, Any]:
         },
         "limits": None if state.limits is None else state.limits.model_dump(),
         "window": None if state.window is None else state.window.model_dump(),
+        "checkpoints": state.checkpoints.summary(),
+        "tool_calls": state.protocol.line(),
+        "plan": state.plan.summary() if state.plan.changes else None,
+        "mcp": state.mcp.line(),
     }
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import anyio
 from pydantic import BaseModel, ValidationError
 
+from ouroboros.context.plan import MAX_PLAN_BYTES, PLAN_TOOL, PlanArgs, problem, saved
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
@@ -57,6 +58,8 @@ class Tools(Protocol):
 class _Tool:
     args: type[BaseModel]
     run: Callable[[Any], Awaitable[Output]]
+    schema: dict[str, Any] | None = None
+    """As offered, where it is not made from `args` (an MCP server's tool)."""
 
 
 class ToolRunner:
@@ -71,6 +74,7 @@ class ToolRunner:
         env: Mapping[str, str] | None = None,
         blocklist: Blocklist | None = None,
         scratch: Path | None = None,
+        plan_bytes: int = MAX_PLAN_BYTES,
     ):
         self.workspace = workspace
         self.scratch = scratch
@@ -93,11 +97,18 @@ class ToolRunner:
         async def finish(args: builtin.FinishArgs) -> Output:
             return Output(f"run finished: {args.summary}")
 
+        async def plan(args: PlanArgs) -> Output:
+            # Checked here, kept by the session: the result's record carries the plan.
+            if (wrong := problem(args.items, plan_bytes)) is not None:
+                raise ToolFailed(f"{wrong}. Nothing was changed")
+            return Output(saved(args.items))
+
         self.tools: dict[str, _Tool] = {
             "file_read": _Tool(builtin.FileReadArgs, threaded(builtin.file_read)),
             "file_write": _Tool(builtin.FileWriteArgs, threaded(builtin.file_write)),
             "list_dir": _Tool(builtin.ListDirArgs, threaded(builtin.list_dir)),
             "shell_exec": _Tool(builtin.ShellExecArgs, shell),
+            PLAN_TOOL: _Tool(PlanArgs, plan),
         }
         if state_dir is not None:
             searched = state_dir
@@ -118,9 +129,24 @@ class ToolRunner:
         if self.scratch is not None:
             remove_scratch(self.scratch)
 
+    def offer(
+        self,
+        name: str,
+        args: type[BaseModel],
+        run: Callable[[Any], Awaitable[Output]],
+        schema: dict[str, Any] | None = None,
+    ) -> None:
+        """One more tool, from outside the harness (`ouroboros/mcp`): never one of its own."""
+        if name in self.tools:
+            raise ValueError(f"a tool named {name} is offered already")
+        self.tools[name] = _Tool(args, run, schema)
+
     def schemas(self) -> list[dict[str, Any]]:
         result = []
         for name, tool in self.tools.items():
+            if tool.schema is not None:
+                result.append(tool.schema)
+                continue
             parameters = tool.args.model_json_schema()
             parameters.pop("title", None)
             for prop in parameters.get("properties", {}).values():

@@ -80,14 +80,15 @@ class Processes:
         return gaps + ([unlimited] if unlimited else []) + self.limits.lowered
 
     def start(
-        self, command: list[str], cwd: Path, env: Mapping[str, str]
+        self, command: list[str], cwd: Path, env: Mapping[str, str], talks: bool = False
     ) -> subprocess.Popen[bytes]:
-        """Start a command confined, in its own session and process group, output piped."""
+        """Start a command confined, in its own session and process group, output piped;
+        `talks`: its input and its errors piped apart too (an MCP server's)."""
         if self._watchdog is None:
             self._watchdog = self._start_watchdog()
         cgroup, pids = self._pids.for_command() if self._pids is not None else (None, None)
         try:
-            process = self._popen(command, cwd, env, pids)
+            process = self._popen(command, cwd, env, pids, talks)
         finally:
             if pids is not None:
                 os.close(pids)
@@ -98,15 +99,15 @@ class Processes:
         return process
 
     def _popen(
-        self, command: list[str], cwd: Path, env: Mapping[str, str], pids: int | None
+        self, command: list[str], cwd: Path, env: Mapping[str, str], pids: int | None, talks: bool
     ) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             command,
             cwd=cwd,
             env=dict(env),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if talks else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE if talks else subprocess.STDOUT,
             start_new_session=True,
             # Run between fork and exec: only pre-bound calls, no imports (threads exist).
             preexec_fn=self._child_setup(os.fsencode(os.path.abspath(cwd)), pids),

@@ -1,0 +1,207 @@
+"""The run's MCP servers: started when the run starts (`mcp_servers`, around the supervisor),
+their tools offered to the agent (`McpHub.offer`), each call routed to its server and its faults
+journalled, every server stopped when the run ends. Imports the SDK only where servers are
+configured: without the `[mcp]` extra a run without servers never needs it."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from ouroboros.config import Settings
+from ouroboros.context.tokens import tools_estimate
+from ouroboros.errors import RunError
+from ouroboros.mcp import catalogue
+from ouroboros.mcp.catalogue import CALL_TOOL, FIND_TOOL, FindToolsArgs, McpCallArgs, McpTool
+from ouroboros.mcp.names import tool_names
+from ouroboros.mcp.records import McpFault, McpOffered
+from ouroboros.mcp.schemas import normalised
+from ouroboros.run.journal import Journal
+from ouroboros.tools import ToolRunner
+from ouroboros.tools.builtin import Output, ToolFailed
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from ouroboros.mcp.server import McpServer
+    from ouroboros.mcp.spawn import Spawner
+
+
+class McpArguments(BaseModel):
+    """Whatever object the model sends: the server checks it against its own schema."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@asynccontextmanager
+async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[McpHub | None]:
+    """The configured servers started (None when there are none), and stopped at the end."""
+    if not any(s.enabled for s in settings.mcp.servers.values()):
+        yield None
+        return
+    if importlib.util.find_spec("mcp") is None:
+        raise RunError(
+            "[mcp.servers] is configured but the MCP client is not installed: "
+            "pip install -e '.[mcp]' (or remove the servers from the config)"
+        )
+    from ouroboros.mcp.spawn import Spawner
+
+    spawner = Spawner(settings, journal)
+    try:
+        async with anyio.create_task_group() as tg:
+            hub = McpHub(settings, journal, tg, spawner)
+            try:
+                await hub.start()
+                yield hub
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await hub.close()
+                tg.cancel_scope.cancel()
+    finally:
+        spawner.close()
+
+
+class McpHub:
+    def __init__(self, settings: Settings, journal: Journal, tg: TaskGroup, spawner: Spawner):
+        from ouroboros.mcp.server import McpServer
+
+        self.settings, self.journal, self.spawner = settings, journal, spawner
+        self.servers: dict[str, McpServer] = {
+            name: McpServer(name, server, spawner.opener(server), tg)
+            for name, server in settings.mcp.servers.items()
+            if server.enabled
+        }
+        self.listed: dict[str, list[Any]] = {}
+        self.failed: dict[str, str] = {}
+        self.tools: dict[str, McpTool] = {}
+        self.restarts: dict[tuple[str, int], int] = {}
+        """Restarts made, by server and session."""
+
+    async def start(self) -> None:
+        from ouroboros.mcp.server import ServerDown
+
+        async def connect(name: str, server: McpServer) -> None:
+            try:
+                self.listed[name] = await server.connect()
+            except ServerDown as e:
+                self.failed[name] = str(e)
+                self.journal.notify("warning", f"MCP server {name} did not start: {e}")
+
+        async with anyio.create_task_group() as tg:
+            for name, server in self.servers.items():
+                tg.start_soon(connect, name, server)
+
+    def offer(self, runner: ToolRunner, prompt_budget: int) -> None:
+        """Offer the tools directly, or through the two small tools when their schemas would
+        take more than `mcp.schema_share` of the prompt budget; journalled (`McpOffered`)."""
+        configured = self.settings.mcp.servers
+        wanted = [
+            (name, tool)
+            for name in self.servers
+            for tool in self.listed.get(name, [])
+            if _kept(tool.name, configured[name].enabled_tools, configured[name].disabled_tools)
+        ]
+        names = tool_names([(server, t.name) for server, t in wanted], runner.tools)
+        for offered, (server, t) in zip(names, wanted, strict=True):
+            tool = McpTool(offered, server, t.name, t.description or "", normalised(t.input_schema))
+            self.tools[offered] = tool
+        tools = list(self.tools.values())
+        tokens = catalogue.schema_tokens(tools)
+        share = int(self.settings.mcp.schema_share * prompt_budget)
+        mode = catalogue.mode_for(tokens, prompt_budget, self.settings.mcp.schema_share)
+        if mode == "direct":
+            for tool in tools:
+                runner.offer(tool.name, McpArguments, self._direct(tool), tool.schema())
+        else:
+            runner.offer(FIND_TOOL, FindToolsArgs, self._find)
+            runner.offer(CALL_TOOL, McpCallArgs, self._call)
+        offered_tokens = tools_estimate(
+            [s for s in runner.schemas() if s["function"]["name"] in {*self.tools, *_SEARCH}]
+        )
+        servers = {name: sum(t.server == name for t in tools) for name in self.listed}
+        self.journal.append(
+            McpOffered(
+                mode=mode,
+                servers=servers,
+                schema_tokens=tokens,
+                offered_tokens=offered_tokens,
+                share_tokens=share,
+                failed=self.failed,
+            )
+        )
+
+    def _direct(self, tool: McpTool) -> Any:
+        async def run(args: McpArguments) -> Output:
+            return await self.call(tool, dict(args.model_extra or {}))
+
+        return run
+
+    async def _find(self, args: FindToolsArgs) -> Output:
+        return Output(catalogue.find_answer(list(self.tools.values()), args.query, args.limit))
+
+    async def _call(self, args: McpCallArgs) -> Output:
+        tool = self.tools.get(args.name)
+        if tool is None:
+            raise ToolFailed(f"no MCP tool is named {args.name!r}: find one with {FIND_TOOL}")
+        return await self.call(tool, args.arguments)
+
+    async def call(self, tool: McpTool, arguments: dict[str, Any]) -> Output:
+        from ouroboros.mcp.server import ServerDown, answer
+
+        server = self.servers[tool.server]
+        if (broken := server.broken) is not None:
+            self._fault(tool, broken)
+            await server.drop(broken)
+        if server.live is None:
+            await self._restart(server, tool)
+        try:
+            result = await server.call(tool.tool, arguments)
+        except ServerDown as e:
+            left = self._fault(tool, str(e))
+            again = "it starts again at the next call" if left else "no restart left this session"
+            raise ToolFailed(f"MCP server {tool.server} {e} ({again})") from None
+        return Output(answer(result))
+
+    def _fault(self, tool: McpTool, fault: str) -> int:
+        session = self.journal.state.session
+        used = self.restarts.get((tool.server, session), 0)
+        left = max(0, self.settings.mcp.max_restarts - used)
+        self.journal.append(
+            McpFault(session=session, server=tool.server, tool=tool.tool, fault=fault,
+                     restarts_left=left)
+        )  # fmt: skip
+        return left
+
+    async def _restart(self, server: McpServer, tool: McpTool) -> None:
+        from ouroboros.mcp.server import ServerDown
+
+        key = (tool.server, self.journal.state.session)
+        used = self.restarts.get(key, 0)
+        if used >= self.settings.mcp.max_restarts:
+            raise ToolFailed(
+                f"MCP server {tool.server} is down ({server.last_fault}) and was started again "
+                f"{used} time(s) this session: not again before the next session"
+            )
+        self.restarts[key] = used + 1
+        try:
+            await server.connect()
+        except ServerDown as e:
+            self._fault(tool, f"did not start again: {e}")
+            raise ToolFailed(f"MCP server {tool.server} did not start again: {e}") from None
+
+    async def close(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for server in self.servers.values():
+                tg.start_soon(server.close)
+
+
+_SEARCH = (FIND_TOOL, CALL_TOOL)
+
+
+def _kept(tool: str, enabled: list[str] | None, disabled: list[str]) -> bool:
+    return (enabled is None or tool in enabled) and tool not in disabled

@@ -1,0 +1,88 @@
+"""The MCP client's journal records, and what the fold keeps of them (`McpTally`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ouroboros.run.record_base import Record
+
+
+class McpOffered(Record):
+    """The servers' tools as the run offers them: said at every start of the run."""
+
+    kind: Literal["mcp_offered"] = "mcp_offered"
+    mode: Literal["direct", "search"]
+    """`direct`: every tool's schema in every request; `search`: `mcp_find_tools` and
+    `mcp_call` instead, the schemas being over `schema_share` of the prompt budget."""
+    servers: dict[str, int]
+    """Tools offered, by server (started ones only)."""
+    schema_tokens: int
+    """Raw tokens all the servers' schemas would add to every request."""
+    offered_tokens: int
+    """Raw tokens of what is offered instead: the schemas, or the two small tools."""
+    share_tokens: int
+    """`mcp.schema_share` of the prompt budget."""
+    failed: dict[str, str] = {}
+    """Servers that did not start, and why."""
+
+
+class McpFault(Record):
+    """A server hung, crashed, sent too much or what is not JSON-RPC: the call that met it got a
+    one-line error, and the server is restarted at its next call while restarts are left."""
+
+    kind: Literal["mcp_fault"] = "mcp_fault"
+    session: int
+    server: str
+    tool: str
+    fault: str
+    restarts_left: int
+
+
+@dataclass
+class McpTally:
+    """What `status` says of MCP: the mode and its cost, and the faults."""
+
+    mode: str | None = None
+    servers: dict[str, int] = field(default_factory=dict)
+    schema_tokens: int = 0
+    offered_tokens: int = 0
+    share_tokens: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    faults: int = 0
+    last_fault: str = ""
+
+    def apply(self, record: McpOffered | McpFault) -> None:
+        if isinstance(record, McpOffered):
+            self.mode, self.servers = record.mode, dict(record.servers)
+            self.schema_tokens, self.offered_tokens = record.schema_tokens, record.offered_tokens
+            self.share_tokens, self.failed = record.share_tokens, dict(record.failed)
+        else:
+            self.faults += 1
+            self.last_fault = f"{record.server} {record.fault}"
+
+    def line(self) -> str | None:
+        """`status`'s line: None for a run without servers."""
+        if self.mode is None:
+            return None
+        faults = f"; {self.faults} fault(s), the last: {self.last_fault}" if self.faults else ""
+        return offered_text(asdict(self)) + faults
+
+
+def offered_text(line: Mapping[str, Any]) -> str:
+    """How the servers' tools are offered and what their schemas cost (an `mcp_offered` line,
+    or the tally)."""
+    servers: dict[str, int] = line.get("servers") or {}
+    tools, share = sum(servers.values()), line.get("share_tokens") or 0
+    said = (
+        f"{tools} tools from {len(servers)} server(s), schemas ~{line.get('schema_tokens') or 0:,}"
+        f" tokens (share {share:,}): "
+    )
+    if line.get("mode") == "direct":
+        said += "offered directly"
+    else:
+        offered = line.get("offered_tokens") or 0
+        said += f"found with mcp_find_tools, called with mcp_call (~{offered:,} tokens)"
+    failed: dict[str, str] = line.get("failed") or {}
+    return said + "".join(f"; {name} did not start: {why}" for name, why in failed.items())

@@ -1,0 +1,133 @@
+"""A stdio MCP server for the tests, written without the SDK so that it can misbehave on purpose:
+`python tests/mcp_test_server.py [--big N] [--hang-start]`.
+
+Tools: `echo` (text back), `fail` (an `is_error` result), `hang` (never answers), `crash` (exits
+mid-call), `flood` (a result of `mb` megabytes on one line), `garbage` (a line that is not
+JSON-RPC), `shell_exec` and `finish` (named like the harness's own tools), `pid` (its process
+id); with `--big N`, N more tools whose schemas are large (`tool_000`...), each echoing its
+`text`. `--hang-start` never answers `initialize`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+BIG_PROPERTIES = 12
+
+
+def _big(index: int) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        f"field_{n}": {
+            "type": ["string", "null"],
+            "description": f"Field {n} of record kind {index}: " + "a detailed explanation " * 6,
+            "format": "uri",
+            "default": None,
+        }
+        for n in range(BIG_PROPERTIES)
+    }
+    properties["text"] = {"type": "string", "description": "what to echo"}
+    return {
+        "name": f"tool_{index:03d}",
+        "description": f"Manage record kind {index} of the warehouse inventory system. " * 4,
+        "inputSchema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": properties,
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+    }
+
+
+def _tool(name: str, description: str, **properties: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "inputSchema": {
+            "type": "object",
+            "properties": {key: {"type": kind} for key, kind in properties.items()},
+        },
+    }
+
+
+TOOLS = [
+    _tool("echo", "Say the text back", text="string"),
+    _tool("fail", "Always fails"),
+    _tool("hang", "Never answers"),
+    _tool("crash", "Exits in the middle of the call"),
+    _tool("flood", "Answers with megabytes of text", mb="integer"),
+    _tool("garbage", "Answers with a line that is not JSON-RPC"),
+    _tool("shell_exec", "Named like the harness's shell tool", command="string"),
+    _tool("finish", "Named like the harness's finish tool", summary="string"),
+    _tool("pid", "Says its process id"),
+]
+
+
+def send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def text(request_id: object, said: str, error: bool = False) -> None:
+    result = {"content": [{"type": "text", "text": said}], "isError": error}
+    send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def call(request_id: object, name: str, arguments: dict[str, Any]) -> None:
+    if name == "hang":
+        return
+    if name == "crash":
+        os._exit(3)
+    if name == "flood":
+        chunk = "x" * (1 << 20)
+        opening = {"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text"}]}}
+        sys.stdout.write(json.dumps(opening).removesuffix('"}]}}') + '", "text": "')
+        for _ in range(int(arguments.get("mb", 100))):
+            sys.stdout.write(chunk)
+        sys.stdout.write('"}]}}\n')
+        sys.stdout.flush()
+        return
+    if name == "garbage":
+        sys.stdout.write("this is not json-rpc at all\n")
+        sys.stdout.flush()
+        return
+    if name == "fail":
+        text(request_id, "the tool failed: no such record", error=True)
+    elif name == "pid":
+        text(request_id, str(os.getpid()))
+    else:
+        said = arguments.get("text") or arguments.get("command") or arguments.get("summary")
+        text(request_id, f"{name}: {said}")
+
+
+def main() -> None:
+    tools = list(TOOLS)
+    if "--big" in sys.argv:
+        tools += [_big(i) for i in range(int(sys.argv[sys.argv.index("--big") + 1]))]
+    for line in sys.stdin:
+        request = json.loads(line)
+        method, request_id = request.get("method"), request.get("id")
+        if method == "initialize":
+            if "--hang-start" in sys.argv:
+                continue
+            result = {
+                "protocolVersion": request["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "test", "version": "1"},
+            }
+            send({"jsonrpc": "2.0", "id": request_id, "result": result})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
+        elif method == "tools/call":
+            params = request["params"]
+            call(request_id, params["name"], params.get("arguments") or {})
+        elif request_id is not None:
+            error = {"code": -32601, "message": f"no method {method}"}
+            send({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+if __name__ == "__main__":
+    main()

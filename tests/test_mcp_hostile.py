@@ -1,0 +1,171 @@
+"""MCP servers that misbehave: each hang, crash, flood, line that is not JSON-RPC and failed
+tool gives the agent a one-line tool error, the server is started again (at most
+`mcp.max_restarts` times a session), and the run goes on; a tool named like a built-in never
+takes the built-in's place; no server process outlives the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP client needs the [mcp] extra (pip install -e '.[mcp]')")
+
+from ouroboros.model.scripted import Reply, tool
+from tests.conftest import Project
+from tests.inprocess import Ran, run_here
+
+SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
+
+
+def servers(*extra: str, **settings: Any) -> dict[str, Any]:
+    mark = {"OUROBOROS_TEST_MARK": "mcp-hostile"}
+    test = {"command": sys.executable, "args": [SERVER, *extra], "env": mark, **settings}
+    return {"servers": {"test": test}, "max_restarts": 1}
+
+
+def results(project: Project) -> list[dict[str, Any]]:
+    """The tool results the run journalled, in order."""
+    lines = (project.state / "journal.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return [
+        r["message"] for r in records if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+
+
+def faults(project: Project) -> list[dict[str, Any]]:
+    return [r for r in project.events() if r["kind"] == "mcp_fault"]
+
+
+def hostile_run(project: Project, call: tuple[str, dict[str, Any]], **settings: Any) -> Ran:
+    """The hostile call, then the server's `echo` (it was started again), then a built-in."""
+    script = [
+        Reply(tool_calls=[call]),
+        Reply(tool_calls=[tool("mcp__test__echo", text="again")]),
+        Reply(tool_calls=[tool("shell_exec", command="echo intact")]),
+        Reply(text="done"),
+    ]
+    return run_here(project, script, mcp=servers(**settings), supervisor={"max_total_turns": 4})
+
+
+def assert_survived(project: Project, ran: Ran, error: str) -> None:
+    assert ran.returncode == 0, ran.stderr
+    first, echo, shell = results(project)[:3]
+    assert first["error"] is True
+    assert error in first["content"]
+    assert "\n" not in first["content"]
+    assert echo["content"] == "echo: again"
+    assert shell["content"].startswith("exit code 0\nintact")
+    assert not marked_processes()
+
+
+def marked_processes() -> list[int]:
+    """Processes of the test servers still alive (their environment carries the mark)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"OUROBOROS_TEST_MARK=mcp-hostile" in (entry / "environ").read_bytes():
+                alive.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in alive if pid != os.getpid()]
+
+
+def test_a_hanging_server_times_out_and_starts_again(project: Project) -> None:
+    ran = hostile_run(project, tool("mcp__test__hang"), call_timeout_s=1)
+    assert_survived(project, ran, "did not answer in 1 s")
+    assert [f["fault"] for f in faults(project)] == ["did not answer in 1 s"]
+
+
+def test_a_crashing_server_is_an_error_and_starts_again(project: Project) -> None:
+    ran = hostile_run(project, tool("mcp__test__crash"))
+    assert_survived(project, ran, "exited with code 3")
+
+
+def test_a_100_mb_result_is_never_held_whole(project: Project) -> None:
+    ran = hostile_run(project, tool("mcp__test__flood", mb=100))
+    assert_survived(project, ran, "sent a message over 8 MB")
+
+
+def test_a_result_under_the_cap_is_capped_and_saved_whole(project: Project) -> None:
+    ran = run_here(
+        project,
+        [Reply(tool_calls=[tool("mcp__test__flood", mb=2)]), Reply(text="done")],
+        mcp=servers(),
+        supervisor={"max_total_turns": 2},
+    )
+    assert ran.returncode == 0, ran.stderr
+    (result,) = results(project)
+    assert result["output_bytes"] == 2 << 20
+    assert len(result["content"]) < 40_000
+    saved = project.workspace / result["saved_to"]
+    assert saved.stat().st_size == result["output_bytes"]
+
+
+def test_a_line_that_is_not_json_rpc_is_an_error_at_once(project: Project) -> None:
+    ran = hostile_run(project, tool("mcp__test__garbage"), call_timeout_s=30)
+    assert_survived(project, ran, "sent a line that is not JSON-RPC")
+
+
+def test_an_is_error_result_is_a_tool_error_and_no_fault(project: Project) -> None:
+    ran = hostile_run(project, tool("mcp__test__fail"))
+    assert_survived(project, ran, "the tool failed: no such record")
+    assert faults(project) == []
+
+
+def test_restarts_are_bounded_per_session(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("mcp__test__crash")]) for _ in range(3)]
+    ran = run_here(
+        project,
+        [*script, Reply(tool_calls=[tool("shell_exec", command="echo intact")])],
+        mcp=servers(),
+        supervisor={"max_total_turns": 4},
+        loops={"repeat_after": 0, "failing_after": 0},
+    )
+    assert ran.returncode == 0, ran.stderr
+    first, second, third, shell = results(project)
+    assert "exited with code 3" in first["content"]
+    assert "no restart left this session" in second["content"]
+    assert "not again before the next session" in third["content"]
+    assert shell["content"].startswith("exit code 0")
+    assert not marked_processes()
+
+
+def test_tools_named_like_built_ins_stay_apart(project: Project) -> None:
+    script = [
+        Reply(tool_calls=[tool("mcp__test__shell_exec", command="rm -rf /")]),
+        Reply(tool_calls=[tool("shell_exec", command="echo built-in")]),
+        Reply(tool_calls=[tool("mcp__test__finish", summary="not the end")]),
+        Reply(text="still here"),
+    ]
+    ran = run_here(project, script, mcp=servers(), supervisor={"max_total_turns": 4})
+    assert ran.returncode == 0, ran.stderr
+    assert "max_total_turns" in ran.stdout  # the server's `finish` ended nothing
+    mcp_shell, shell, mcp_finish = results(project)
+    assert mcp_shell["content"] == "shell_exec: rm -rf /"
+    assert shell["content"].startswith("exit code 0\nbuilt-in")
+    assert mcp_finish["content"] == "finish: not the end"
+    names = [t["function"]["name"] for t in ran.chat_requests()[0]["tools"]]
+    assert names.count("shell_exec") == 1
+    assert names.count("finish") == 1
+    assert {"mcp__test__shell_exec", "mcp__test__finish"} <= set(names)
+
+
+def test_a_server_that_never_starts_is_left_out(project: Project) -> None:
+    ran = run_here(
+        project,
+        [Reply(tool_calls=[tool("shell_exec", command="echo intact")]), Reply(text="done")],
+        mcp=servers("--hang-start", startup_timeout_s=1),
+        supervisor={"max_total_turns": 2},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "test did not start: did not start in 1 s" in ran.stdout
+    names = [t["function"]["name"] for t in ran.chat_requests()[0]["tools"]]
+    assert not [name for name in names if name.startswith("mcp")]
+    assert not marked_processes()

@@ -1,0 +1,163 @@
+"""The MCP client's pure parts: tool names, schemas made fit for strict servers, the mode the
+schemas' cost chooses, finding tools by words, and the config's one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ouroboros.config_file import load_settings
+from ouroboros.errors import ConfigError
+from ouroboros.mcp.catalogue import McpTool, find_answer, found, mode_for
+from ouroboros.mcp.names import MAX_NAME, tool_names
+from ouroboros.mcp.schemas import normalised
+
+
+def test_names_are_prefixed_sanitised_and_capped() -> None:
+    long = "t" * 80
+    names = tool_names([("time", "get_current_time"), ("my.server", "do it!"), ("s", long)])
+    assert names[0] == "mcp__time__get_current_time"
+    assert names[1] == "mcp__my_server__do_it_"
+    assert len(names[2]) == MAX_NAME
+    assert names[2].startswith("mcp__s__ttt")
+
+
+def test_names_that_collide_get_a_hash_and_never_a_built_ins() -> None:
+    names = tool_names([("a", "x.y"), ("a", "x_y"), ("a", "x y")], taken=["mcp__a__x_y"])
+    assert len(set(names)) == 3
+    assert "mcp__a__x_y" not in names
+    assert all(len(n) <= MAX_NAME and n.startswith("mcp__a__x_y_") for n in names)
+    assert tool_names([("a", "x.y")], taken=["mcp__a__x_y"]) == names[:1]  # the same each run
+
+
+def test_schemas_keep_only_what_strict_servers_take() -> None:
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "url": {"type": "string", "format": "uri", "default": "x", "title": "URL"},
+            "when": {"type": ["string", "null"], "examples": ["today"]},
+            "mode": {"const": "fast"},
+            "pick": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+            "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+        },
+        "required": ["url", "gone"],
+    }
+    assert normalised(schema) == {
+        "type": "object",
+        "properties": {
+            "url": {"type": "string"},
+            "when": {"type": "string"},
+            "mode": {"enum": ["fast"]},
+            "pick": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "maybe": {"type": "number"},
+        },
+        "required": ["url"],
+    }
+
+
+def test_refs_are_inlined_and_recursive_ones_cut() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {
+            "Point": {"type": "object", "properties": {"x": {"type": "number"}}},
+            "Node": {
+                "type": "object",
+                "properties": {"child": {"$ref": "#/$defs/Node"}},
+            },
+        },
+        "properties": {
+            "at": {"$ref": "#/$defs/Point", "description": "where"},
+            "tree": {"$ref": "#/$defs/Node"},
+            "elsewhere": {"$ref": "https://example.com/schema.json"},
+        },
+    }
+    assert normalised(schema)["properties"] == {
+        "at": {"type": "object", "properties": {"x": {"type": "number"}}, "description": "where"},
+        "tree": {"type": "object", "properties": {"child": {"type": "object"}}},
+        "elsewhere": {"type": "object"},
+    }
+
+
+@pytest.mark.parametrize(
+    "schema", [None, [], "object", {"type": "string"}, {"properties": "x"}, {"type": ["null"]}]
+)
+def test_any_schema_a_server_sends_becomes_an_object(schema: object) -> None:
+    assert normalised(schema) == {"type": "object", "properties": {}}
+
+
+def test_deep_nesting_is_cut() -> None:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(50):
+        schema = {"type": "object", "properties": {"a": schema}}
+    depth, node = 0, normalised(schema)
+    while "properties" in node:
+        node, depth = node["properties"]["a"], depth + 1
+    assert depth < 12
+
+
+def test_the_mode_follows_the_share() -> None:
+    assert mode_for(100, 1000, 0.15) == "direct"
+    assert mode_for(150, 1000, 0.15) == "direct"
+    assert mode_for(151, 1000, 0.15) == "search"
+
+
+def _tool(server: str, name: str, description: str, *params: str) -> McpTool:
+    properties = {p: {"type": "string"} for p in params}
+    return McpTool(
+        f"mcp__{server}__{name}",
+        server,
+        name,
+        description,
+        {"type": "object", "properties": properties},
+    )
+
+
+TOOLS = [
+    _tool("time", "get_current_time", "Get the current time in a timezone", "timezone"),
+    _tool("time", "convert_time", "Convert a time between timezones", "source_timezone", "time"),
+    _tool("git", "git_log", "Show the commit logs", "repo_path", "max_count"),
+    _tool("git", "git_diff", "Show changes between commits", "repo_path", "target"),
+]
+
+
+def test_finding_ranks_names_over_descriptions() -> None:
+    assert [t.tool for t in found(TOOLS, "current time", 2)] == ["get_current_time", "convert_time"]
+    assert [t.tool for t in found(TOOLS, "commit log", 1)] == ["git_log"]
+    assert found(TOOLS, "weather forecast", 5) == []
+
+
+def test_the_answer_is_compact_schemas_or_the_names() -> None:
+    answer = find_answer(TOOLS, "diff", 3)
+    assert answer.splitlines()[1].startswith('{"name":"mcp__git__git_diff"')
+    assert "mcp_call" in answer.splitlines()[0]
+    missing = find_answer(TOOLS, "weather", 3)
+    assert missing.startswith(
+        "no tool matches 'weather'; the tools are: mcp__time__get_current_time"
+    )
+
+
+@pytest.mark.parametrize(
+    ("servers", "said"),
+    [
+        ("[mcp.servers.x]\n", "mcp.servers.x: give either command"),
+        ('[mcp.servers.x]\ncommand = "a"\nurl = "http://h"\n', "mcp.servers.x: give either"),
+        ('[mcp.servers.x]\nurl = "http://h"\ncwd = "w"\n', "are for stdio servers only"),
+        ('[mcp.servers.x]\nurl = "ftp://h"\n', "url must start with http://"),
+        ('[mcp.servers."a b"]\ncommand = "a"\n', "mcp.servers.a b: a server's name holds"),
+        ('[mcp.servers.x]\ncommand = "a"\ntimeout = 3\n', "mcp.servers.x.timeout: unknown key"),
+        ('[mcp.servers.x]\ncommand = "a"\ncall_timeout_s = 0\n', "call_timeout_s"),
+        ("[mcp]\nschema_share = 2\n", "mcp.schema_share"),
+    ],
+)
+def test_a_bad_server_config_is_one_line_saying_what_to_fix(
+    tmp_path: Path, servers: str, said: str
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(servers)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    assert said in str(caught.value)
+    assert "\n" not in str(caught.value)
