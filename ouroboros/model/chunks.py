@@ -113,6 +113,9 @@ class Completion:
     prefill: Prefill = Prefill()
     rejected: Rejected | None = None
     """Usage the server sent that is no count: ignored, the estimate used (`chunks`)."""
+    calls_from_text: str | None = None
+    """The format the reply's calls were read from its text in, when the server sent none
+    (`run/tool_protocol.py`)."""
 
 
 @dataclass

@@ -85,6 +85,22 @@ def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
 
 
 Responder = Callable[[dict[str, Any]], Reply]
+
+
+def without_tools(answer: Responder, model: str = "gemma3:4b") -> Responder:
+    """As Ollama answers for a model whose template has no tool support: a request carrying
+    tools is refused (HTTP 400, in its words), the others are answered by `answer`."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):
+            return answer(body)
+        message = f"registry.ollama.ai/library/{model} does not support tools"
+        error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+        return Reply(status=400, error_body=error)
+
+    return respond
+
+
 Counter = Callable[[dict[str, Any]], int]
 """Prompt tokens of a request body (its `messages` and `tools`)."""
 Endpoints = Callable[[str, dict[str, Any]], Any]

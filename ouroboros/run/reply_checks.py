@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ouroboros.config import LLMSettings
 from ouroboros.context.ledger import Counting, Ledger
@@ -53,6 +53,16 @@ class Admitted:
     """Fresh id -> the id the server sent."""
     dropped: int = 0
     """Calls past `llm.max_tool_calls_per_reply`, not recorded."""
+    calls_from_text: str | None = None
+    """The format the calls were read from the reply's text in (`Completion.calls_from_text`)."""
+
+    def record_fields(self) -> dict[str, object]:
+        """What the message record says of what the harness made of the reply."""
+        return {
+            "renamed_calls": self.renamed or None,
+            "dropped_calls": self.dropped or None,
+            "calls_from_text": self.calls_from_text,
+        }
 
 
 def _usable(call_id: str) -> bool:
@@ -166,7 +176,7 @@ def admitted_reply(
         journal.notify(
             "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
         )
-    return admitted
+    return replace(admitted, calls_from_text=completion.calls_from_text)
 
 
 def overflow(journal: Journal, error: ContextOverflow, projected: int, attempt: int) -> None:

@@ -14,17 +14,18 @@ from functools import partial
 from ouroboros import prompts
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
-from ouroboros.context import policy, room
+from ouroboros.context import policy, result_room, room
 from ouroboros.context.ledger import Counting
 from ouroboros.context.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.context.room import Rules
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import retrying
-from ouroboros.run import operator, reply_checks
+from ouroboros.run import operator, reply_checks, tool_protocol
 from ouroboros.run.call_figures import CallFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.run.journal import Journal
+from ouroboros.run.plan import plan_saved
 from ouroboros.run.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
 from ouroboros.run.reply_checks import (
     Admitted,
@@ -111,8 +112,8 @@ class Session:
         if not resuming:
             results = {}
         step = room.step_figures(self.state, self.rules)
-        share = room.result_room(self.state, self.rules, step, len(reply.tool_calls))
-        fits = partial(room.fitting_bytes, self.state, share)
+        share = result_room.result_room(self.state, self.rules, step, len(reply.tool_calls))
+        fits = partial(result_room.fitting_bytes, self.state, share)
         for call in reply.tool_calls:
             if call.id in results:
                 if call.name == "finish" and not results[call.id].error:
@@ -138,7 +139,8 @@ class Session:
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
-            told.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+            nudge = tool_protocol.nudge(llm, self.state, reply, self.schemas)
+            told.append(UserMessage(content=nudge, origin="continue"))
         if at_max_tokens and reply.tool_calls:
             # Its calls may be cut off mid-argument (they got an error result): say why.
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
@@ -199,8 +201,8 @@ class Session:
             message=message,
             usage=usage,
             tool=tool,
-            renamed_calls=admitted.renamed or None if admitted else None,
-            dropped_calls=admitted.dropped or None if admitted else None,
+            **(admitted.record_fields() if admitted else {}),
+            plan=plan_saved(message),
         )
         self.journal.append(record)
 

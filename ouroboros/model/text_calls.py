@@ -1,0 +1,231 @@
+"""Tool calls written as text, read back: pure, no I/O.
+
+Two readers, one per use (`llm.tool_protocol`):
+
+- `recover`: a reply that came with no structured call but whose text holds a call of an
+  offered tool in a format models commonly write (Hermes `<tool_call>` tags, a bare JSON object
+  with `name` and `arguments`, the same in a fenced ```json block, Mistral's `[TOOL_CALLS]`).
+  It is strict on purpose: a near-miss run as a call does harm, a missed one only costs a
+  "continue". The call must end the reply (a model that calls stops there; JSON followed by
+  more prose is an example it talks about), the JSON must parse, the name must be offered, the
+  arguments must be an object, and a format that holds one call must hold exactly one.
+- `read_action`: a reply in the text protocol, where the model acts in fenced blocks: a
+  ```bash block runs in the shell, a ```json block `{"tool": ..., "arguments": {...}}` calls
+  any tool. It finds exactly one action, or says what is wrong with the reply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Literal
+
+RecoveryFormat = Literal["hermes", "json", "fenced_json", "mistral"]
+ActionFormat = Literal["bash", "json_action"]
+SHELL_TOOL = "shell_exec"
+SHELL_LANGUAGES = ("bash", "sh", "shell")
+JSON_LANGUAGES = ("json", "tool")
+END_TOKENS = ("<|im_end|>", "</s>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+"""Stop tokens a server sometimes leaves in the text: a call followed by one still ends it."""
+
+
+@dataclass(frozen=True)
+class TextCall:
+    name: str
+    arguments: str
+    """Canonical JSON of the arguments object."""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    calls: tuple[TextCall, ...]
+    format: RecoveryFormat
+    remaining: str
+    """The reply's text without the calls (the prose around them)."""
+
+
+@dataclass(frozen=True)
+class Action:
+    call: TextCall
+    format: ActionFormat | RecoveryFormat
+
+
+@dataclass(frozen=True)
+class FormatProblem:
+    what: str
+    """What is wrong, as the model is told: "no action", "3 actions", "the json block ..."."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    language: str
+    body: str
+    start: int
+    end: int
+
+
+_OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([\w+-]*)[^\n`]*$", re.MULTILINE)
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([\w.-]+)\s*\[ARGS\]", re.DOTALL)
+_MISTRAL = "[TOOL_CALLS]"
+
+
+def fences(text: str) -> list[Fence]:
+    """The closed fenced blocks of `text`, in order; a block left open (a reply cut off) is none."""
+    found: list[Fence] = []
+    position = 0
+    while (opening := _OPEN.search(text, position)) is not None:
+        ticks = opening[1]
+        closing = re.compile(rf"^[ \t]*{ticks}`*[ \t]*$", re.MULTILINE)
+        close = closing.search(text, opening.end())
+        if close is None:
+            break
+        body = text[opening.end() + 1 : close.start()].rstrip("\n")
+        found.append(Fence(opening[2].lower(), body, opening.start(), close.end()))
+        position = close.end()
+    return found
+
+
+def _ends_reply(text: str) -> bool:
+    rest = text.strip()
+    for token in END_TOKENS:
+        rest = rest.replace(token, "")
+    return not rest.strip()
+
+
+def _object(text: str) -> dict[str, object] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _arguments(value: object) -> str | None:
+    """Canonical JSON of an arguments object; a string holding one is accepted too (some
+    models write `"arguments": "{...}"`, as the wire format does)."""
+    if isinstance(value, str):
+        value = _object(value)
+    return json.dumps(value) if isinstance(value, dict) else None
+
+
+def call_of(value: object, tools: Collection[str], name_keys: tuple[str, ...]) -> TextCall | None:
+    """A call from a JSON object with a tool name and an arguments object, and nothing else."""
+    if not isinstance(value, dict):
+        return None
+    names = [key for key in name_keys if key in value]
+    argument_keys = [key for key in ("arguments", "parameters") if key in value]
+    if len(names) != 1 or len(argument_keys) != 1 or len(value) != 2:
+        return None
+    name, arguments = value[names[0]], _arguments(value[argument_keys[0]])
+    if not isinstance(name, str) or name not in tools or arguments is None:
+        return None
+    return TextCall(name, arguments)
+
+
+def _calls(values: list[object], tools: Collection[str]) -> tuple[TextCall, ...] | None:
+    calls = [call_of(v, tools, ("name",)) for v in values]
+    if not calls or any(c is None for c in calls):
+        return None
+    return tuple(c for c in calls if c is not None)
+
+
+def _hermes(text: str, tools: Collection[str]) -> Recovered | None:
+    tags = list(_HERMES.finditer(text))
+    if not tags or not _ends_reply(text[tags[-1].end() :]):
+        return None
+    between = [text[a.end() : b.start()] for a, b in zip(tags, tags[1:], strict=False)]
+    if any(part.strip() for part in between):
+        return None  # prose between two calls: not a reply that is its calls
+    calls = _calls([_object(tag[1].strip()) for tag in tags], tools)
+    if calls is None:
+        return None
+    return Recovered(calls, "hermes", text[: tags[0].start()].strip())
+
+
+def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
+    if text.count(_MISTRAL) != 1:
+        return None
+    before, after = text.split(_MISTRAL)
+    named = _MISTRAL_ARGS.search(text)
+    if named is not None:  # the newer form: [TOOL_CALLS]name[ARGS]{...}
+        arguments = _arguments(_object(text[named.end() :].strip()))
+        if named[1] not in tools or arguments is None:
+            return None
+        return Recovered((TextCall(named[1], arguments),), "mistral", before.strip())
+    try:
+        value, end = json.JSONDecoder().raw_decode(after.strip())
+    except (ValueError, RecursionError):
+        return None
+    if not _ends_reply(after.strip()[end:]):
+        return None
+    calls = _calls(value if isinstance(value, list) else [value], tools)
+    return Recovered(calls, "mistral", before.strip()) if calls is not None else None
+
+
+def _fenced(text: str, tools: Collection[str]) -> Recovered | None:
+    blocks = [f for f in fences(text) if f.language in ("json", "")]
+    if len(blocks) != 1 or not _ends_reply(text[blocks[0].end :]):
+        return None
+    call = call_of(_object(blocks[0].body), tools, ("name",))
+    return Recovered((call,), "fenced_json", text[: blocks[0].start].strip()) if call else None
+
+
+def _bare(text: str, tools: Collection[str]) -> Recovered | None:
+    """The reply ends with one JSON object that starts a line (inline JSON is prose)."""
+    stripped = text.rstrip()
+    for token in END_TOKENS:
+        stripped = stripped.removesuffix(token).rstrip()
+    starts = [m.start() for m in re.finditer(r"^[ \t]*\{", stripped, re.MULTILINE)]
+    for start in starts:
+        value = _object(stripped[start:])
+        if value is not None:
+            call = call_of(value, tools, ("name",))
+            if call is None or '"name"' in stripped[:start]:
+                return None  # a second candidate before it: which one was meant is unclear
+            return Recovered((call,), "json", stripped[:start].strip())
+    return None
+
+
+def recover(text: str, tools: Collection[str]) -> Recovered | None:
+    """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
+    if "<tool_call>" in text:
+        return _hermes(text, tools)
+    if _MISTRAL in text:
+        return _mistral(text, tools)
+    if "```" in text:
+        return _fenced(text, tools)
+    return _bare(text, tools)
+
+
+def read_action(text: str, tools: Collection[str]) -> Action | FormatProblem:
+    """The one action of a reply in the text protocol, or what is wrong with it."""
+    blocks = [
+        f for f in fences(text) if f.language in SHELL_LANGUAGES or f.language in JSON_LANGUAGES
+    ]
+    if len(blocks) > 1:
+        return FormatProblem(f"{len(blocks)} action blocks (none was run)")
+    if not blocks:
+        recovered = recover(text, tools)
+        if recovered is not None and len(recovered.calls) == 1:
+            return Action(recovered.calls[0], recovered.format)
+        return FormatProblem("no action block")
+    block = blocks[0]
+    if block.language in SHELL_LANGUAGES:
+        if SHELL_TOOL not in tools:
+            return FormatProblem(f"a {block.language} block, but there is no shell tool")
+        if not block.body.strip():
+            return FormatProblem(f"an empty {block.language} block")
+        return Action(TextCall(SHELL_TOOL, json.dumps({"command": block.body})), "bash")
+    value = _object(block.body)
+    if value is None:
+        return FormatProblem("a json block that is not one JSON object")
+    call = call_of(value, tools, ("tool", "name"))
+    if call is None:
+        named = value.get("tool", value.get("name"))
+        if isinstance(named, str) and named not in tools:
+            return FormatProblem(f"a json block naming no tool there is ({named[:40]!r})")
+        return FormatProblem('a json block that is not {"tool": ..., "arguments": {...}}')
+    return Action(call, "json_action")

@@ -1,0 +1,153 @@
+"""How the model's tool calls travel (`llm.tool_protocol`): natively, as the server's structured
+calls, or as text the harness reads.
+
+`ProtocolModel` stands between a session and the model. In the native protocol it sends the
+tool schemas, and a reply with no structured call whose text holds a well-formed call of an
+offered tool (`text_calls.recover`) becomes that call. In the text protocol it sends no
+schemas: the tools are described in the system message, the conversation goes as system, user
+and assistant messages (`text_prompt.text_wire`), and the reply's one action block becomes its
+call. Either way the reply it returns is an ordinary one with its calls, marked with the format
+they were read from (`Completion.calls_from_text`, journalled on the message record), so the
+rest of the harness (the journal, the view, masking, carry-over) is the same in both.
+
+`auto` is native until the server refuses tools (Ollama: HTTP 400 "... does not support
+tools"), the server says the model's template cannot render them, or the model has written
+its calls as text `TEXT_STREAK` replies in a row; then it is text for the rest of the run, said
+once in a warning the fold keeps (`protocol_tally.SWITCH`).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ouroboros import prompts
+from ouroboros.config import LLMSettings, ToolProtocol
+from ouroboros.context.pretokens import raw_units
+from ouroboros.context.tokens import tools_estimate
+from ouroboros.messages import AssistantMessage, Message, ToolCall
+from ouroboros.model.llm import Completion, FatalError, Model
+from ouroboros.model.text_calls import FormatProblem, TextCall, read_action, recover
+from ouroboros.model.text_prompt import format_message, text_wire, tools_section
+from ouroboros.run.journal import Journal
+from ouroboros.run.protocol_tally import SWITCH
+from ouroboros.run.state import RunState
+
+TEXT_STREAK = 3
+"""Replies in a row whose calls were read from their text before `auto` goes over to text."""
+REFUSES_TOOLS = re.compile(r"does not support tools", re.IGNORECASE)
+"""Ollama's refusal of a request with tools for a model whose template has none."""
+
+
+def names(schemas: list[dict[str, Any]]) -> list[str]:
+    return [str((s.get("function") or {}).get("name")) for s in schemas]
+
+
+def text_in_force(protocol: ToolProtocol, state: RunState) -> bool:
+    return protocol == "text" or (protocol == "auto" and bool(state.protocol.switched))
+
+
+def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: bool) -> int:
+    """Raw tokens every request spends on the tools: the schemas (none where the template drops
+    them), or their description in the system message; `auto`, the larger."""
+    native = tools_estimate(schemas) if renders else 0
+    text = raw_units(tools_section(schemas)) if schemas else 0
+    return {"native": native, "text": text}.get(protocol, max(native, text))
+
+
+def nudge(
+    llm: LLMSettings, state: RunState, reply: AssistantMessage, schemas: list[dict[str, Any]]
+) -> str:
+    """What a reply without a call is told: to go on, or in the text protocol what an action
+    looks like and what this reply lacked."""
+    if not text_in_force(llm.tool_protocol, state):
+        return prompts.CONTINUE
+    action = read_action(reply.content, names(schemas))
+    return format_message(action.what if isinstance(action, FormatProblem) else "no action")
+
+
+@dataclass
+class ProtocolModel:
+    """The `Model` a session calls: `inner` spoken to in the protocol in force."""
+
+    inner: Model
+    journal: Journal
+    protocol: ToolProtocol
+    renders_tools: bool = True
+    """False: the server said the model's template drops tool schemas."""
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        state = self.journal.state
+        if not tools:  # a side call (compaction's recap): no calls to read
+            text = text_in_force(self.protocol, state)
+            return await self.inner.complete(text_wire(messages, []) if text else messages, [])
+        self._switch_if_due(state)
+        if text_in_force(self.protocol, state):
+            completion = await self.inner.complete(text_wire(messages, tools), [])
+            action = read_action(completion.message.content, names(tools))
+            if isinstance(action, FormatProblem) or completion.message.tool_calls:
+                return completion
+            return self._with_calls(completion, (action.call,), action.format, None)
+        try:
+            completion = await self.inner.complete(messages, tools)
+        except FatalError as e:
+            if not REFUSES_TOOLS.search(str(e)):
+                raise
+            if self.protocol != "auto":
+                raise FatalError(
+                    f'{e}; set llm.tool_protocol = "text" (or "auto") for a model without '
+                    "native tool calls"
+                ) from None
+            self._switch(f"the server refuses tools for this model ({str(e)[:200]})")
+            return await self.complete(messages, tools)
+        message = completion.message
+        recovered = None if message.tool_calls else recover(message.content, names(tools))
+        if recovered is None:
+            return completion
+        return self._with_calls(completion, recovered.calls, recovered.format, recovered.remaining)
+
+    def _switch_if_due(self, state: RunState) -> None:
+        if self.protocol != "auto" or state.protocol.switched:
+            return
+        if not self.renders_tools:
+            self._switch("the server says the model's chat template cannot render tools")
+        elif state.protocol.streak >= TEXT_STREAK:
+            self._switch(
+                f"the model wrote its tool calls as text {state.protocol.streak} replies in a "
+                "row instead of calling the tools"
+            )
+
+    def _switch(self, why: str) -> None:
+        self.journal.notify(
+            "warning",
+            f'{why}: llm.tool_protocol "auto" goes over to the text protocol (tools described '
+            "in the system prompt, one action block per reply) for the rest of the run",
+            session=self.journal.state.session,
+            once=SWITCH,
+        )
+
+    def _with_calls(
+        self,
+        completion: Completion,
+        calls: tuple[TextCall, ...],
+        written: str,
+        content: str | None,
+    ) -> Completion:
+        """The reply with the calls read from its text, each with an id new to the run;
+        `content`, its text without them (a recovered call is kept as a call, not twice)."""
+        taken = self.journal.state.call_ids
+        ids: list[str] = []
+        while len(ids) < len(calls):
+            candidate = f"call_text_{secrets.token_hex(6)}"
+            if candidate not in taken and candidate not in ids:
+                ids.append(candidate)
+        message = AssistantMessage(
+            content=completion.message.content if content is None else content,
+            tool_calls=tuple(
+                ToolCall(id=i, name=c.name, arguments=c.arguments)
+                for i, c in zip(ids, calls, strict=True)
+            ),
+        )
+        return replace(completion, message=message, calls_from_text=written)

@@ -1,0 +1,159 @@
+"""Tool calls written as text, read back (`model/text_calls.py`): every recovery format, the
+near-misses that must not become calls, and the text protocol's action blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
+
+TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
+READ = {"path": "NOTES.md"}
+
+
+def one(text: str) -> tuple[str, str, dict[str, object], str]:
+    found = recover(text, TOOLS)
+    assert found is not None, text
+    (call,) = found.calls
+    return found.format, call.name, json.loads(call.arguments), found.remaining
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ('<tool_call>\n{"name": "file_read", "arguments": {"path": "NOTES.md"}}\n</tool_call>',
+         "hermes"),
+        ('Let me look.\n<tool_call>{"name": "file_read", "parameters": {"path": "NOTES.md"}}'
+         "</tool_call><|im_end|>", "hermes"),
+        ('{"name": "file_read", "arguments": {"path": "NOTES.md"}}', "json"),
+        ('I will read my notes.\n{"name": "file_read", "arguments": {"path": "NOTES.md"}}\n',
+         "json"),
+        ('{"name": "file_read", "arguments": "{\\"path\\": \\"NOTES.md\\"}"}', "json"),
+        ('Reading.\n```json\n{"name": "file_read", "arguments": {"path": "NOTES.md"}}\n```',
+         "fenced_json"),
+        ('```\n{"name": "file_read", "parameters": {"path": "NOTES.md"}}\n```\n', "fenced_json"),
+        ('[TOOL_CALLS][{"name": "file_read", "arguments": {"path": "NOTES.md"}}]', "mistral"),
+        ('[TOOL_CALLS] {"name": "file_read", "arguments": {"path": "NOTES.md"}}</s>', "mistral"),
+        ('[TOOL_CALLS]file_read[ARGS]{"path": "NOTES.md"}', "mistral"),
+    ],
+)  # fmt: skip
+def test_each_format_becomes_the_call_it_writes(text: str, written: str) -> None:
+    found, name, arguments, remaining = one(text)
+    assert (found, name, arguments) == (written, "file_read", READ)
+    assert "NOTES.md" not in remaining  # the call is kept once, as a call
+
+
+def test_the_prose_before_a_call_is_what_the_reply_keeps() -> None:
+    text = 'Let me look.\n<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>'
+    assert one(text)[3] == "Let me look."
+
+
+def test_several_hermes_tags_and_a_mistral_list_are_several_calls() -> None:
+    hermes = (
+        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>\n'
+        '<tool_call>{"name": "file_read", "arguments": {"path": "a"}}</tool_call>'
+    )
+    mistral = '[TOOL_CALLS][{"name": "list_dir", "arguments": {}}, {"name": "finish", "arguments": {"summary": "x"}}]'  # noqa: E501
+    for text in (hermes, mistral):
+        found = recover(text, TOOLS)
+        assert found is not None
+        assert len(found.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # unknown tool names
+        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
+        '{"name": "python", "arguments": {"code": "1"}}',
+        "[TOOL_CALLS]delete_all[ARGS]{}",
+        # malformed JSON
+        '<tool_call>{"name": "file_read", "arguments": {"path": "a"}</tool_call>',
+        '{"name": "file_read", "arguments": {"path": "a"',
+        "```json\n{name: file_read}\n```",
+        '[TOOL_CALLS][{"name": "file_read", "arguments": {}}',
+        # arguments that are not an object
+        '{"name": "file_read", "arguments": ["NOTES.md"]}',
+        '<tool_call>{"name": "file_read", "arguments": "NOTES.md"}</tool_call>',
+        '{"name": "file_read"}',
+        # other keys: not a call object
+        '{"name": "file_read", "arguments": {}, "then": "shell_exec"}',
+        # JSON inside prose that quotes an example
+        'To read a file you would send {"name": "file_read", "arguments": {"path": "a"}} to it.',
+        'An example:\n{"name": "file_read", "arguments": {"path": "a"}}\nbut I will not do it now.',
+        'For example:\n```json\n{"name": "file_read", "arguments": {"path": "a"}}\n```\nThat is '
+        "the format.",
+        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call> is how a call looks.',
+        # several candidates where the format holds one
+        '```json\n{"name": "list_dir", "arguments": {}}\n```\n```json\n{"name": "file_read", '
+        '"arguments": {"path": "a"}}\n```',
+        '{"name": "list_dir", "arguments": {}}\n{"name": "file_read", "arguments": {"path": "a"}}',
+        '[TOOL_CALLS]{"name": "list_dir", "arguments": {}}[TOOL_CALLS]{"name": "list_dir", '
+        '"arguments": {}}',
+        # one bad call among several spoils them all
+        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+        # prose between two calls
+        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call> and then '
+        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>',
+        # not a call at all
+        "I am done for now.",
+        '{"path": "NOTES.md"}',
+        "```bash\nls\n```",
+    ],
+)
+def test_near_misses_do_not_become_calls(text: str) -> None:
+    assert recover(text, TOOLS) is None
+
+
+def action(text: str) -> tuple[str, str, dict[str, object]]:
+    found = read_action(text, TOOLS)
+    assert isinstance(found, Action), found
+    return found.format, found.call.name, json.loads(found.call.arguments)
+
+
+def test_a_bash_block_runs_its_command_in_the_shell() -> None:
+    text = "I will look around.\n```bash\nls -la\ncat NOTES.md\n```\nThen decide."
+    assert action(text) == ("bash", "shell_exec", {"command": "ls -la\ncat NOTES.md"})
+    assert action("```sh\npwd\n```")[2] == {"command": "pwd"}
+
+
+def test_a_json_block_calls_any_tool() -> None:
+    text = (
+        'Saving.\n```json\n{"tool": "file_write", "arguments": {"path": "a", "content": "b"}}\n```'
+    )
+    assert action(text) == ("json_action", "file_write", {"path": "a", "content": "b"})
+
+
+def test_other_code_blocks_are_no_actions() -> None:
+    text = "Here is the code:\n```python\nprint(1)\n```\n```bash\npython a.py\n```"
+    assert action(text)[2] == {"command": "python a.py"}
+
+
+def test_a_block_left_open_by_a_cut_reply_is_no_action() -> None:
+    assert action("```bash\nls\n```\n```bash\nrm -rf bui")[2] == {"command": "ls"}
+    assert read_action("```bash\nrm -rf bui", TOOLS) == FormatProblem("no action block")
+
+
+def test_a_call_in_a_recovery_format_is_an_action_too() -> None:
+    text = '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>'
+    assert action(text) == ("hermes", "list_dir", {})
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("I think I should list the files.", "no action block"),
+        ("```bash\nls\n```\n```bash\npwd\n```", "2 action blocks (none was run)"),
+        ("```bash\n\n```", "an empty bash block"),
+        ("```json\n{not json}\n```", "a json block that is not one JSON object"),
+        ('```json\n{"tool": "python", "arguments": {}}\n```',
+         "a json block naming no tool there is ('python')"),
+        ('```json\n{"tool": "list_dir", "arguments": "."}\n```',
+         'a json block that is not {"tool": ..., "arguments": {...}}'),
+    ],
+)  # fmt: skip
+def test_a_reply_without_exactly_one_action_says_what_is_wrong(text: str, problem: str) -> None:
+    assert read_action(text, TOOLS) == FormatProblem(problem)

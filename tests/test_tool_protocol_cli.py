@@ -1,0 +1,43 @@
+"""`llm.tool_protocol` against a server on the wire: the scripted server plays Ollama refusing
+tools for a model without tool support (HTTP 400 "... does not support tools"); `auto` goes over
+to the text protocol and says so once, `native` stops with one line that says what to set."""
+
+from __future__ import annotations
+
+from ouroboros.model.scripted import Reply, ScriptedServer, without_tools
+from tests.conftest import Project
+
+ACTIONS = [
+    Reply(text="First a file.\n```bash\necho made > made.txt\n```"),
+    Reply(text='```json\n{"tool": "finish", "arguments": {"summary": "made it"}}\n```'),
+]
+
+
+def test_auto_goes_over_to_text_when_the_server_refuses_tools(project: Project) -> None:
+    replies = iter(ACTIONS)
+    with ScriptedServer(without_tools(lambda body: next(replies))) as server:
+        project.configure(server.url, llm={"tool_protocol": "auto"})
+        done = project.run("run")
+        requests = server.chat_requests()
+    assert done.returncode == 0, done.stderr
+    assert ["tools" in r for r in requests] == [True, False, False]
+    assert {m["role"] for r in requests[1:] for m in r["messages"]} <= {
+        "system",
+        "user",
+        "assistant",
+    }
+    assert (project.workspace / "made.txt").read_text() == "made\n"
+    switched = [e for e in project.events("warning") if "text protocol" in e["message"]]
+    assert len(switched) == 1
+    assert "does not support tools" in switched[0]["message"]
+    assert project.events("run_end")[-1]["reason"] == "finish"
+
+
+def test_native_stops_on_the_refusal_with_one_line_naming_the_setting(project: Project) -> None:
+    with ScriptedServer(without_tools(lambda body: ACTIONS[0])) as server:
+        project.configure(server.url)
+        done = project.run("run")
+    assert done.returncode != 0
+    assert "does not support tools" in done.stderr
+    assert 'llm.tool_protocol = "text"' in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,175 @@
+"""`llm.tool_protocol` through whole runs in the process (`run_here`): a call written as text
+recovered in the native protocol, the text protocol's requests and format messages, its steps
+managed as native ones (masked, carried over), and `auto` going over to text once the model
+keeps writing its calls as text (once said, kept on resume)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from rich.console import Console
+
+from ouroboros.config_file import load_settings
+from ouroboros.messages import AssistantMessage, ToolMessage
+from ouroboros.model.scripted import Reply, tool
+from ouroboros.observe.status import read_status, render_status
+from ouroboros.run.jsonl import JsonlReader
+from ouroboros.run.records import JOURNAL_RECORD, MessageRecord, SessionStart
+from tests.conftest import Project
+from tests.inprocess import Scripted, run_here
+
+HERMES_LS = '<tool_call>{"name": "shell_exec", "arguments": {"command": "ls"}}</tool_call>'
+FINISH = Reply(tool_calls=[tool("finish", summary="done")])
+TEXT_FINISH = Reply(text='```json\n{"tool": "finish", "arguments": {"summary": "done"}}\n```')
+
+
+def messages(project: Project) -> list[MessageRecord]:
+    records = JsonlReader(project.state / "journal.jsonl").records(JOURNAL_RECORD)
+    return [r for r in records if isinstance(r, MessageRecord)]
+
+
+def replies(project: Project) -> list[tuple[AssistantMessage, str | None]]:
+    """Each reply as journalled, with the format its calls were read from text in."""
+    return [
+        (r.message, r.calls_from_text)
+        for r in messages(project)
+        if isinstance(r.message, AssistantMessage)
+    ]
+
+
+def roles(body: dict[str, Any]) -> set[str]:
+    return {m["role"] for m in body["messages"]}
+
+
+def shown_status(project: Project) -> str:
+    out = io.StringIO()
+    settings = load_settings(project.root / "config.toml")
+    Console(file=out, width=200).print(render_status(read_status(project.state), lambda: settings))
+    return out.getvalue()
+
+
+def test_a_call_written_as_text_is_recovered_run_and_counted(project: Project) -> None:
+    ran = run_here(project, [Reply(text=f"Looking first.\n{HERMES_LS}"), FINISH])
+    assert ran.returncode == 0, ran.stderr
+    first, written = replies(project)[0]
+    assert written == "hermes"
+    (call,) = first.tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("shell_exec", {"command": "ls"})
+    assert first.content == "Looking first."
+    (result,) = [r.message for r in messages(project) if isinstance(r.message, ToolMessage)][:1]
+    assert result.tool_call_id == call.id
+    assert not result.error
+    # The next request shows the call as a call: the model sees the format that works.
+    second = ran.chat_requests()[1]
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "shell_exec"
+    assert "tools" in second
+    assert "1 read from text (hermes 1)" in shown_status(project)
+
+
+def test_a_near_miss_stays_text_and_the_agent_is_told_to_go_on(project: Project) -> None:
+    quoted = 'A call looks like {"name": "shell_exec", "arguments": {"command": "ls"}} in JSON.'
+    ran = run_here(project, [Reply(text=quoted), FINISH])
+    first, written = replies(project)[0]
+    assert not first.tool_calls
+    assert written is None
+    assert "Continue with your task" in ran.chat_requests()[1]["messages"][-1]["content"]
+
+
+def text_run(project: Project, script: Any, window: int = 4096, **sections: Any) -> Any:
+    return run_here(project, script, window, llm={"tool_protocol": "text"}, **sections)
+
+
+def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: Project) -> None:
+    ran = text_run(
+        project,
+        [
+            Reply(text="I will write a file.\n```bash\necho hi > a.txt\n```"),
+            Reply(text="Hmm, let me think about it."),
+            Reply(text="```bash\nls\n```\n```bash\npwd\n```"),
+            TEXT_FINISH,
+        ],
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "a.txt").read_text() == "hi\n"
+    bodies = ran.chat_requests()
+    assert all("tools" not in b and roles(b) <= {"system", "user", "assistant"} for b in bodies)
+    system = bodies[0]["messages"][0]["content"]
+    for name in ("file_read", "file_write", "list_dir", "shell_exec", "search_context", "finish"):
+        assert f"## {name}\n" in system
+    assert system.count("Example:\n```") == system.count("\n## ")  # every tool has one
+    # The reply as written, its result as the next user message.
+    second = bodies[1]["messages"]
+    assert second[-2] == {
+        "role": "assistant",
+        "content": "I will write a file.\n```bash\necho hi > a.txt\n```",
+    }
+    assert second[-1]["role"] == "user"
+    assert second[-1]["content"].startswith("[shell_exec result]")
+    # Replies without exactly one action are told what was expected, and run nothing.
+    assert "had no action block" in bodies[2]["messages"][-1]["content"]
+    assert "had 2 action blocks (none was run)" in bodies[3]["messages"][-1]["content"]
+    assert "```bash block" in bodies[3]["messages"][-1]["content"]
+    formats = [written for _, written in replies(project)]
+    assert formats == ["bash", None, None, "json_action"]
+    assert ran.stdout.strip().endswith("run stopped: finish")
+
+
+def test_text_steps_are_masked_and_carried_over_as_native_ones(project: Project) -> None:
+    """A small window: old results become placeholders (in the user messages that bring them
+    back), the newest never; the session restarts with its last step, reply and result
+    together."""
+    (project.workspace / "big.txt").write_text(
+        "\n".join(f"line {i} of a long file" for i in range(1000))
+    )
+    turns = iter(range(10**6))
+
+    def agent(body: dict[str, Any]) -> Reply:
+        n = next(turns)
+        return Reply(
+            text=f"Reading part {n}.\n```bash\nsed -n '{n * 60 + 1},{n * 60 + 60}p' big.txt\n```"
+        )
+
+    ran = text_run(project, Scripted(agent), window=4096, supervisor={"max_total_turns": 24})
+    bodies = ran.chat_requests()
+    assert all(roles(b) <= {"system", "user", "assistant"} for b in bodies)
+    masked = [
+        m["content"] for b in bodies for m in b["messages"] if "result masked" in m["content"]
+    ]
+    assert masked, "no result was masked"
+    assert all(m.startswith("[shell_exec result masked:") for m in masked)
+    assert bodies[-1]["messages"][-1]["content"].startswith("[shell_exec result]")
+    records = JsonlReader(project.state / "journal.jsonl").records(JOURNAL_RECORD)
+    restarts = [r for r in records if isinstance(r, SessionStart) and r.session > 1]
+    assert restarts, "the session never restarted"
+    carried = restarts[0].messages[2:]
+    assert isinstance(carried[-1], ToolMessage)
+    calls = {c.id for m in carried if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    assert {m.tool_call_id for m in carried if isinstance(m, ToolMessage)} == calls
+
+
+def test_auto_goes_over_to_text_after_calls_written_as_text_and_says_so_once(
+    project: Project,
+) -> None:
+    script = Scripted([Reply(text=HERMES_LS)] * 3 + [Reply(text="```bash\nls\n```"), TEXT_FINISH])
+    ran = run_here(project, script, llm={"tool_protocol": "auto"})
+    assert ran.returncode == 0, ran.stderr
+    bodies = ran.chat_requests()
+    assert ["tools" in b for b in bodies] == [True, True, True, False, False]
+    warnings = [e for e in project.events("warning") if "text protocol" in e["message"]]
+    assert len(warnings) == 1
+    assert "wrote its tool calls as text 3 replies in a row" in warnings[0]["message"]
+    assert "text protocol since" in shown_status(project)
+
+
+def test_auto_stays_text_on_resume(project: Project) -> None:
+    script = Scripted([Reply(text=HERMES_LS)] * 4 + [Reply(text="```bash\nls\n```")] * 3)
+    run_here(project, script, llm={"tool_protocol": "auto"}, supervisor={"max_total_turns": 4})
+    resumed = run_here(
+        project, script, llm={"tool_protocol": "auto"}, supervisor={"max_total_turns": 6}
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert ["tools" in b for b in script.requests] == [True] * 3 + [False] * 3
+    warnings = [e for e in project.events("warning") if "text protocol" in e["message"]]
+    assert len(warnings) == 1
