@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from ouroboros.context.plan import PLAN_TOOL
 from ouroboros.context.truncate import saved_name
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
 
@@ -73,7 +74,9 @@ def placeholder(message: ToolMessage) -> str:
         # A call whose arguments are not JSON (cut at the output limit) is named by their start.
         command = " ".join((_argument(message, "command") or _unparsed(message)).split())
         what = f"{command[: COMMAND_CHARS - 1]}…" if len(command) > COMMAND_CHARS else command
-        what = f"`{what}`" if command else _argument(message, "path") or _argument(message, "query")
+        # `name`: the MCP tool an `mcp_call` called (its server is in the name).
+        named = (_argument(message, key) for key in ("path", "query", "name"))
+        what = f"`{what}`" if command else next((n for n in named if n), "")
         again = f"full text in {saved_path(message)}"
     parts = [what] if what else []
     if message.exit_code is not None:
@@ -168,6 +171,7 @@ def choose_masks(
             or message.masked
             or message.tool_call_id in already_masked
             or message.tool_call_id in protected
+            or message.name == PLAN_TOOL  # the plan stays whole in the view
         ):
             continue
         saving = tokens(message) - tokens(masked(message))

@@ -24,6 +24,8 @@ DESCRIPTION_CHARS = 1000
 """Of a tool's description, offered in every request (direct)."""
 COMPACT_DESCRIPTION_CHARS = 300
 """Of a tool's description, in what `mcp_find_tools` answers."""
+PARAMETER_CHARS = 100
+"""Of each parameter's description, in what `mcp_find_tools` answers."""
 NAMES_LISTED = 40
 """Names listed when nothing matches a search."""
 
@@ -55,9 +57,23 @@ class McpTool:
         shown = {
             "name": self.name,
             "description": _cut(self.description, COMPACT_DESCRIPTION_CHARS),
-            "parameters": self.parameters,
+            "parameters": _briefly(self.parameters),
         }
         return json.dumps(shown, ensure_ascii=False, separators=(",", ":"))
+
+
+def _briefly(node: object) -> object:
+    """The schema with every description cut to `PARAMETER_CHARS`."""
+    if isinstance(node, dict):
+        return {
+            key: _cut(value, PARAMETER_CHARS)
+            if key == "description" and isinstance(value, str)
+            else _briefly(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_briefly(item) for item in node]
+    return node
 
 
 def _cut(text: str, limit: int) -> str:
