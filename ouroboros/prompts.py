@@ -11,12 +11,14 @@ in real time: keep working towards your purpose, one tool call at a time.
 Tools: file_read, file_write, list_dir and shell_exec work inside your workspace ({workspace}); \
 relative paths start there and nothing outside it is reachable, except your own instructions \
 file {system_prompt}, which you may read and improve. search_context finds what earlier \
-sessions saw, ran and logged, including results that were masked.{finish}
+sessions saw, ran and logged, including results that were masked. plan saves your list of \
+steps (todo, doing, done): the harness keeps it and shows it at the start of every session.{finish}
 
 Your context window is small ({limit:,} tokens). Old tool results are replaced by short \
 placeholders when it fills up (read the file again if you need it), and when it is nearly full \
-the session ends and a fresh one starts with only your last few turns. Keep your progress, \
-findings and plan in workspace files (for example NOTES.md) as you go, so a restart loses nothing.
+the session ends and a fresh one starts with only your last few turns. Keep your progress and \
+findings in workspace files (for example NOTES.md) and your plan with the plan tool as you go, so \
+a restart loses nothing.
 
 Your instructions follow.
 
@@ -82,7 +84,8 @@ def wind_down(room: int, turns_left: int) -> str:
     return (
         f"This session is nearly full: about {room:,} tokens are left before it ends. Save what "
         "matters to your workspace files and SYSTEM_PROMPT.md now: progress, findings, next "
-        f"steps. The session restarts after {turns_left} more replies; the next one begins with "
+        "steps; and update your plan with the plan tool (what is done, what is next). The "
+        f"session restarts after {turns_left} more replies; the next one begins with your plan, "
         "your last reply and its results."
     )
 

@@ -23,7 +23,8 @@ def test_a_fold_from_the_snapshot_equals_the_fold_of_the_whole_journal(project: 
     # A server that repeats call ids: a warning given once a run, which the snapshot must keep.
     repeated = [Reply(tool_calls=[tool("list_dir", path=".")], call_ids=("same",))] * 2
     finish = Reply(tool_calls=[tool("finish", summary="done")])
-    ran = run_here(project, [*repeated, *script, finish])
+    plan = Reply(tool_calls=[tool("plan", items=[{"text": "look", "status": "doing"}])])
+    ran = run_here(project, [*repeated, plan, *script, finish])
     assert ran.returncode == 0, ran.stderr
     journal = project.state / "journal.jsonl"
     assert load(journal) is not None, "the fold starts from the snapshot"
@@ -32,6 +33,7 @@ def test_a_fold_from_the_snapshot_equals_the_fold_of_the_whole_journal(project: 
     for line in journal.read_text().splitlines():
         whole.apply(JOURNAL_RECORD.validate_json(line))
     assert whole.warned, "a warning was given once"
+    assert whole.plan.items, "a plan was saved (before the last session start)"
     assert whole.session >= 2, "the run restarted: the snapshot is not the first session's"
     for f in fields(RunState):
         if f.name == "view":

@@ -21,6 +21,7 @@ from ouroboros import prompts
 from ouroboros.context import loops
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.mask import round_waits_below, worth_a_round
+from ouroboros.context.plan import PLAN_TOOL
 from ouroboros.context.room import Rules, StepFigures, projected
 from ouroboros.context.truncate import shown
 from ouroboros.messages import ToolMessage, UserMessage
@@ -123,7 +124,7 @@ def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
     cuts = {
         m.tool_call_id: m.room_bytes
         for m in fitted
-        if isinstance(m, ToolMessage) and m.room_bytes is not None
+        if isinstance(m, ToolMessage) and m.room_bytes is not None and m.name != PLAN_TOOL
     }
     if cuts:
         decisions.append(Cut(session=state.session, cuts=cuts))

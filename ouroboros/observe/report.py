@@ -16,6 +16,7 @@ from ouroboros.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
 from ouroboros.observe.operator_table import operator_table
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
+from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
 from ouroboros.observe.status import duration
 from ouroboros.observe.svg import escape
@@ -196,6 +197,8 @@ starts at the soft line ({lines.soft:.0%} of the budget), wind-down at the hard 
 run recorded them call by call. Hover a point for its figures.</p>
 <h2>Sessions</h2>
 {_sessions(data.sessions)}
+<h2>The plan</h2>
+{plan_section(data.events)}
 <h2>Told, paused, resumed</h2>
 {operator_table(data.events)}
 <h2>Errors, warnings and retries</h2>

@@ -16,6 +16,7 @@ from ouroboros.config import Settings
 from ouroboros.context import room
 from ouroboros.context.compact import recap_message, recap_request, split_point
 from ouroboros.context.ledger import Counting
+from ouroboros.context.plan import in_opening
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import tally
 from ouroboros.model.llm import ContextOverflow, Model, TransientError
@@ -83,7 +84,8 @@ async def compact(
         state, rules, counting, completion, tally(request), state.session_turns, "compaction"
     )
     journal.append(SideCall(session=state.session, usage=figures))
-    recap = recap_message(completion.message.content)
+    # The recap replaces the opening too: the plan it showed stays whole after it.
+    recap = recap_message(completion.message.content + in_opening(state.plan.items))
     after = room.projected(state, rules, view.compacted(split, recap))
     if not completion.message.content.strip() or after >= before:
         return failed(before, after, "the recap is not smaller than what it replaces")

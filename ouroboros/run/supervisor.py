@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ouroboros import prompts
 from ouroboros.context.carryover import recent_actions, select_carryover
+from ouroboros.context.plan import in_opening
 from ouroboros.context.tokens import tools_estimate
 from ouroboros.context.truncate import shown
 from ouroboros.errors import RunError
@@ -133,6 +134,7 @@ class Supervisor:
         fixed = tokens(system) + calibration.tokens(
             tools_estimate(tools.schemas()) + OPENING_ALLOWANCE
         )
+        fixed += tokens(UserMessage(content=in_opening(self.journal.state.plan.items)))
         capacity = self.parts.rules.budget.soft_line - fixed
         carried = select_carryover(
             previous,
@@ -177,6 +179,7 @@ class Supervisor:
                 state.ended_detail,
             )
         )
+        first += in_opening(state.plan.items)  # whole: its size is capped when it is saved
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
             opening.append(UserMessage(content=prompts.CONTINUE, origin="continue"))

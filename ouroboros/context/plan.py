@@ -1,0 +1,139 @@
+"""The agent's plan, as pure values: its items, the `plan` tool's arguments, the checks a new plan
+must pass, and how it is shown (in a session's opening, to the agent after a save, in `status`).
+
+The harness owns the plan: it is journalled with the result of the call that saved it
+(`MessageRecord.plan`), folded (`run/plan.py`), and rendered whole at the start of every
+session, so a restart never loses it. Its size is bounded by a small share of the prompt budget,
+so the plan always fits beside the rest of a session's opening.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_TOOL = "plan"
+"""The tool's name; its results are never masked or cut."""
+MAX_ITEMS = 20
+TEXT_CHARS = 120
+NOTE_CHARS = 160
+PLAN_SHARE = 0.05
+"""Of the prompt budget, what the rendered plan may take at most."""
+BYTES_PER_TOKEN = 4
+"""A plan is prose: about four bytes a token."""
+MIN_PLAN_BYTES = 512
+MAX_PLAN_BYTES = 4096
+"""However large the window: a plan is a list of steps, not a document."""
+
+Status = Literal["todo", "doing", "done"]
+
+
+def _most(chars: int) -> dict[str, Any]:
+    """A length the schema announces (a server that constrains replies by it keeps to it); the
+    check itself is `problem`'s, which says what to do."""
+    return {"maxLength": chars}
+
+
+class PlanItem(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    text: str = Field(json_schema_extra=_most(TEXT_CHARS))
+    status: Status
+    note: str = Field("", json_schema_extra=_most(NOTE_CHARS))
+
+
+def _item_schema() -> dict[str, Any]:
+    """An item's schema written out in the tool's (no `$ref`: small models and some servers'
+    grammars read a flat schema better), without pydantic's titles and defaults: every token of
+    it is in every request."""
+    schema = PlanItem.model_json_schema()
+    schema.pop("title", None)
+    for field in schema["properties"].values():
+        field.pop("title", None)
+        field.pop("default", None)
+    return schema
+
+
+class PlanArgs(BaseModel):
+    """Save your whole plan: steps todo, doing (one) or done. Every session opens with it."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    items: list[PlanItem] = Field(
+        json_schema_extra={"items": _item_schema(), "maxItems": MAX_ITEMS}
+    )
+
+
+def plan_bytes(prompt_budget: int) -> int:
+    """The most the rendered plan may take: a small share of the prompt budget."""
+    share = int(prompt_budget * PLAN_SHARE * BYTES_PER_TOKEN)
+    return max(MIN_PLAN_BYTES, min(MAX_PLAN_BYTES, share))
+
+
+def render(items: Sequence[PlanItem]) -> str:
+    """The plan, one numbered line an item."""
+    return "\n".join(
+        f"{n}. [{item.status}] {item.text}" + (f" ({item.note})" if item.note else "")
+        for n, item in enumerate(items, 1)
+    )
+
+
+def counts(items: Sequence[PlanItem]) -> str:
+    """`2 done, 1 doing, 3 todo`: the statuses there are, in that order."""
+    said = [f"{sum(i.status == s for i in items)} {s}" for s in ("done", "doing", "todo")]
+    return ", ".join(s for s in said if not s.startswith("0 ")) or "empty"
+
+
+def problem(items: Sequence[PlanItem], cap: int) -> str | None:
+    """What is wrong with a plan the agent sent, as one line saying what to do; None if fine."""
+    if len(items) > MAX_ITEMS:
+        return (
+            f"the plan has {len(items)} items, at most {MAX_ITEMS}: merge steps, or drop done "
+            "ones (their results are in your files)"
+        )
+    for n, item in enumerate(items, 1):
+        for name, value, most in (("text", item.text, TEXT_CHARS), ("note", item.note, NOTE_CHARS)):
+            if "\n" in value or "\r" in value:
+                return f"item {n}'s {name} has a line break: one line each"
+            if len(value) > most:
+                return (
+                    f"item {n}'s {name} is {len(value)} characters, at most {most}: say it "
+                    "shorter and keep details in a workspace file"
+                )
+        if not item.text.strip():
+            return f"item {n} has no text: say what the step is"
+    doing = [str(n) for n, item in enumerate(items, 1) if item.status == "doing"]
+    if len(doing) > 1:
+        return (
+            f"items {', '.join(doing)} are all doing: at most one step is doing at a time; mark "
+            "the others todo"
+        )
+    size = len(render(items).encode())
+    if size > cap:
+        return (
+            f"the plan takes {size:,} bytes, at most {cap:,} here: shorten items and notes, or "
+            "drop done ones"
+        )
+    return None
+
+
+def saved(items: Sequence[PlanItem]) -> str:
+    """The result of a plan the harness kept."""
+    if not items:
+        return "plan cleared: no steps. Save a new one when you know the next steps."
+    return (
+        f"plan saved: {len(items)} items ({counts(items)}). It opens every new session; update it "
+        "whenever a step starts or ends."
+    )
+
+
+def in_opening(items: Sequence[PlanItem]) -> str:
+    """The plan as a session's first message shows it ("" when there is none)."""
+    if not items:
+        return ""
+    return (
+        "\n\nYour plan, as you last saved it with the plan tool (update it as you go):\n"
+        + render(items)
+    )

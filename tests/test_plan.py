@@ -1,0 +1,257 @@
+"""The agent's plan, kept by the harness, in whole runs in this process: a saved plan opens every
+later session whole, a bad one is refused in one line and changes nothing, plan results are
+never masked, the wind-down asks for an update, and `status`, `tail` and the report show it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ouroboros.cli import main
+from ouroboros.context import policy
+from ouroboros.context.compact import RECAP_HEADER, RECAP_SYSTEM
+from ouroboros.context.mask import MaskPolicy, choose_masks
+from ouroboros.context.plan import PlanItem, in_opening, plan_bytes, render
+from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ouroboros.model.scripted import Reply, tool
+from ouroboros.run.journal import fold
+from ouroboros.run.records import Cut, MessageRecord
+from tests.conftest import Project
+from tests.inprocess import Scripted, run_here
+from tests.test_context_run import fill_workspace
+from tests.test_policy import rules_at, session_with_results
+
+PLAN = [
+    {"text": "read the parser", "status": "done", "note": "src/parse.py, 300 lines"},
+    {"text": "fix the off-by-one in tokens()", "status": "doing"},
+    {"text": "run the tests", "status": "todo"},
+]
+SHOWN = render([PlanItem.model_validate(item) for item in PLAN])
+
+
+def saves(items: list[dict[str, Any]] = PLAN) -> Reply:
+    return Reply(text="Planning.", tool_calls=[tool("plan", items=items)])
+
+
+def shell(n: int) -> Reply:
+    return Reply(tool_calls=[tool("shell_exec", command=f"echo step {n}")])
+
+
+def opening(request: dict[str, Any]) -> str:
+    """The first user message of a request: the session's opening (the restart marker)."""
+    return str(next(m["content"] for m in request["messages"] if m["role"] == "user"))
+
+
+def test_a_saved_plan_opens_every_later_session_whole(project: Project) -> None:
+    script = [saves(), *(shell(n) for n in range(7))]
+    model = Scripted(script)
+    result = run_here(project, model, session={"max_turns": 2}, supervisor={"max_total_turns": 8})
+    assert result.returncode == 0, result.stderr
+    requests = model.chat_requests()
+    firsts = [r for r in requests if opening(r).startswith("Session ") and len(r["messages"]) <= 4]
+    sessions = {opening(r).split(".")[0] for r in requests}
+    assert sessions == {"Session 1 of a new run", "Session 2", "Session 3", "Session 4"}
+    assert SHOWN not in opening(requests[0])  # nothing saved yet
+    for request in requests[2:]:  # every request of every session after the save
+        assert SHOWN in opening(request), opening(request)
+    assert len(firsts) >= 3
+    state, _ = fold(project.state / "journal.jsonl")
+    assert [i.model_dump() for i in state.plan.items] == [{"note": "", **item} for item in PLAN]
+    assert state.plan.changes == 1
+
+
+BAD = {
+    "a status it does not know": [{"text": "read", "status": "started"}],
+    "too many items": [{"text": f"step {n}", "status": "todo"} for n in range(21)],
+    "a text too long": [{"text": "x" * 121, "status": "todo"}],
+    "a note with a line break": [{"text": "read", "status": "todo", "note": "a\nb"}],
+    "two doing": [{"text": "a", "status": "doing"}, {"text": "b", "status": "doing"}],
+    "no text": [{"text": "  ", "status": "todo"}],
+    "over the size cap": [{"text": f"{n} " + "y" * 110, "status": "todo"} for n in range(20)],
+}
+
+
+def test_a_bad_plan_is_refused_in_one_line_saying_what_to_do_and_changes_nothing(
+    project: Project,
+) -> None:
+    bad = [Reply(tool_calls=[tool("plan", items=items)]) for items in BAD.values()]
+    not_json = Reply(tool_calls=[("plan", '{"items": [')])
+    model = Scripted([saves(), *bad, not_json])
+    total = len(BAD) + 2
+    result = run_here(project, model, supervisor={"max_total_turns": total})
+    assert result.returncode == 0, result.stderr
+    records = project.records("journal.jsonl")
+    messages = [r["message"] for r in records if r["kind"] == "message"]
+    results = [m for m in messages if m["kind"] == "tool"]
+    assert len(results) == total
+    assert not results[0].get("error")
+    for why, refused in zip([*BAD, "not JSON"], results[1:], strict=True):
+        said = refused["content"]
+        assert refused.get("error"), why
+        assert said.startswith("error: "), (why, said)
+        assert "\n" not in said, (why, said)
+    said = {why: r["content"] for why, r in zip(BAD, results[1:], strict=False)}
+    assert "'todo', 'doing' or 'done'" in said["a status it does not know"]
+    assert "at most 20: merge steps" in said["too many items"]
+    assert "at most 120: say it shorter" in said["a text too long"]
+    assert "line break: one line each" in said["a note with a line break"]
+    assert "at most one step is doing" in said["two doing"]
+    assert "no text: say what the step is" in said["no text"]
+    cap = plan_bytes(3636)  # the prompt budget of a 4,096-token window here
+    assert f"at most {cap:,} here: shorten" in said["over the size cap"]
+    checked = [text for why, text in said.items() if why != "a status it does not know"]
+    assert all(text.endswith("Nothing was changed") for text in checked)
+    # Only the first plan was kept: one record carries a plan, and the fold has it.
+    assert [r["plan"] for r in records if r["kind"] == "message" and "plan" in r] == [
+        [{"note": "", **i} for i in PLAN]
+    ]
+    state, _ = fold(project.state / "journal.jsonl")
+    assert render(state.plan.items) == SHOWN
+    assert len(project.events("plan")) == 1
+
+
+def test_the_size_cap_is_a_small_share_of_the_prompt_budget() -> None:
+    assert plan_bytes(3636) == 727  # 5% of a 4K window's budget, at 4 bytes a token
+    assert plan_bytes(6759) == 1351  # 8K
+    assert plan_bytes(500) == 512  # the least, whatever the window
+    assert plan_bytes(1_000_000) == 4096  # the most
+
+
+def result(content: str, name: str = "plan", call_id: str = "p") -> list[Message]:
+    """A call and its result."""
+    call = ToolCall(id=call_id, name=name, arguments=json.dumps({"items": PLAN}))
+    done = ToolMessage(tool_call_id=call_id, name=name, content=content)
+    return [AssistantMessage(tool_calls=(call,)), done]
+
+
+def test_a_plan_result_is_never_chosen_for_masking_however_large() -> None:
+    """The rule itself: a plan result worth masking by size (a long one, as an older version
+    could have written) is passed over; the same result under another tool's name is not."""
+    long = "plan saved:\n" + SHOWN * 40
+    newer = result("a.py  10 bytes", "list_dir", "n")
+    policy = MaskPolicy(protected_count=1, protected_tokens=10**6, min_tokens=0)
+
+    def tokens(message: Message) -> int:
+        return len(str(getattr(message, "content", "")))
+
+    other = [*result(long, "file_read"), *newer]
+    assert choose_masks(other, set(), policy, tokens, excess=1) == ["p"]
+    assert choose_masks([*result(long), *newer], set(), policy, tokens, excess=1) == []
+
+
+def test_plan_results_are_never_masked_in_a_run_that_masks_everything_else(
+    project: Project,
+) -> None:
+    fill_workspace(project)
+    reads = (
+        Reply(tool_calls=[tool("file_read", path=f"mod{i % 12}.py")]) for i in itertools.count()
+    )
+    script = [saves(), *itertools.islice(reads, 3), saves(PLAN[:2]), *itertools.islice(reads, 30)]
+    context = {"mask_min_tokens": 0, "protected_observations": 1}
+    result = run_here(
+        project, Scripted(script), context=context, supervisor={"max_total_turns": 30}
+    )
+    assert result.returncode == 0, result.stderr
+    records = project.records("journal.jsonl")
+    plan_ids = {
+        r["message"]["tool_call_id"] for r in records if "plan" in r and r["kind"] == "message"
+    }
+    masked = {i for r in records if r["kind"] == "mask" for i in r["call_ids"]}
+    assert len(plan_ids) == 2
+    assert len(masked) > 5, "the run masked old results"
+    assert not plan_ids & masked
+
+
+def test_the_wind_down_asks_the_agent_to_update_its_plan(project: Project) -> None:
+    fill_workspace(project)
+    reads = (
+        Reply(tool_calls=[tool("file_read", path=f"mod{i % 12}.py")]) for i in itertools.count()
+    )
+    result = run_here(
+        project, Scripted([saves(), *itertools.islice(reads, 40)]), supervisor={"max_restarts": 1}
+    )
+    assert result.returncode == 0, result.stderr
+    winds = [r for r in project.records("journal.jsonl") if r["kind"] == "wind_down"]
+    assert winds, "the session wound down"
+    assert all("update your plan with the plan tool" in w["message"]["content"] for w in winds)
+
+
+def test_status_tail_and_the_report_show_the_plan(
+    project: Project, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    changed = [{**PLAN[0]}, {**PLAN[1], "status": "done"}, {**PLAN[2], "status": "doing"}]
+    script = [saves(), shell(1), saves(changed), shell(2)]
+    result = run_here(project, Scripted(script), supervisor={"max_total_turns": 4})
+    assert result.returncode == 0, result.stderr
+    state = str(project.state)
+    assert main(["status", "--state", state]) == 0
+    status = capsys.readouterr().out
+    assert "2 done, 1 doing (saved in session 1)" in status
+    assert "3. [doing] run the tests" in status
+    assert "1. [done] read the parser (src/parse.py, 300 lines)" in status
+    assert main(["tail", "--state", state]) == 0
+    tail = [line for line in capsys.readouterr().out.splitlines() if "plan saved" in line]
+    assert [line[9:] for line in tail] == [
+        "plan saved (change 1): 3 items, 1 done, 1 doing, 1 todo; doing: "
+        "fix the off-by-one in tokens()",
+        "plan saved (change 2): 3 items, 2 done, 1 doing; doing: run the tests",
+    ]
+    out = tmp_path / "report.html"
+    assert main(["report", "--state", state, "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "<li><b>doing</b> run the tests</li>" in page
+    assert page.count("plan saved (change") == 2
+
+
+def test_the_opening_shows_the_plan_under_its_header_and_nothing_without_one() -> None:
+    items = [PlanItem.model_validate(item) for item in PLAN]
+    assert in_opening([]) == ""
+    shown = in_opening(items)
+    assert shown.startswith("\n\nYour plan, as you last saved it with the plan tool")
+    assert shown.endswith(SHOWN)
+
+
+def test_a_refused_prompt_never_cuts_a_plan_result() -> None:
+    """After a refusal the results the model has not seen are cut to fit; a plan result among
+    them (however long) is left whole, the other is cut."""
+    state = session_with_results([300, 300])
+    calls = (
+        ToolCall(id="big", name="shell_exec", arguments=json.dumps({"command": "cat log"})),
+        ToolCall(id="p", name="plan", arguments=json.dumps({"items": PLAN})),
+    )
+    words = " ".join(f"w{i}" for i in range(600))
+    for message in (
+        AssistantMessage(tool_calls=calls),
+        ToolMessage(tool_call_id="big", name="shell_exec", content=words, exit_code=0),
+        ToolMessage(tool_call_id="p", name="plan", content=words),
+    ):
+        state.apply(MessageRecord(session=1, message=message))
+    decisions = policy.after_overflow(state, rules_at(state, hard_at=5.0))
+    (cut,) = [d for d in decisions if isinstance(d, Cut)]
+    assert list(cut.cuts) == ["big"]
+
+
+def test_after_a_compaction_the_recap_shows_the_plan_whole(project: Project) -> None:
+    """A compaction replaces the session's opening with the older part: the recap brings the
+    plan along, so the view never lacks it."""
+    fill_workspace(project, words=300)
+    reads = itertools.cycle(f"mod{i}.py" for i in range(12))
+    first = iter([saves()])
+
+    def agent(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == RECAP_SYSTEM:
+            return Reply(text="## Overall goal\nRead every module.")
+        return next(first, None) or Reply(tool_calls=[tool("file_read", path=next(reads))])
+
+    limits = {"max_total_turns": 30, "max_restarts": 0}
+    result = run_here(project, agent, context={"strategy": "compact"}, supervisor=limits)
+    assert result.returncode == 0, result.stderr
+    assert project.events("compaction")
+    requests = result.chat_requests()
+    recaps = [r for r in requests if r["messages"][1]["content"].startswith(RECAP_HEADER)]
+    assert recaps, "requests after a compaction"
+    assert all(SHOWN in r["messages"][1]["content"] for r in recaps)
