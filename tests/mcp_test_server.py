@@ -4,15 +4,18 @@
 Tools: `echo` (text back), `fail` (an `is_error` result), `hang` (never answers), `crash` (exits
 mid-call), `flood` (a result of `mb` megabytes on one line), `garbage` (a line that is not
 JSON-RPC), `shell_exec` and `finish` (named like the harness's own tools), `pid` (its process
-id); with `--big N`, N more tools whose schemas are large (`tool_000`...), each echoing its
-`text`. `--hang-start` never answers `initialize`.
+id), `write`, `connect` and `getenv` (what its confinement lets it do); with `--big N`, N more
+tools whose schemas are large (`tool_000`...), each echoing its `text`. `--hang-start` never
+answers `initialize`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 BIG_PROPERTIES = 12
@@ -63,6 +66,9 @@ TOOLS = [
     _tool("shell_exec", "Named like the harness's shell tool", command="string"),
     _tool("finish", "Named like the harness's finish tool", summary="string"),
     _tool("pid", "Says its process id"),
+    _tool("write", "Writes a file", path="string"),
+    _tool("connect", "Opens a TCP connection to a port of 127.0.0.1", port="integer"),
+    _tool("getenv", "Says a variable of its environment", variable="string"),
 ]
 
 
@@ -98,6 +104,17 @@ def call(request_id: object, name: str, arguments: dict[str, Any]) -> None:
         text(request_id, "the tool failed: no such record", error=True)
     elif name == "pid":
         text(request_id, str(os.getpid()))
+    elif name in ("write", "connect"):
+        try:
+            if name == "write":
+                Path(arguments["path"]).write_text("written")
+            else:
+                socket.create_connection(("127.0.0.1", arguments["port"]), timeout=5).close()
+            text(request_id, "done")
+        except OSError as e:
+            text(request_id, f"refused: {e.strerror}", error=True)
+    elif name == "getenv":
+        text(request_id, repr(os.environ.get(arguments["variable"])))
     else:
         said = arguments.get("text") or arguments.get("command") or arguments.get("summary")
         text(request_id, f"{name}: {said}")

@@ -25,7 +25,7 @@ SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 def servers(*extra: str, **settings: Any) -> dict[str, Any]:
     mark = {"OUROBOROS_TEST_MARK": "mcp-hostile"}
     test = {"command": sys.executable, "args": [SERVER, *extra], "env": mark, **settings}
-    return {"servers": {"test": test}, "max_restarts": 1}
+    return {"servers": {"test": test}, "max_restarts": 1, "schema_share": 0.9}
 
 
 def results(project: Project) -> list[dict[str, Any]]:

@@ -66,7 +66,10 @@ async def confined_stdio(
     async def read() -> None:
         async with into_session:
             await _read_messages(pipes[1], into_session, limit, fault)
-            if fault.reason is None:
+            if fault.reason is None:  # its output ended: it is exiting, say how once it has
+                with anyio.move_on_after(EXIT_WAIT_S):
+                    while process.poll() is None:
+                        await anyio.sleep(0.01)
                 fault.note(_exited(process))
 
     async def write() -> None:

@@ -1,0 +1,103 @@
+"""A stdio MCP server runs as a shell command does: writes in the workspace only, no network
+with `network = false`, only the `tools.env` variables and its own `env`; it dies with the
+harness however the harness dies; and a config with servers but no SDK is one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import socket
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP client needs the [mcp] extra (pip install -e '.[mcp]')")
+
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from tests.conftest import Project, wait_for
+from tests.inprocess import run_here
+from tests.test_mcp_hostile import marked_processes, results, servers
+
+
+def contents(project: Project) -> list[str]:
+    return [m["content"] for m in results(project)]
+
+
+def test_a_server_writes_in_the_workspace_only(project: Project) -> None:
+    outside, state = project.root / "outside.txt", project.state / "planted"
+    script = [
+        Reply(tool_calls=[tool("mcp__test__write", path=str(project.workspace / "in.txt"))]),
+        Reply(tool_calls=[tool("mcp__test__write", path=str(outside))]),
+        Reply(tool_calls=[tool("mcp__test__write", path=str(state))]),
+        Reply(text="done"),
+    ]
+    ran = run_here(project, script, mcp=servers(), supervisor={"max_total_turns": 4})
+    assert ran.returncode == 0, ran.stderr
+    inside, out, planted = contents(project)
+    assert inside == "done"
+    assert out.startswith("error: refused:")
+    assert planted.startswith("error: refused:")
+    assert (project.workspace / "in.txt").read_text() == "written"
+    assert not outside.exists()
+    assert not state.exists()
+
+
+@pytest.mark.parametrize("network", [True, False])
+def test_a_server_without_network_reaches_nothing(project: Project, network: bool) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        script = [Reply(tool_calls=[tool("mcp__test__connect", port=port)]), Reply(text="done")]
+        ran = run_here(
+            project, script, mcp=servers(network=network), supervisor={"max_total_turns": 2}
+        )
+    assert ran.returncode == 0, ran.stderr
+    (said,) = contents(project)
+    assert said == "done" if network else said.startswith("error: refused:")
+
+
+def test_a_server_sees_only_the_allowed_variables_and_its_own(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OUROBOROS_LLM__API_KEY", "secret-key")
+    script = [
+        Reply(tool_calls=[tool("mcp__test__getenv", variable="OUROBOROS_LLM__API_KEY")]),
+        Reply(tool_calls=[tool("mcp__test__getenv", variable="OUROBOROS_TEST_MARK")]),
+        Reply(tool_calls=[tool("mcp__test__getenv", variable="TMPDIR")]),
+        Reply(text="done"),
+    ]
+    ran = run_here(project, script, mcp=servers(), supervisor={"max_total_turns": 4})
+    assert ran.returncode == 0, ran.stderr
+    key, mark, tmp = contents(project)
+    assert key == "None"
+    assert mark == "'mcp-hostile'"
+    assert "ouroboros-tmp-" in tmp
+
+
+def test_servers_die_with_a_killed_harness(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("mcp__test__hang")], delay_s=0.1)] * 50
+    with ScriptedServer(script) as server:
+        mcp: dict[str, Any] = servers(call_timeout_s=60)
+        project.configure(server.url, mcp=mcp)
+        run = project.start("run")
+        wait_for(lambda: marked_processes() and project.events("mcp_offered"), timeout=60)
+        assert marked_processes()
+        run.send_signal(signal.SIGKILL)
+        run.communicate()
+        wait_for(lambda: not marked_processes(), timeout=20)
+    assert not marked_processes()
+
+
+def test_servers_without_the_sdk_are_one_line(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else found(name, *a)
+    )
+    ran = run_here(project, [Reply(text="done")], mcp=servers())
+    assert ran.returncode == 1
+    assert "pip install -e '.[mcp]'" in ran.stderr
+    assert "\n" not in ran.stderr.strip()
+    assert not marked_processes()
