@@ -183,12 +183,20 @@ def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
     return _ask(load(), COMPACT_REQUEST, "compact the context at its next turn", console)
 
 
+def _rewind(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.run.rewind import rewind
+
+    stdout_console().print(escape(rewind(load(), args.session)))
+    return 0
+
+
 _COMMANDS = {
     "run": _run,
     "tell": _tell,
     "pause": _pause,
     "resume": _resume,
     "compact": _compact,
+    "rewind": _rewind,
     "tail": _tail,
     "status": _status,
     "report": _report,

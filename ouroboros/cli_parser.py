@@ -9,6 +9,7 @@ examples:
   python -m ouroboros tell "use pytest"    a message for the agent, at its next step
   python -m ouroboros pause / resume      hold the run (no model call) / let it go on
   python -m ouroboros report              an HTML page of the whole run
+  python -m ouroboros rewind --session 3  the workspace as it was when session 3 started
   python -m ouroboros demo                a whole run in seconds with a scripted model
 
 Settings: config.toml next to where you run it (or --config), and OUROBOROS_<SECTION>__<KEY>.
@@ -93,6 +94,15 @@ def argument_parser() -> argparse.ArgumentParser:
         "python -m ouroboros compact",
         "The model writes a recap of the older part of its session, which replaces it.",
     )
+    rewind_cmd = _command(
+        commands,
+        "rewind",
+        "put the workspace back as it was when a session started (the run must not be running)",
+        "python -m ouroboros rewind --session 3",
+        "Today's files it replaces or removes are moved to a folder of the state folder, never "
+        "deleted; the next session is told. `status` lists the sessions with a checkpoint.",
+    )
+    rewind_cmd.add_argument("--session", type=int, metavar="N", required=True, help="session N")
     state_help = (
         "state folder (default: paths.state_dir; without --config, a config.toml next to "
         "this folder is used for the budgets and lines)"

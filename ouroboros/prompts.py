@@ -64,6 +64,7 @@ def restart_marker(
         "context_overflow": "the prompt no longer fitted the server's window",
         "max_turns": "it reached its turn limit",
         "loop": f"it was going in circles ({detail})",
+        "rewound": "the operator rewound the workspace",
     }.get(reason, reason)
     carried_text = (
         f"The last {carried} messages of that session follow."
@@ -77,6 +78,19 @@ def restart_marker(
         f"Session {session}. The previous session ran {previous_turns} turns and ended because "
         f"{why}. Your workspace files hold your progress; your instructions above were re-read "
         f"from disk. {carried_text}{summary}"
+    )
+
+
+def rewound(session: int, moved_aside: str) -> str:
+    """After `python -m ouroboros rewind`: said at the end of the next session's first message."""
+    moved = (
+        f"today's files were moved to {moved_aside} (out of your reach)"
+        if moved_aside
+        else "none of today's files had to move"
+    )
+    return (
+        f"\n\nThe workspace was rewound to the start of session {session} by the operator; "
+        f"{moved}. Look at your files again before you go on: they are as they were then."
     )
 
 

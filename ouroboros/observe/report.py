@@ -14,6 +14,7 @@ from ouroboros.config import Settings
 from ouroboros.context.tokens import Budget
 from ouroboros.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
+from ouroboros.observe.checkpoint_view import checkpoint_table
 from ouroboros.observe.operator_table import operator_table
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
@@ -199,6 +200,8 @@ run recorded them call by call. Hover a point for its figures.</p>
 {_sessions(data.sessions)}
 <h2>The plan</h2>
 {plan_section(data.events)}
+<h2>Workspace checkpoints</h2>
+{checkpoint_table(data.events)}
 <h2>Told, paused, resumed</h2>
 {operator_table(data.events)}
 <h2>Errors, warnings and retries</h2>

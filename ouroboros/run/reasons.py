@@ -23,6 +23,8 @@ class EndReason(StrEnum):
     """The agent looped on after it was told: restarted (`LoopDetected`)."""
     STUCK = "stuck"
     """It looped on after `loops.max_loops` such restarts: the run stops."""
+    REWOUND = "rewound"
+    """`python -m ouroboros rewind` ended it while the run was not running."""
 
     @property
     def restarts(self) -> bool:

@@ -14,6 +14,7 @@ from ouroboros.instructions import system_message
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from ouroboros.run import operator
 from ouroboros.run.call_figures import RunLimits, WindowFigures
+from ouroboros.run.checkpoints import take_checkpoint
 from ouroboros.run.lock import mark_started
 from ouroboros.run.records import EndReason, Paused, RunEnd, RunStart, SessionEnd, SessionStart
 from ouroboros.run.session import Parts, Session, SessionEnded
@@ -103,6 +104,7 @@ class Supervisor:
     async def next_session(self) -> RunOutcome | None:
         state = self.journal.state
         if state.session == 0:
+            await take_checkpoint(self.settings, self.journal, 1)
             self.start_session(1, "fresh", [], self.system_message())
             return None
         limit = self.settings.supervisor.max_restarts
@@ -116,7 +118,10 @@ class Supervisor:
             await operator.hold(state_dir, self.journal, clock, enter=True)
         # A session that could not make one turn with what it carried: the next carries nothing.
         system = self.system_message()
-        carry = await self.carryover(state.messages, system) if state.session_turns else []
+        # After a rewind the last step's files are gone: nothing is carried (the note says why).
+        carried = state.session_turns and not state.checkpoints.pending(state.session)
+        carry = await self.carryover(state.messages, system) if carried else []
+        await take_checkpoint(self.settings, self.journal, state.session + 1)
         self.start_session(state.session + 1, state.ended_reason or "restart", carry, system)
         return None
 
@@ -179,6 +184,7 @@ class Supervisor:
                 state.ended_detail,
             )
         )
+        first += state.checkpoints.note(state.session)
         first += in_opening(state.plan.items)  # whole: its size is capped when it is saved
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:

@@ -1,0 +1,89 @@
+"""Workspace checkpoints as people read them: the `checkpoint` and `rewound` lines (`tail`, the
+terminal), the row of `status`, and the report's table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from ouroboros.observe.svg import escape
+from ouroboros.printable import printable
+
+MAX_ROWS = 100
+
+
+def size(count: object) -> str:
+    n = float(count) if isinstance(count, int | float) else 0.0
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1000 or unit == "MB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _left_out(r: dict[str, Any]) -> str:
+    return f", {r['left_out']} left out (checkpoints.max_bytes)" if r.get("left_out") else ""
+
+
+def checkpoint_text(r: dict[str, Any]) -> str:
+    return (
+        f"checkpoint of the workspace at session {r.get('session')}: {r.get('files')} files, "
+        f"{size(r.get('bytes'))}{_left_out(r)} (commit {str(r.get('commit'))[:12]})"
+    )
+
+
+def rewound_text(r: dict[str, Any]) -> str:
+    moved = f"{r.get('moved')} moved aside to {r['moved_aside']}" if r.get("moved_aside") else ""
+    return (
+        f"workspace rewound to the start of session {r.get('session')}: {r.get('restored')} "
+        f"file(s) restored{', ' + moved if moved else ''}"
+    )
+
+
+DESCRIBED = {
+    "checkpoint": ("dim", checkpoint_text),
+    "rewound": ("bold magenta", rewound_text),
+}
+"""The lines `describe` shows for them."""
+
+
+def checkpoints_status(summary: dict[str, Any] | None) -> Text:
+    """`status`'s row: how many, the newest few (session, when, files, size), a rewind."""
+    if not summary or not summary.get("count"):
+        return Text("none yet", style="dim")
+    newest = summary["newest"]
+    text = Text(f"{summary['count']} (`rewind --session N` puts one back); the newest:")
+    for c in reversed(newest):
+        when = str(c.get("ts", ""))[:19].replace("T", " ")
+        text.append(
+            f"\nsession {c['session']}, {when}: {c['files']} files, {size(c['bytes'])}"
+            + _left_out(c)
+        )
+    if rewound := summary.get("rewound"):
+        where = rewound.get("moved_aside") or "nothing moved aside"
+        said = printable(f"rewound to session {rewound['session']} ({where})")
+        text.append(f"\n{said}", style="magenta")
+    return text
+
+
+def checkpoint_table(events: list[dict[str, Any]]) -> str:
+    """The report's: every checkpoint and rewind, newest first."""
+    chosen = [e for e in events if e.get("kind") in DESCRIBED][-MAX_ROWS:]
+    if not chosen:
+        return '<p class="note">No checkpoint of the workspace.</p>'
+    rows = []
+    for e in reversed(chosen):
+        cells = [
+            ("text", str(e.get("ts", ""))[:19].replace("T", " ")),
+            ("", e.get("session", "")),
+            ("", e.get("files", e.get("restored", ""))),
+            ("", size(e["bytes"]) if "bytes" in e else ""),
+            ("text", DESCRIBED[str(e["kind"])][1](e)),
+        ]
+        rows.append("<tr>" + "".join(f'<td class="{c}">{escape(v)}</td>' for c, v in cells))
+    head = (
+        "<tr><th class=text>time (UTC)</th><th>session</th><th>files</th><th>size</th>"
+        "<th class=text>what</th></tr>"
+    )
+    return f'<table id="checkpoints">{head}{"</tr>".join(rows)}</tr></table>'
