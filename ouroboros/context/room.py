@@ -15,17 +15,16 @@ from ouroboros import prompts
 from ouroboros.config import ContextSettings, LoopSettings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.tokens import SCHEMA_KIND, Budget, output_kind, raw_estimate, units
+from ouroboros.context.tokens import SCHEMA_KIND, Budget, Calibration, raw_estimate
 from ouroboros.messages import UserMessage
 from ouroboros.model.llm import Completion
 from ouroboros.run.call_figures import CallFigures, RawTally, Zone
 from ouroboros.run.state import RECENT, RunState
 
 BYTES_PER_RAW_TOKEN = 4
-ROOM_SHARE = 0.8
-"""Of the room left, what this reply's tool results may fill."""
 MIN_OUTPUT_BYTES = 1024
-"""Even with no room left the agent sees the start and end of what it ran."""
+"""Even with little room left the agent sees the start and end of what it ran (this much of
+the densest content seen), where the wind-down's room allows (`result_room`)."""
 
 LONGEST_WIND_DOWN = UserMessage(content=prompts.wind_down(99_999, 9))
 """A wind-down message as long as one gets: the room kept for it."""
@@ -75,6 +74,9 @@ class WindDownLine:
     it the agent is told to wind down; what is above it is the room the wind-down needs."""
     reply: int
     """The reply allowance the room was sized for."""
+    promised_reply: int = 0
+    """Tokens each promised reply that comes back in a prompt of the session takes, with the
+    least its result is cut to: the room a wind-down keeps for each (`result_room.ceiling`)."""
 
 
 def place(
@@ -101,7 +103,7 @@ def place(
     winding = reply_allowance(answering, max_output) if answering else usual
     room = usual + least_result + (turns - 1) * (winding + least_result) + message_tokens
     line = max(0, min(budget.hard_line, budget.prompt_budget - room))
-    return WindDownLine(line, max(usual, winding))
+    return WindDownLine(line, max(usual, winding), winding + least_result)
 
 
 @dataclass(frozen=True)
@@ -139,44 +141,26 @@ def projected(state: RunState, rules: Rules, view: RawTally | None = None) -> in
     return state.ledger.project(raw_prompt(state, rules, view))
 
 
+def least_result(calibration: Calibration) -> int:
+    """Tokens a result is shown at least, where the wind-down's room allows: `MIN_OUTPUT_BYTES`
+    of the densest content this run has seen."""
+    raw = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN
+    return round(raw * calibration.densest() + calibration.frame)
+
+
 def step_figures(state: RunState, rules: Rules, compaction_requested: bool = False) -> StepFigures:
     """The hard line in force, from this run's own reply sizes (`context.room`)."""
     calibration = state.ledger.calibration
-    least = MIN_OUTPUT_BYTES // BYTES_PER_RAW_TOKEN * calibration.densest() + calibration.frame
     lines = place(
         rules.budget,
         list(state.recent_replies),
         state.wind_down_reply_tokens,
-        round(least),
+        least_result(calibration),
         calibration.message_tokens(LONGEST_WIND_DOWN),
         rules.wind_down_turns,
         rules.max_output_tokens,
     )
     return StepFigures(lines, compaction_requested)
-
-
-# --- room for results ------------------------------------------------------------------------
-
-
-def result_room(state: RunState, rules: Rules, step: StepFigures, calls: int) -> int:
-    """Tokens each of this reply's results may take: the room left, after what masking could
-    free, below the hard line (so the wind-down's room stays free), or below the prompt budget
-    once the wind-down began; shared by the reply's calls. A result cut for room is saved whole
-    and shown whole again in a session that has room."""
-    winding = state.wind_down_replies is not None
-    line = rules.budget.prompt_budget if winding else step.hard_line
-    calibration = state.ledger.calibration
-    floor = projected(state, rules) - state.view.reclaimable(rules.masking, calibration, calls)
-    return int((line - floor) / max(calls, 1) * ROOM_SHARE)
-
-
-def fitting_bytes(state: RunState, room: int, text: str) -> int:
-    """Bytes of `text` whose price fits `room` tokens, at the text's own density."""
-    calibration = state.ledger.calibration
-    price = calibration.tokens(units(text), output_kind(text)) + round(calibration.frame)
-    size = len(text.encode())
-    fitting = size if price <= room else int(size * max(room, 0) / max(price, 1))
-    return max(MIN_OUTPUT_BYTES, fitting)
 
 
 def zone(state: RunState, rules: Rules, used: int, truncated: bool, hard_line: int) -> Zone:

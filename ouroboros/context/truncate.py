@@ -25,6 +25,13 @@ RECUT_MIN = 2 * int(SNAP / HEAD_SHARE)
 """A room cut smaller than this below the stored text is not made (see `shown`)."""
 
 
+def cut_made(room_bytes: int, stored: int) -> bool:
+    """Whether a cut to `room_bytes` of a stored text of `stored` bytes is made: one less than
+    `RECUT_MIN` below it is not (see `shown`), but for a cut to the marker alone, which keeps
+    nothing of either text."""
+    return room_bytes <= max(stored - RECUT_MIN, MARKER_ALLOWANCE)
+
+
 @dataclass(frozen=True)
 class Capped:
     text: str
@@ -99,13 +106,13 @@ def cap_output(
 def shown(message: ToolMessage) -> ToolMessage:
     """The result as the model is shown it: its stored text, cut to `room_bytes` if the session
     it ran in (or the one it is carried into) had room for no more. A cut less than `RECUT_MIN`
-    bytes below the stored text is not made: only so is what a cut of the stored text keeps
-    the same as what a cut of the whole output keeps (line ends move head and tail by at most
-    `SNAP` bytes)."""
+    bytes below the stored text is not made (but to the marker alone): only so is what a cut of
+    the stored text keeps the same as what a cut of the whole output keeps (line ends move head
+    and tail by at most `SNAP` bytes)."""
     if message.room_bytes is None or message.masked:
         return message
     stored = len(message.content.encode())
-    if message.room_bytes > stored - RECUT_MIN:
+    if not cut_made(message.room_bytes, stored):
         return message.model_copy(update={"room_bytes": None})
     lines = message.output_lines
     size = message.output_bytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ouroboros.context.truncate import RECUT_MIN, cap_output, saved_name
+from ouroboros.context.truncate import cap_output, cut_made, saved_name
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
@@ -23,7 +23,7 @@ def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) ->
     size = len(text.encode())
     capped = cap_output(text, cap)
     shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
-    if shown_bytes > capped.kept_bytes - RECUT_MIN:
+    if not cut_made(shown_bytes, capped.kept_bytes):
         shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
     # A file read is read again from the file (its range of lines says how): no copy of it.
     cut = size > shown_bytes and call.name != "file_read"
