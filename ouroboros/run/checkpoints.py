@@ -21,7 +21,7 @@ import anyio
 
 from ouroboros.config import Settings
 from ouroboros.run.checkpoint_records import Checkpoint, Rewound
-from ouroboros.run.git_store import LEFT_OUT, GitFailed, Repo, commit_header, quoted
+from ouroboros.run.git_store import LEFT_OUT, GitFailed, GitStuck, Repo, commit_header, quoted
 from ouroboros.run.journal import Journal
 from ouroboros.run.state_folder import CHECKPOINTS
 from ouroboros.run.workspace_files import (
@@ -30,6 +30,7 @@ from ouroboros.run.workspace_files import (
     move_aside,
     prune,
     read_entry,
+    walk,
     write_entry,
 )
 
@@ -42,6 +43,8 @@ class Snapshot:
     listed: list[bytes] = field(default_factory=list)
     left_out: list[bytes] = field(default_factory=list)
     """Past the size limit: not in the commit."""
+    walked: bool = False
+    """Git's listing was stuck: the workspace was walked instead, ignore rules aside."""
 
 
 def repo_of(settings: Settings) -> Repo:
@@ -52,9 +55,12 @@ async def snapshot(repo: Repo, ref: str, title: str, max_bytes: int) -> Snapshot
     """Commit the workspace as it is to `ref` (its files in path order while `max_bytes` holds
     them, the rest left out and named in the commit's message)."""
     await repo.ready()
-    taken = Snapshot(listed=await repo.listing())
     root = os.open(repo.work_tree, FOLDER)
     try:
+        try:
+            taken = Snapshot(listed=await repo.listing())
+        except GitStuck:
+            taken = Snapshot(listed=walk(root), walked=True)
         out = await repo.fast_import(_stream(root, taken, ref, title, max_bytes))
     finally:
         os.close(root)
@@ -109,6 +115,14 @@ async def take_checkpoint(settings: Settings, journal: Journal, session: int) ->
             once="checkpoint_failed",
         )
         return
+    if taken.walked:
+        journal.notify(
+            "warning",
+            f"git could not list the workspace at session {session} (stuck on a FIFO where it "
+            "reads, such as a .gitignore?): the checkpoint holds every file, ignore rules aside",
+            session=session,
+            once="checkpoint_walked",
+        )
     if taken.left_out:
         journal.notify(
             "warning",

@@ -1,9 +1,10 @@
 """The checkpoint repository: the `git` binary, run with an environment of our own (no user or
-system configuration, no hooks, no attributes of the workspace's), does all the storing.
+system configuration, no hooks), does all the storing.
 
 Git never reads a file of the workspace here: it lists the workspace (its `.gitignore` rules
 applied, links never followed, FIFOs and devices skipped), and takes the contents the harness
-read itself without following links (`workspace_files.py`) through `git fast-import`.
+read itself without following links (`workspace_files.py`) through `git fast-import`, as bytes:
+no `.gitattributes` filter or line-ending conversion applies on the way in or out.
 """
 
 from __future__ import annotations
@@ -25,15 +26,22 @@ LEFT_OUT = "left out: "
 """How a commit's message lists the files past the size limit (a JSON list, one line)."""
 EXCLUDED = "/.outputs/\n"
 """The harness's own outputs in the workspace (`context/truncate.py` SAVED_FOLDER)."""
-PLAIN = "* -text -eol -crlf -filter -ident -diff -merge -working-tree-encoding\n"
-"""Every file stored as its bytes whatever a `.gitattributes` of the workspace says (the
-repository's own attributes come first)."""
 OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 """No hook runs, no file-system monitor starts (a repository's own settings, for any git)."""
 
 
+GIT_TIMEOUT_S = 600.0
+LIST_TIMEOUT_S = 10.0
+"""Git lists a workspace of 100,000 files in about a second; longer, it is stuck on a FIFO where
+it reads (a `.gitignore`, a `HEAD` of a repository inside), and the workspace is walked instead."""
+
+
 class GitFailed(Exception):
     """Git is missing, or said no: one line saying why."""
+
+
+class GitStuck(GitFailed):
+    """Git did not finish in its time (killed)."""
 
 
 @dataclass(frozen=True)
@@ -78,14 +86,19 @@ class Repo:
             raise GitFailed("git is not installed (no `git` on PATH)")
         return [git, *OPTIONS, *args]
 
-    async def run(self, *args: str, stdin: bytes | None = None) -> bytes:
+    async def run(
+        self, *args: str, stdin: bytes | None = None, timeout: float = GIT_TIMEOUT_S
+    ) -> bytes:
         env = self.env()
         if args[0] == "init":  # it makes the repository GIT_DIR would name, and has no work tree
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
         try:
-            done = await anyio.run_process(
-                self._command(args), input=stdin, env=env, cwd=self.work_tree, check=False
-            )
+            with anyio.fail_after(timeout):
+                done = await anyio.run_process(
+                    self._command(args), input=stdin, env=env, cwd=self.work_tree, check=False
+                )
+        except TimeoutError:
+            raise GitStuck(f"git {args[0]} did not finish in {timeout:.0f} s") from None
         except OSError as e:
             raise GitFailed(f"git {args[0]}: {e.strerror or e}") from None
         if done.returncode != 0:
@@ -93,18 +106,18 @@ class Repo:
         return done.stdout
 
     async def ready(self) -> None:
-        """The repository, made where there is none; its attributes and exclusions set."""
+        """The repository, made where there is none; its exclusions set."""
         if not (self.git_dir / "HEAD").exists():
             await self.run("init", "--quiet", "--bare", "--template=", str(self.git_dir))
         info = self.git_dir / "info"
         info.mkdir(exist_ok=True)
-        (info / "attributes").write_text(PLAIN)
         (info / "exclude").write_text(EXCLUDED)
 
     async def listing(self) -> list[bytes]:
         """The workspace's files and links that are not ignored (another repository inside it,
         listed as its folder, left out: it is its own history)."""
-        out = await self.run("ls-files", "-z", "--others", "--exclude-standard")
+        args = ("ls-files", "-z", "--others", "--exclude-standard")
+        out = await self.run(*args, timeout=LIST_TIMEOUT_S)
         return [p for p in out.split(b"\0") if p and not p.endswith(b"/")]
 
     async def fast_import(self, stream: AsyncIterator[bytes]) -> bytes:

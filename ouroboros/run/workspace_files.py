@@ -74,6 +74,22 @@ def read_entry(root: int, path: bytes, room: int) -> Found | None:
     return Found(mode, len(data), data if len(data) <= room else None)
 
 
+def walk(root: int, names: tuple[bytes, ...] = ()) -> list[bytes]:
+    """Every file and link beneath `root` but `.git` and the top `.outputs`, by path, without
+    git (which a FIFO where it reads holds up): no ignore rules."""
+    found = []
+    with folder(root, list(names)) as here:
+        for name in sorted(os.fsencode(n) for n in os.listdir(here)):
+            if name == b".git" or (not names and name == b".outputs"):
+                continue
+            kind = os.stat(name, dir_fd=here, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(kind):
+                found += walk(root, (*names, name))
+            elif stat.S_ISREG(kind) or stat.S_ISLNK(kind):
+                found.append(b"/".join((*names, name)))
+    return found
+
+
 def _kind(root: int, path: list[bytes]) -> int | None:
     try:
         with folder(root, path[:-1]) as parent:
