@@ -76,12 +76,13 @@ def test_a_server_sees_only_the_allowed_variables_and_its_own(
 
 
 def test_servers_die_with_a_killed_harness(project: Project) -> None:
-    script = [Reply(tool_calls=[tool("mcp__test__hang")], delay_s=0.1)] * 50
+    script = [Reply(tool_calls=[tool("mcp__test__stubborn")])]
+    journal = project.state / "journal.jsonl"
     with ScriptedServer(script) as server:
-        mcp: dict[str, Any] = servers(call_timeout_s=60)
+        mcp: dict[str, Any] = servers(call_timeout_s=600)
         project.configure(server.url, mcp=mcp)
         run = project.start("run")
-        wait_for(lambda: marked_processes() and project.events("mcp_offered"), timeout=60)
+        wait_for(lambda: journal.exists() and "tool_started" in journal.read_text(), timeout=60)
         assert marked_processes()
         run.send_signal(signal.SIGKILL)
         run.communicate()

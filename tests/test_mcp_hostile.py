@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP client needs the [mcp] extra (pip install -e '.[mcp]')")
 
-from ouroboros.model.scripted import Reply, tool
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project
 from tests.inprocess import Ran, run_here
 
@@ -86,6 +86,23 @@ def test_a_hanging_server_times_out_and_starts_again(project: Project) -> None:
 def test_a_crashing_server_is_an_error_and_starts_again(project: Project) -> None:
     ran = hostile_run(project, tool("mcp__test__crash"))
     assert_survived(project, ran, "exited with code 3")
+
+
+def test_a_server_that_exited_between_calls_starts_again_first(project: Project) -> None:
+    script = [
+        Reply(tool_calls=[tool("mcp__test__leave")]),
+        Reply(tool_calls=[tool("mcp__test__echo", text="again")], delay_s=1),
+        Reply(text="done"),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, mcp=servers())
+        result = project.run("run", "--max-turns", "3")
+    assert result.returncode == 0, result.stderr
+    left, echo = results(project)
+    assert left["content"] == "leaving"
+    assert echo["content"] == "echo: again"
+    assert [f["fault"] for f in faults(project)] == ["exited with code 0"]
+    assert "mcp server test (echo): exited with code 0; 1 restart(s) left" in result.stdout
 
 
 def test_a_100_mb_result_is_never_held_whole(project: Project) -> None:

@@ -3,15 +3,18 @@ schemas' cost chooses, finding tools by words, and the config's one-line errors.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from ouroboros.config_file import load_settings
+from ouroboros.context.mask import placeholder
 from ouroboros.errors import ConfigError
 from ouroboros.mcp.catalogue import McpTool, find_answer, found, mode_for
 from ouroboros.mcp.names import MAX_NAME, tool_names
 from ouroboros.mcp.schemas import normalised
+from ouroboros.messages import ToolMessage
 
 
 def test_names_are_prefixed_sanitised_and_capped() -> None:
@@ -161,3 +164,20 @@ def test_a_bad_server_config_is_one_line_saying_what_to_fix(
         load_settings(config)
     assert said in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "said"),
+    [
+        ("mcp__time__get_current_time", {"timezone": "UTC"}, "[mcp__time__get_current_time result"),
+        ("mcp_call", {"name": "mcp__git__git_log", "arguments": {}}, "masked: mcp__git__git_log,"),
+        ("mcp_find_tools", {"query": "git log"}, "[mcp_find_tools result masked: git log,"),
+    ],
+)
+def test_a_masked_result_names_the_server_and_tool(
+    name: str, arguments: dict[str, object], said: str
+) -> None:
+    message = ToolMessage(
+        tool_call_id="c1", name=name, content="line one\nline two", arguments=json.dumps(arguments)
+    )
+    assert said in placeholder(message)
