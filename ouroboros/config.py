@@ -239,12 +239,12 @@ class HookSettings(_Section):
 
 
 class CheckpointSettings(_Section):
-    """A snapshot of the workspace at each session start, in a git repository in the state
+    """A copy of the workspace at each session start, in a git repository in the state
     folder (`run/checkpoints.py`); `python -m ouroboros rewind` restores one."""
 
     enabled: bool = True
     max_bytes: int = Field(100_000_000, ge=0)
-    """Bytes of files one snapshot holds at most: the files past it are left out, with a warning."""
+    """Bytes of files one checkpoint holds at most: those past it are left out, with a warning."""
 
 
 class PathSettings(_Section):

@@ -1,5 +1,6 @@
-"""Workspace checkpoints: a snapshot at each session start, and `rewind --session N` putting the
-workspace back exactly, moving today's files aside (never deleting one), the next session told."""
+"""Workspace checkpoints: a copy of the workspace at each session start, and `rewind --session N`
+putting the workspace back exactly, moving today's files aside (never deleting one), the next
+session told."""
 
 from __future__ import annotations
 
@@ -95,6 +96,17 @@ def test_rewind_restores_created_changed_and_deleted_files_exactly(project: Proj
     assert (record["session"], record["moved"], record["after_session"]) == (2, 5, 3)
     assert [e["session"] for e in project.events("checkpoint")] == [1, 2, 3]
     assert project.events("rewound")[0]["moved_aside"] == str(asides[0])
+    tail = project.run("tail").stdout
+    assert "checkpoint of the workspace at session 2: 6 files, 39 bytes" in tail
+    assert "workspace rewound to the start of session 2: 5 file(s) restored, 5 moved" in tail
+    status = project.run("status").stdout
+    assert "checkpoints  3 (`rewind --session N` puts one back)" in status
+    assert "session 2, " in status
+    assert "rewound to session 2" in status
+    assert project.run("report").returncode == 0
+    report = (project.state / "report.html").read_text()
+    assert '<table id="checkpoints">' in report
+    assert "checkpoint of the workspace at session 3" in report
 
     # The next session opens with a note saying so, and carries nothing of the last step.
     again = run_here(

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from ouroboros.model.scripted import Reply
-from ouroboros.run.checkpoints import Restored, Snapshot, restore, snapshot
+from ouroboros.run.checkpoints import Committed, Restored, commit_workspace, restore
 from ouroboros.run.git_store import Repo
 from ouroboros.run.state_folder import CHECKPOINTS, LOCK
 from tests.conftest import Project
@@ -23,7 +23,7 @@ from tests.test_checkpoints import tree
 Places = tuple[Path, Path, Path]
 """A workspace, a state folder, and a folder outside both."""
 HANG_GUARD_S = 120
-"""A snapshot that has not finished by then hangs: the test fails rather than waits forever."""
+"""A commit of the workspace not finished by then hangs: the test fails rather than waits."""
 
 
 @pytest.fixture
@@ -39,10 +39,12 @@ def repo_of(places: Places) -> Repo:
     return Repo(places[1] / CHECKPOINTS, places[0])
 
 
-def take(repo: Repo, max_bytes: int = 10**8) -> Snapshot:
-    async def guarded() -> Snapshot:
+def take(repo: Repo, max_bytes: int = 10**8) -> Committed:
+    async def guarded() -> Committed:
         with anyio.fail_after(HANG_GUARD_S):
-            return await snapshot(repo, "refs/checkpoints/session-1", "session 1", max_bytes)
+            return await commit_workspace(
+                repo, "refs/checkpoints/session-1", "session 1", max_bytes
+            )
 
     return anyio.run(guarded)
 
@@ -70,8 +72,8 @@ def test_a_link_out_of_the_workspace_is_stored_as_the_link(places: Places) -> No
     (ws / "notes.md").write_text("mine")
     repo = repo_of(places)
     taken = take(repo)
-    assert taken.files == 3
     assert b"SECRET-CONTENT" not in stored(repo)
+    assert taken.files == 3
     listed = subprocess.run(
         ["git", "ls-tree", "-r", taken.commit], env=repo.env(), capture_output=True, text=True
     ).stdout
@@ -104,7 +106,7 @@ def test_a_rewind_writes_nothing_through_links_planted_before_it(places: Places)
     assert done.written == 2
 
 
-def test_a_fifo_does_not_hold_up_a_snapshot(places: Places) -> None:
+def test_a_fifo_does_not_hold_up_a_checkpoint(places: Places) -> None:
     ws, _, _ = places
     os.mkfifo(ws / "pipe")
     (ws / "sub").mkdir()

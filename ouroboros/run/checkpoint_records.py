@@ -13,7 +13,7 @@ LISTED = 5
 
 
 class Checkpoint(Record):
-    """A snapshot of the workspace, taken as session `session` started: a commit of the state
+    """A copy of the workspace, taken as session `session` started: a commit of the state
     folder's checkpoint repository."""
 
     kind: Literal["checkpoint"] = "checkpoint"
@@ -22,7 +22,7 @@ class Checkpoint(Record):
     files: int
     bytes: int
     left_out: int = 0
-    """Files past `checkpoints.max_bytes`: not in the snapshot, and left as they are by a
+    """Files past `checkpoints.max_bytes`: not in the checkpoint, and left as they are by a
     rewind to it."""
 
     def line(self) -> tuple[str, dict[str, Any]]:

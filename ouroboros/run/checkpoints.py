@@ -1,8 +1,8 @@
-"""Workspace checkpoints: a snapshot of the workspace at each session start, committed to a git
+"""Workspace checkpoints: a copy of the workspace at each session start, committed to a git
 repository in the state folder (`checkpoints.git`, the workspace its work tree), and the rewind
 that puts one back (`python -m ouroboros rewind --session N`).
 
-A snapshot holds the workspace's files and links but the harness's outputs (`.outputs/`), what
+A checkpoint holds the workspace's files and links but the harness's outputs (`.outputs/`), what
 the workspace's `.gitignore` files ignore, and another repository inside it (a folder with its
 own `.git`). A rewind moves the files of the day it replaces or removes to a folder of the state
 folder (never deleting one), and writes the checkpoint's: the workspace is then as it was.
@@ -36,7 +36,7 @@ from ouroboros.run.workspace_files import (
 
 
 @dataclass
-class Snapshot:
+class Committed:
     commit: str = ""
     files: int = 0
     size: int = 0
@@ -51,26 +51,26 @@ def repo_of(settings: Settings) -> Repo:
     return Repo(settings.paths.state_dir / CHECKPOINTS, settings.paths.workspace.resolve())
 
 
-async def snapshot(repo: Repo, ref: str, title: str, max_bytes: int) -> Snapshot:
+async def commit_workspace(repo: Repo, ref: str, title: str, max_bytes: int) -> Committed:
     """Commit the workspace as it is to `ref` (its files in path order while `max_bytes` holds
     them, the rest left out and named in the commit's message)."""
     await repo.ready()
     root = os.open(repo.work_tree, FOLDER)
     try:
         try:
-            taken = Snapshot(listed=await repo.listing())
+            taken = Committed(listed=await repo.listing())
         except GitStuck:
-            taken = Snapshot(listed=walk(root), walked=True)
+            taken = Committed(listed=walk(root), walked=True)
         out = await repo.fast_import(_stream(root, taken, ref, title, max_bytes))
     finally:
         os.close(root)
     taken.commit = out.decode().split()[-1]
-    await repo.run("gc", "--auto", "--quiet")  # packs of fast-import, one per snapshot, merged
+    await repo.run("gc", "--auto", "--quiet")  # packs of fast-import, one per commit, merged
     return taken
 
 
 async def _stream(
-    root: int, taken: Snapshot, ref: str, title: str, max_bytes: int
+    root: int, taken: Committed, ref: str, title: str, max_bytes: int
 ) -> AsyncIterator[bytes]:
     yield b"feature done\n"
     kept: list[tuple[bytes, str]] = []
@@ -97,13 +97,13 @@ async def _stream(
 
 
 async def take_checkpoint(settings: Settings, journal: Journal, session: int) -> None:
-    """Snapshot the workspace as session `session` starts, and journal it; where git fails,
+    """Commit the workspace as session `session` starts, and journal it; where git fails,
     a warning (once a run) and the run goes on without."""
     limit = settings.checkpoints.max_bytes
     if not settings.checkpoints.enabled:
         return
     try:
-        taken = await snapshot(
+        taken = await commit_workspace(
             repo_of(settings), f"refs/checkpoints/session-{session}", f"session {session}", limit
         )
     except (GitFailed, OSError) as e:
@@ -151,12 +151,12 @@ class Restored:
 
 
 async def restore(repo: Repo, commit: str, aside: Path, max_bytes: int) -> Restored:
-    """The workspace as the snapshot `commit` holds it: the files of the day that differ, or that
+    """The workspace as the commit `commit` holds it: the files of the day that differ, or that
     it did not hold, moved beneath `aside`; its own written where they differ. Files it left out
     (past the size limit) stay as they are."""
     target, keep = await repo.tree(commit), await repo.left_out(commit)
     stamp = aside.name
-    today = await snapshot(repo, f"refs/rewinds/{stamp}", f"before {stamp}", max_bytes)
+    today = await commit_workspace(repo, f"refs/rewinds/{stamp}", f"before {stamp}", max_bytes)
     now = await repo.tree(today.commit)
     done = Restored(today.commit)
     root, away = os.open(repo.work_tree, FOLDER), os.open(aside, FOLDER)

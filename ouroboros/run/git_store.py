@@ -167,7 +167,7 @@ class Repo:
         return tree
 
     async def left_out(self, commit: str) -> set[bytes]:
-        """The paths a commit's snapshot left out (past the size limit)."""
+        """The paths a commit left out (past the size limit)."""
         message = (await self.run("cat-file", "commit", commit)).decode(errors="replace")
         for line in message.splitlines():
             if line.startswith(LEFT_OUT):
