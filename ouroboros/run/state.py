@@ -96,7 +96,7 @@ class RunState:
     warned: set[str] = field(default_factory=set)
     """Warnings given once a run, by name (`Notice.once`)."""
     compaction_retry_above: int = field(default=0, metadata=SESSION)
-    """After a failed compaction: the raw size the view must reach before the next try."""
+    """After a compaction, or a failed one: the raw size the view must reach before the next."""
     last_request: tuple[list[Message], int] | None = field(default=None, metadata=SESSION)
     """The session's newest request and its prompt tokens; None after a call the server's
     cache saw in between (a compaction's): what the cache check compares the next with."""
@@ -181,7 +181,8 @@ class RunState:
     @apply.register
     def _(self, record: Compaction) -> None:
         self.view.compact(record.start, record.recap)
-        self.compaction_retry_above = 0
+        # Not again before the history grows: a resume right after it decides as the run did.
+        self.compaction_retry_above = self.view.raw_total + 1
 
     @apply.register
     def _(self, record: CompactionFailed) -> None:
