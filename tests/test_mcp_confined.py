@@ -90,6 +90,20 @@ def test_servers_die_with_a_killed_harness(project: Project) -> None:
     assert not marked_processes()
 
 
+def test_a_stop_signal_mid_call_stops_the_run_and_its_servers(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("mcp__test__stubborn")])]
+    journal = project.state / "journal.jsonl"
+    with ScriptedServer(script) as server:
+        project.configure(server.url, mcp=servers(call_timeout_s=600))
+        run = project.start("run")
+        wait_for(lambda: journal.exists() and "tool_started" in journal.read_text(), timeout=60)
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 0, stderr
+    assert not marked_processes()
+    assert project.events("run_end")[-1]["reason"] == "stopped"
+
+
 def test_servers_without_the_sdk_are_one_line(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -186,3 +186,14 @@ def test_a_server_that_never_starts_is_left_out(project: Project) -> None:
     names = [t["function"]["name"] for t in ran.chat_requests()[0]["tools"]]
     assert not [name for name in names if name.startswith("mcp")]
     assert not marked_processes()
+
+
+def test_a_fatal_error_of_the_run_is_one_line_with_servers_running(project: Project) -> None:
+    script = [Reply(status=404, error_body={"error": {"message": "model 'scripted' not found"}})]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, mcp=servers())
+        result = project.run("run")
+    assert result.returncode == 1
+    assert "model or endpoint not found" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not marked_processes()

@@ -6,7 +6,7 @@ configured: without the `[mcp]` extra a run without servers never needs it."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -52,18 +52,23 @@ async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[Mcp
     from ouroboros.mcp.spawn import Spawner
 
     spawner = Spawner(settings, journal)
+    failure: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             hub = McpHub(settings, journal, tg, spawner)
             try:
                 await hub.start()
                 yield hub
+            except BaseException as e:  # raised again below: a task group would wrap it
+                failure = e
             finally:
                 with anyio.CancelScope(shield=True):
                     await hub.close()
                 tg.cancel_scope.cancel()
     finally:
         spawner.close()
+    if failure is not None:
+        raise failure
 
 
 class McpHub:
@@ -135,7 +140,7 @@ class McpHub:
             )
         )
 
-    def _direct(self, tool: McpTool) -> Any:
+    def _direct(self, tool: McpTool) -> Callable[[McpArguments], Awaitable[Output]]:
         async def run(args: McpArguments) -> Output:
             return await self.call(tool, dict(args.model_extra or {}))
 
@@ -171,10 +176,10 @@ class McpHub:
         session = self.journal.state.session
         used = self.restarts.get((tool.server, session), 0)
         left = max(0, self.settings.mcp.max_restarts - used)
-        self.journal.append(
-            McpFault(session=session, server=tool.server, tool=tool.tool, fault=fault,
-                     restarts_left=left)
-        )  # fmt: skip
+        said = McpFault(
+            session=session, server=tool.server, tool=tool.tool, fault=fault, restarts_left=left
+        )
+        self.journal.append(said)
         return left
 
     async def _restart(self, server: McpServer, tool: McpTool) -> None:

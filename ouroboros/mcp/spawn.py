@@ -6,9 +6,11 @@ through the SDK's client."""
 from __future__ import annotations
 
 import os
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 
+from mcp.client._transport import TransportStreams
 from mcp.client.streamable_http import streamable_http_client
 
 from ouroboros.config import Settings
@@ -33,10 +35,11 @@ class Spawner:
         if server.url is not None:
             url, limit = server.url, self.limit
 
-            def http(fault: Fault) -> object:
+            def http(fault: Fault) -> AbstractAsyncContextManager[TransportStreams]:
+                # Its faults are the SDK's errors; only server-sent events can be capped.
                 return streamable_http_client(url, max_sse_event_size=limit)
 
-            return http  # type: ignore[return-value]
+            return http
         assert server.command is not None
         network = self.settings.tools.network if server.network is None else server.network
         workspace = self.settings.paths.workspace
@@ -49,10 +52,11 @@ class Spawner:
         if network not in self._processes:
             from ouroboros.wiring import confine  # wiring offers the servers' tools: no cycle
 
-            tools = self.settings.tools.model_copy(update={"network": network})
-            confinement, summary = confine(self.settings.model_copy(update={"tools": tools}),
-                                           self.scratch)  # fmt: skip
             t = self.settings.tools
+            settings = self.settings.model_copy(
+                update={"tools": t.model_copy(update={"network": network})}
+            )
+            confinement, summary = confine(settings, self.scratch)
             self._processes[network] = Processes(
                 confinement, max_processes=t.max_processes, max_memory_mb=t.max_memory_mb
             )
