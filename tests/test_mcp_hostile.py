@@ -154,6 +154,22 @@ def test_restarts_are_bounded_per_session(project: Project) -> None:
     assert not marked_processes()
 
 
+def test_a_new_session_gets_its_restarts_again(project: Project) -> None:
+    crashes = [Reply(tool_calls=[tool("mcp__test__crash")]) for _ in range(3)]
+    ran = run_here(
+        project,
+        [*crashes, Reply(tool_calls=[tool("mcp__test__echo", text="next session")])],
+        mcp=servers(),
+        session={"max_turns": 3},
+        supervisor={"max_total_turns": 4},
+        loops={"repeat_after": 0, "failing_after": 0, "session_repeat_after": 0},
+    )
+    assert ran.returncode == 0, ran.stderr
+    *_, third, echo = results(project)
+    assert "not again before the next session" in third["content"]
+    assert echo["content"] == "echo: next session"
+
+
 def test_tools_named_like_built_ins_stay_apart(project: Project) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__test__shell_exec", command="rm -rf /")]),
