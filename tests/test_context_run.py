@@ -130,7 +130,10 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
         if True in flags:
             assert flags == sorted(flags, reverse=True)
     placeholder = next(c for c in tool_contents(requests[-1]) if PLACEHOLDER in c)
-    assert '25 lines, 879 bytes, first "def function_' in placeholder
+    path = placeholder.removeprefix(PLACEHOLDER).split(",")[0].strip()
+    # The bytes file_read gave of the file it stands for (its last newline is not shown).
+    size = len((project.workspace / path).read_bytes().removesuffix(b"\n"))
+    assert f'25 lines, {size:,} bytes, first "def function_' in placeholder
 
     masks = project.events("context_mask")
     assert masks
@@ -359,8 +362,9 @@ def test_masking_rounds_wait_until_worth_their_break(project: Project) -> None:
         requests = server.chat_requests()
     breaks = breaks_per_session(requests)
     share = processed_share(project)
-    # Measured: 7, 7 and 4 breaks, 20.7% of the prompt tokens processed. Rounds that do not
-    # wait to be worth their break: 11, 11 and 8, and 24.9%.
+    # Measured: 9, 9 and 3 breaks, 21.3% of the prompt tokens processed. Rounds that do not
+    # wait to be worth their break: 12, 12 and 6, and 24.3%. (Before the plan tool's schema
+    # joined every prompt: 7, 7 and 4, 20.7%; 11, 11 and 8, 24.9%.)
     assert len(breaks) == 3
-    assert max(breaks) <= 8
+    assert max(breaks) <= 9
     assert share < 0.23
