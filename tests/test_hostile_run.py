@@ -267,7 +267,10 @@ def test_a_first_run_stopped_by_a_full_disk_runs_after_the_fix(
             again = project.run("run", "--max-turns", "1", timeout=60)
             assert again.returncode == 0, again.stderr
             for path in small_disk.iterdir():
-                path.unlink()
+                if path.is_dir():  # the checkpoints' repository
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
             (project.root / ".ouroboros.run").unlink(missing_ok=True)
     assert "journal.jsonl" in stopped_at, stopped_at
 
