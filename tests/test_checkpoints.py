@@ -136,3 +136,21 @@ def test_rewind_refuses_a_session_without_a_checkpoint(project: Project) -> None
     assert refused.stderr.strip() == "error: session 5 has no checkpoint; sessions with one: 1-2"
     assert tree(project.workspace) == before
     assert not (project.state / REWOUND).exists()
+
+
+def test_a_session_left_open_ends_with_the_rewind(project: Project) -> None:
+    """A run stopped by a run limit leaves its session open: the rewind ends it, so the next
+    run starts a session that is told, rather than going on with what it saw before."""
+    script = [write("a.txt", "A"), write("b.txt", "B"), write("c.txt", "C")]
+    limits = {"max_total_turns": 3}
+    ran = run_here(project, script, session={"max_turns": 2}, supervisor=limits)
+    assert ran.returncode == 0, ran.stderr
+    assert project.run("rewind", "--session", "1").returncode == 0
+    assert tree(project.workspace) == {}
+    ends = [r for r in project.records("journal.jsonl") if r["kind"] == "session_end"]
+    assert (ends[-1]["session"], ends[-1]["reason"]) == (2, "rewound")
+    again = run_here(project, [Reply(text="looking")], supervisor={"max_total_turns": 4})
+    opening = str(again.chat_requests()[0]["messages"][1]["content"])
+    assert opening.startswith("Session 3. The previous session ran 1 turns and ended because the")
+    assert "operator rewound the workspace" in opening
+    assert "rewound to the start of session 1 by the operator" in opening
