@@ -92,8 +92,8 @@ WAITING = [*FIVE_PARALLEL, AssistantMessage(tool_calls=(call(6), call(7))), resu
             1,
             10_000,
             10_000,
-            ["assistant:thinking it ", "user:continue ple"],
-            id="a-nudge-never-starts-or-is-alone",
+            ["assistant:c1", "tool:c1", "assistant:thinking it ", "user:continue ple"],
+            id="a-text-only-last-reply-with-the-step-it-reasons-about",
         ),
         pytest.param(
             FIVE_PARALLEL,
@@ -224,9 +224,14 @@ def test_carryover_always_holds_the_last_step(
             assert not kept.masked, "the last step's results are never placeholders"
             if tokens(last[0]) + sum(tokens(m) for m in last[1:]) <= capacity:
                 assert kept == original, "whole where there is room"
-    used_by_last = sum(tokens(m) for m in carried[-len(last) :])
+    # A text-only last reply comes with the step it reasons about: the last reply with calls.
+    acting = [i for i, m in enumerate(carried) if isinstance(m, AssistantMessage) and m.tool_calls]
+    start = len(carried) - len(last) if reply.tool_calls or not acting else acting[-1]
+    while start and carried[start - 1] == UserMessage(content="go", origin="user"):
+        start -= 1  # the task before the first reply starts its step
+    used_by_last = sum(tokens(m) for m in carried[start:])
     assert sum(tokens(m) for m in carried) <= max(min(capacity, max(share, used_by_last)), 0) or (
-        len(carried) == len(last)
+        start == 0
     )
 
 

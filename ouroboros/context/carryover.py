@@ -4,8 +4,10 @@ The unit is the step: one reply of the agent with the results of all its tool ca
 harness's messages that answered it (a "continue" after a text-only reply, a nudge). A harness
 message never starts a step, so it is never carried alone. The last step is always carried,
 results included, also those the model never saw (the session may end right after the tools
-ran): they are the newest facts the agent has; only a step that does not fit even with its
-results cut (thousands of calls) is left out, with all before it, so the next session can start.
+ran): they are the newest facts the agent has; when its reply has no tool call, the step whose
+results that reply reasons about is carried with it. Only a step that does not fit even with
+its results cut (thousands of calls) is left out, with all before it, so the next session can
+start.
 Earlier steps follow as room allows, their results as placeholders before a step is dropped.
 Every tool call keeps exactly its results.
 """
@@ -16,7 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ouroboros.context.mask import masked
-from ouroboros.context.truncate import saved_name, shown
+from ouroboros.context.truncate import MARKER_ALLOWANCE, saved_name, shown
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 Step = list[Message]
@@ -93,7 +95,7 @@ def _cut_to(message: ToolMessage, target: int, tokens: Tokens) -> ToolMessage:
     if tokens(message) <= target:
         return message
     size = len(shown(message).content.encode())
-    cut = max(1, size * target // tokens(message))
+    cut = max(MARKER_ALLOWANCE, size * target // tokens(message))
     # The whole text is saved (by the caller) where the cut marker says.
     saved = message.saved_to or saved_name(message.name, message.content)
     return message.model_copy(update={"room_bytes": cut, "saved_to": saved})
@@ -133,6 +135,38 @@ def _placeholders_oldest_first(
     return messages if total <= room else None
 
 
+def _acts(step: Step) -> bool:
+    return any(isinstance(m, AssistantMessage) and m.tool_calls for m in step)
+
+
+def _least(messages: Sequence[Message]) -> list[Message]:
+    """The messages with every result a placeholder: the least they can be carried as."""
+    return [masked(m) if isinstance(m, ToolMessage) else m for m in messages]
+
+
+def last_steps(done: list[Step], capacity: int, tokens: Tokens) -> tuple[int, Step] | None:
+    """Where the steps carried as the last one start, and their messages: the last step; when
+    its reply has no tool call (the agent thinking aloud about what it just got), the step whose
+    results it reasons about too, and the text-only replies between them as room allows (the
+    oldest left out first), so the agent never wakes up reasoning about output it cannot see.
+    The last step alone if the pair does not fit `capacity` even with its results placeholders;
+    None if not even that."""
+    first = len(done) - 1
+    while first > 0 and not _acts(done[first]):
+        first -= 1
+    if first < len(done) - 1 and _acts(done[first]):
+        between = done[first + 1 : -1]
+        unit = [m for step in [done[first], *between, done[-1]] for m in step]
+        while between and _size(unit, tokens) > capacity:
+            between = between[1:]
+            unit = [m for step in [done[first], *between, done[-1]] for m in step]
+        if _size(_least(unit), tokens) <= capacity:
+            return first, unit
+    if _size(_least(done[-1]), tokens) <= capacity:
+        return len(done) - 1, done[-1]
+    return None
+
+
 def select_carryover(
     history: Sequence[Message],
     max_steps: int,
@@ -141,25 +175,25 @@ def select_carryover(
     tokens: Tokens,
     min_mask_tokens: int = 100,
 ) -> list[Message]:
-    """The last step, whole if it fits `capacity` (else its results cut to fit, else nothing
-    at all); then as many
-    of the `max_steps - 1` steps before it as fit the room left of `share` (or of the last
-    step's own size, if that is more), their results masked oldest first before a step is
-    dropped.
+    """The last step (with the step a text-only last reply reasons about: `last_steps`), whole
+    if it fits `capacity` (else its results cut to fit, else nothing at all); then as many of
+    the `max_steps - 1` steps before it as fit the room left of `share` (or of the last step's
+    own size, if that is more), their results masked oldest first before a step is dropped.
 
     `tokens` prices a message as the model is shown it (`context.truncate.shown`)."""
     done = steps(history)
     if max_steps <= 0 or not done:
         return []
-    least = [masked(m) if isinstance(m, ToolMessage) else m for m in done[-1]]
-    if _size(least, tokens) > capacity:
+    found = last_steps(done, capacity, tokens)
+    if found is None:
         # Not even with every result a placeholder (thousands of calls): a session opened over
         # its budget could never make a turn. The restart marker still names the last actions.
         return []
-    last = fit_step(done[-1], capacity, tokens)
+    first, unit = found
+    last = fit_step(unit, capacity, tokens)
     used = _size(last, tokens)
     left = min(capacity, max(share, used)) - used
-    earlier = [[whole(m) for m in step] for step in done[-max_steps:-1]]
+    earlier = [[whole(m) for m in step] for step in done[max(first - max_steps + 1, 0) : first]]
     while earlier:
         carried = _placeholders_oldest_first(earlier, left, tokens, min_mask_tokens)
         if carried is not None:
