@@ -40,9 +40,9 @@ LONGEST_WIND_DOWN = UserMessage(content=prompts.wind_down(99_999, 9))
 # the results of its calls, and the step that crossed the line may have gone past it by one
 # reply. Replies cannot be shortened; results can (the harness cuts them to the room left, and
 # shows them whole again in the next session). So the room kept below the budget is that many
-# replies as long as this run's replies are at their 90th percentile, each with the least a result
-# is cut to, and the wind-down message itself: the hard line sits that far below the budget, and
-# never later than the configured `hard_threshold`.
+# replies in a row as this run's come (`replies_in_a_row`, at the 90th percentile of their sums),
+# each with the least a result is cut to, and the wind-down message itself: the hard line sits
+# that far below the budget, and never later than the configured `hard_threshold`.
 #
 # Results of ordinary steps are cut to the room below the hard line (after what masking can free),
 # so the wind-down's room stays free: near the line a step's results are cut to most of what is
@@ -79,6 +79,18 @@ class WindDownLine:
     least its result is cut to: the room a wind-down keeps for each (`result_room.ceiling`)."""
 
 
+def replies_in_a_row(replies: Sequence[int], count: int, max_output: int) -> int:
+    """Tokens `count` replies in a row take at most, as this run's come: the 90th percentile of
+    the sums of every `count` consecutive recent replies. Long replies seldom all come in a row,
+    so this is less than `count` times the percentile of one; where they do (the agent thinks at
+    length for a while) the sums say so. Before there are `count`, each the allowance of one."""
+    recent = list(replies)[-RECENT:]
+    if len(recent) < count:
+        return count * reply_allowance(recent, max_output)
+    sums = [sum(recent[i : i + count]) for i in range(len(recent) - count + 1)]
+    return min(percentile(sums, REPLY_PERCENTILE), count * max_output)
+
+
 def place(
     budget: Budget,
     replies: Sequence[int],
@@ -90,18 +102,21 @@ def place(
 ) -> WindDownLine:
     """The line from the run's own replies (completion tokens as the server counted them).
 
-    Room is kept for the step that crosses the line (a reply of the usual size, `replies`), and
-    for each promised reply but the last, whose results only the next session sees: sized from
-    the replies earlier wind-downs got (`wind_down_replies`: which one after the wind-down
-    message, and its tokens; saving notes makes long replies), or the usual ones before there
-    were any. Each with a result cut to the least the harness shows (`least_result`), and the
-    wind-down message (`message_tokens`)."""
+    Room is kept for the step that crosses the line and for each promised reply but the last,
+    whose results only the next session sees: that many replies in a row as this run's come
+    (`replies_in_a_row`), and at least a usual reply (the median) with the promised ones as
+    large as the replies earlier wind-downs got (`wind_down_replies`: which one after the
+    wind-down message, and its tokens; saving notes makes long replies), or the usual ones
+    before there were any. Each with a result cut to the least the harness shows
+    (`least_result`), and the wind-down message (`message_tokens`)."""
     if not turns:
         return WindDownLine(budget.hard_line, 0)
     usual = reply_allowance(replies, max_output)
     answering = [tokens for index, tokens in wind_down_replies if index < turns]
     winding = reply_allowance(answering, max_output) if answering else usual
-    room = usual + least_result + (turns - 1) * (winding + least_result) + message_tokens
+    typical = percentile(replies[-RECENT:], 0.5) if replies else max_output
+    together = max(replies_in_a_row(replies, turns, max_output), typical + (turns - 1) * winding)
+    room = together + turns * least_result + message_tokens
     line = max(0, min(budget.hard_line, budget.prompt_budget - room))
     return WindDownLine(line, max(usual, winding), winding + least_result)
 
