@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ouroboros.context.tokens import tools_estimate
+from ouroboros.mcp.schemas import normalised
 from ouroboros.tools.builtin import ToolArgs
 
 Mode = Literal["direct", "search"]
@@ -108,6 +109,24 @@ class McpCallArgs(ToolArgs):
             except json.JSONDecodeError:
                 raise ValueError("give the arguments as a JSON object") from None
         return value
+
+
+def search_schemas(servers: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The two small tools' schemas, the servers named in the first's description."""
+    named = f" ({', '.join(servers)})" if servers else ""
+    described = {
+        FIND_TOOL: f"Find tools of the MCP servers{named} by what they do; answers with their "
+        f"names and parameters, to call with {CALL_TOOL}.",
+        CALL_TOOL: McpCallArgs.__doc__ or CALL_TOOL,
+    }
+    models: dict[str, type[BaseModel]] = {FIND_TOOL: FindToolsArgs, CALL_TOOL: McpCallArgs}
+    schemas = {}
+    for name, model in models.items():
+        parameters = normalised(model.model_json_schema())
+        parameters.pop("description", None)  # the function's own, said once
+        function = {"name": name, "description": described[name], "parameters": parameters}
+        schemas[name] = {"type": "function", "function": function}
+    return schemas
 
 
 def schema_tokens(tools: Sequence[McpTool]) -> int:

@@ -26,6 +26,7 @@ from ouroboros.tools import ToolRunner
 from ouroboros.tools.builtin import Output, ToolFailed
 
 if TYPE_CHECKING:
+    import mcp_types
     from anyio.abc import TaskGroup
 
     from ouroboros.mcp.server import McpServer
@@ -75,13 +76,14 @@ class McpHub:
     def __init__(self, settings: Settings, journal: Journal, tg: TaskGroup, spawner: Spawner):
         from ouroboros.mcp.server import McpServer
 
-        self.settings, self.journal, self.spawner = settings, journal, spawner
+        self.settings, self.journal = settings, journal
         self.servers: dict[str, McpServer] = {
             name: McpServer(name, server, spawner.opener(server), tg)
             for name, server in settings.mcp.servers.items()
             if server.enabled
         }
-        self.listed: dict[str, list[Any]] = {}
+        self.listed: dict[str, list[mcp_types.Tool]] = {}
+        """The tools of each server that started, as it listed them."""
         self.failed: dict[str, str] = {}
         self.tools: dict[str, McpTool] = {}
         self.restarts: dict[tuple[str, int], int] = {}
@@ -123,8 +125,9 @@ class McpHub:
             for tool in tools:
                 runner.offer(tool.name, McpArguments, self._direct(tool), tool.schema())
         else:
-            runner.offer(FIND_TOOL, FindToolsArgs, self._find)
-            runner.offer(CALL_TOOL, McpCallArgs, self._call)
+            schemas = catalogue.search_schemas([n for n in self.servers if n in self.listed])
+            runner.offer(FIND_TOOL, FindToolsArgs, self._find, schemas[FIND_TOOL])
+            runner.offer(CALL_TOOL, McpCallArgs, self._call, schemas[CALL_TOOL])
         offered_tokens = tools_estimate(
             [s for s in runner.schemas() if s["function"]["name"] in {*self.tools, *_SEARCH}]
         )
