@@ -160,3 +160,15 @@ def test_schemas_under_the_share_are_offered_directly(project: Project) -> None:
     assert "$schema" not in parameters
     assert "additionalProperties" not in parameters
     assert '"format"' not in parameters
+
+
+def test_enabled_and_disabled_tools_choose_what_is_offered(project: Project) -> None:
+    chosen = {"enabled_tools": ["echo", "pid"], "disabled_tools": ["pid"]}
+    off = {"command": sys.executable, "args": [SERVER], "enabled": False}
+    mcp = {"servers": {"test": {"command": sys.executable, "args": [SERVER], **chosen}, "off": off}}
+    ran = run_here(project, [Reply(text="done")], mcp=mcp, supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    names = [t["function"]["name"] for t in ran.chat_requests()[0]["tools"]]
+    assert [n for n in names if n.startswith("mcp")] == ["mcp__test__echo"]
+    (offered,) = project.events("mcp_offered")
+    assert offered["servers"] == {"test": 1}
