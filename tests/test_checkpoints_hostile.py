@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -233,3 +234,15 @@ def test_a_rewind_refuses_while_a_run_holds_the_state_folder(project: Project) -
     assert refused.stderr.count("\n") == 1
     assert "is running on" in refused.stderr
     assert "stop it first" in refused.stderr
+
+
+def test_a_rewind_from_a_broken_repository_is_one_line(project: Project) -> None:
+    run_here(project, [Reply(text="one")], session={"max_turns": 1}, supervisor={"max_restarts": 0})
+    (project.workspace / "today.txt").write_text("today")
+    shutil.rmtree(project.state / CHECKPOINTS / "objects")
+    refused = project.run("rewind", "--session", "1")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: the rewind to session 1 stopped (git ")
+    assert refused.stderr.endswith(", having moved nothing\n")
+    assert refused.stderr.count("\n") == 1
+    assert (project.workspace / "today.txt").read_text() == "today"

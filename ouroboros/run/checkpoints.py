@@ -23,7 +23,7 @@ from ouroboros.config import Settings
 from ouroboros.run.checkpoint_records import Checkpoint, Rewound
 from ouroboros.run.git_store import LEFT_OUT, GitFailed, GitStuck, Repo, commit_header, quoted
 from ouroboros.run.journal import Journal
-from ouroboros.run.state_folder import CHECKPOINTS
+from ouroboros.run.state_folder import CHECKPOINTS, REWOUND
 from ouroboros.run.workspace_files import (
     FOLDER,
     clear_way,
@@ -99,18 +99,17 @@ async def _stream(
 async def take_checkpoint(settings: Settings, journal: Journal, session: int) -> None:
     """Commit the workspace as session `session` starts, and journal it; where git fails,
     a warning (once a run) and the run goes on without."""
-    limit = settings.checkpoints.max_bytes
     if not settings.checkpoints.enabled:
         return
+    limit = settings.checkpoints.max_bytes
     try:
         taken = await commit_workspace(
             repo_of(settings), f"refs/checkpoints/session-{session}", f"session {session}", limit
         )
     except (GitFailed, OSError) as e:
-        why = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) else str(e)
         journal.notify(
             "warning",
-            f"no checkpoint of the workspace at session {session} ({why}); the run goes on",
+            f"no checkpoint of the workspace at session {session} ({failure(e)}); the run goes on",
             session=session,
             once="checkpoint_failed",
         )
@@ -143,6 +142,14 @@ async def take_checkpoint(settings: Settings, journal: Journal, session: int) ->
     )
 
 
+def failure(e: GitFailed | OSError) -> str:
+    """What went wrong, in a few words."""
+    if isinstance(e, GitFailed):
+        return str(e)
+    where = f": {os.fsdecode(e.filename)}" if e.filename is not None else ""
+    return f"{e.strerror or e}{where}"
+
+
 @dataclass
 class Restored:
     today: str
@@ -172,7 +179,7 @@ async def restore(repo: Repo, commit: str, aside: Path, max_bytes: int) -> Resto
             write_entry(root, path, target[path].mode, blobs[target[path].oid])
             done.written += 1
         # What the restored `.gitignore` files no longer hide, that the checkpoint did not hold.
-        for path in await repo.listing():
+        for path in await repo.listing() if not today.walked else []:
             if path not in target and path not in keep and move_aside(root, path, away):
                 done.moved.append(path)
         for path in done.moved:
@@ -185,8 +192,6 @@ async def restore(repo: Repo, commit: str, aside: Path, max_bytes: int) -> Resto
 
 def aside_folder(state_dir: Path, session: int) -> Path:
     """A new folder for the files a rewind moves aside."""
-    from ouroboros.run.state_folder import REWOUND
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(100):
         name = f"{stamp}-to-session-{session}" + (f"-{n}" if n else "")

@@ -5,7 +5,6 @@ next session opens with a note saying so."""
 from __future__ import annotations
 
 import contextlib
-import os
 
 import anyio
 
@@ -13,7 +12,7 @@ from ouroboros.config import Settings
 from ouroboros.errors import RunError
 from ouroboros.observe.describe import stdout_console
 from ouroboros.run.checkpoint_records import Checkpoints
-from ouroboros.run.checkpoints import aside_folder, repo_of, restore, rewound_record
+from ouroboros.run.checkpoints import aside_folder, failure, repo_of, restore, rewound_record
 from ouroboros.run.git_store import GitFailed
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import state_lock
@@ -66,16 +65,18 @@ def _rewind(settings: Settings, journal: Journal, session: int) -> str:
     checkpoint = state.checkpoints.taken.get(session)
     if checkpoint is None:
         raise RunError(refusal(state.checkpoints, session))
-    aside = aside_folder(settings.paths.state_dir, session)
+    try:
+        aside = aside_folder(settings.paths.state_dir, session)
+    except OSError as e:
+        raise RunError(f"no folder for today's files: {failure(e)}") from None
     repo, limit = repo_of(settings), settings.checkpoints.max_bytes
     try:
         done = anyio.run(restore, repo, checkpoint.commit, aside, limit)
     except (GitFailed, OSError) as e:
-        why = f"{e.strerror}: {os.fsdecode(e.filename)}" if isinstance(e, OSError) else str(e)
-        raise RunError(
-            f"the rewind to session {session} stopped ({why}); the workspace may be part way, "
-            f"what it moved is in {aside}"
-        ) from None
+        with contextlib.suppress(OSError):
+            aside.rmdir()  # only where nothing was moved into it
+        moved = f"; what it moved is in {aside}" if aside.exists() else ", having moved nothing"
+        raise RunError(f"the rewind to session {session} stopped ({failure(e)}){moved}") from None
     if state.session_open:
         journal.append(
             SessionEnd(
