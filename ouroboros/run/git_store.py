@@ -26,8 +26,13 @@ LEFT_OUT = "left out: "
 """How a commit's message lists the files past the size limit (a JSON list, one line)."""
 EXCLUDED = "/.outputs/\n"
 """The harness's own outputs in the workspace (`context/truncate.py` SAVED_FOLDER)."""
-OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
-"""No hook runs, no file-system monitor starts (a repository's own settings, for any git)."""
+OPTIONS = (
+    *("-c", "core.hooksPath=/dev/null"),
+    *("-c", "core.fsmonitor=false"),
+    *("-c", "gc.autoDetach=false"),
+)
+"""No hook runs, no file-system monitor starts, no `gc` goes on in the background once git
+returns (a repository's own settings, for any git)."""
 
 
 GIT_TIMEOUT_S = 600.0
