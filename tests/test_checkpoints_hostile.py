@@ -246,3 +246,12 @@ def test_a_rewind_from_a_broken_repository_is_one_line(project: Project) -> None
     assert refused.stderr.endswith(", having moved nothing\n")
     assert refused.stderr.count("\n") == 1
     assert (project.workspace / "today.txt").read_text() == "today"
+
+
+def test_a_huge_file_is_left_out_unread(places: Places) -> None:
+    ws, _, _ = places
+    with (ws / "huge.bin").open("wb") as f:
+        f.truncate(8 << 40)  # 8 TB, sparse: read whole, it would take hours
+    (ws / "small.txt").write_text("small")
+    taken = take(repo_of(places))
+    assert (taken.left_out, taken.files) == ([b"huge.bin"], 1)
