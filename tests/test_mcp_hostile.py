@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,12 @@ def test_a_server_that_exited_between_calls_starts_again_first(project: Project)
 
 
 def test_a_100_mb_result_is_never_held_whole(project: Project) -> None:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ran = hostile_run(project, tool("mcp__test__flood", mb=100))
     assert_survived(project, ran, "sent a message over 8 MB")
+    # The harness's peak memory grew by far less than the result (14 MB measured: the 8 MB
+    # read at most, and its copies); held whole it would grow by 200 MB and more.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 << 10  # KiB
 
 
 def test_a_result_under_the_cap_is_capped_and_saved_whole(project: Project) -> None:
