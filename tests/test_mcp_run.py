@@ -172,3 +172,28 @@ def test_enabled_and_disabled_tools_choose_what_is_offered(project: Project) -> 
     assert [n for n in names if n.startswith("mcp")] == ["mcp__test__echo"]
     (offered,) = project.events("mcp_offered")
     assert offered["servers"] == {"test": 1}
+
+
+def test_a_resumed_run_offers_the_same_tools_again(project: Project) -> None:
+    mcp = {"servers": {"test": {"command": sys.executable, "args": [SERVER]}}, "schema_share": 0.9}
+    first = run_here(
+        project,
+        [Reply(tool_calls=[tool("mcp__test__crash")])],
+        mcp=mcp,
+        supervisor={"max_total_turns": 1},
+    )
+    assert first.returncode == 0, first.stderr
+    again = run_here(
+        project,
+        [Reply(tool_calls=[tool("mcp__test__echo", text="resumed")])],
+        mcp=mcp,
+        supervisor={"max_total_turns": 2},
+    )
+    assert again.returncode == 0, again.stderr
+    assert tool_results(project)[-1] == "echo: resumed"
+    offered = project.events("mcp_offered")
+    assert len(offered) == 2
+    assert offered[0]["servers"] == offered[1]["servers"]
+    assert first.chat_requests()[0]["tools"] == again.chat_requests()[0]["tools"]
+    status = project.run("status")
+    assert "1 fault(s), the last: test exited with code 3" in status.stdout
