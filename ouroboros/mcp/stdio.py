@@ -19,6 +19,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
+from ouroboros.tools.child_exit import failed_step
 from ouroboros.tools.processes import Processes
 
 CHUNK = 65536
@@ -70,7 +71,7 @@ async def confined_stdio(
                 with anyio.move_on_after(EXIT_WAIT_S):
                     while process.poll() is None:
                         await anyio.sleep(0.01)
-                fault.note(_exited(process))
+                fault.note(_exited(process, fault.stderr))
 
     async def write() -> None:
         async with from_session:
@@ -152,9 +153,12 @@ async def _write_all(fd: int, data: bytes) -> bool:
     return True
 
 
-def _exited(process: subprocess.Popen[bytes]) -> str:
+def _exited(process: subprocess.Popen[bytes], stderr: bytes) -> str:
     code = process.poll()
-    return "closed its output" if code is None else f"exited with code {code}"
+    if code is None:
+        return "closed its output"
+    step = failed_step(code, stderr)
+    return f"never ran: {step} (exit code {code})" if step else f"exited with code {code}"
 
 
 async def _stop(process: subprocess.Popen[bytes], processes: Processes) -> None:
