@@ -4,7 +4,9 @@ sessions are built with (`Parts`)."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
@@ -13,8 +15,8 @@ from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.plan import plan_bytes
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
+from ouroboros.context.truncate import capped_bytes
 from ouroboros.errors import RunError
-from ouroboros.mcp.hub import McpHub
 from ouroboros.model.llm import LLMClient, Model
 from ouroboros.model.retry import retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
@@ -31,15 +33,33 @@ from ouroboros.tools.sandbox import Confinement
 from ouroboros.tools.scratch import make_scratch
 from ouroboros.tools.workspace import Workspace
 
-BYTES_PER_TOKEN = 4
+if TYPE_CHECKING:  # the hub needs the [mcp] extra, a run without servers does not
+    from ouroboros.mcp.hub import McpHub
+
 TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
+MOST_BYTES_PER_TOKEN = 8
+"""More than any output but blank runs takes a token: the byte bound the cap in tokens is
+priced within (pricing a whole output of megabytes would cost for nothing)."""
+
+
+def tool_output_tokens(settings: Settings, budget: Budget) -> int:
+    """Tokens one tool result keeps: `context.tool_output_max_tokens`, a quarter of the prompt
+    budget at most."""
+    share = int(budget.prompt_budget * TOOL_OUTPUT_SHARE)
+    return min(settings.context.tool_output_max_tokens, share)
 
 
 def tool_output_cap(settings: Settings, budget: Budget) -> int:
-    """Bytes one tool result keeps: a quarter of the prompt budget at most."""
-    share = int(budget.prompt_budget * TOOL_OUTPUT_SHARE * BYTES_PER_TOKEN)
-    return min(settings.context.max_tool_output_bytes, share)
+    """Bytes one tool result keeps at most, the cap in tokens applied within them
+    (`truncate.capped_bytes`); `context.max_tool_output_bytes` where set."""
+    bound = tool_output_tokens(settings, budget) * MOST_BYTES_PER_TOKEN
+    return min(settings.context.max_tool_output_bytes or bound, bound)
+
+
+def output_cap(journal: Journal, tokens: int, text: str) -> int:
+    """Bytes of `text` its cap of `tokens` keeps, priced as the run prices content now."""
+    return capped_bytes(journal.state.ledger.calibration, tokens, text)
 
 
 def mask_policy(settings: Settings, budget: Budget) -> MaskPolicy:
@@ -169,6 +189,7 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
         ),
         scratch=tmp,
         plan_bytes=plan_bytes(budget.prompt_budget),
+        token_cap=partial(output_cap, journal, tool_output_tokens(s, budget)),
     )
 
 

@@ -4,6 +4,8 @@ schemas' cost chooses, finding tools by words, and the config's one-line errors.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,17 @@ def test_a_masked_result_names_the_server_and_tool(
         tool_call_id="c1", name=name, content="line one\nline two", arguments=json.dumps(arguments)
     )
     assert said in placeholder(message)
+
+
+def test_the_harness_needs_no_sdk_without_servers() -> None:
+    blocked = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('mcp', 'mcp_types'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import ouroboros.cli, ouroboros.run.start, ouroboros.wiring, ouroboros.observe.status\n"
+    )
+    done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -1,36 +1,31 @@
-"""The run's MCP servers: started when the run starts (`mcp_servers`, around the supervisor),
-their tools offered to the agent (`McpHub.offer`), each call routed to its server and its faults
-journalled, every server stopped when the run ends. Imports the SDK only where servers are
-configured: without the `[mcp]` extra a run without servers never needs it."""
+"""The run's MCP servers once started (`lifecycle.mcp_servers`): their tools offered to the agent
+(`McpHub.offer`), each call routed to its server and its faults journalled (`McpHub.call`), the
+restarts bounded per session, every server stopped at the end (`McpHub.close`)."""
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import mcp_types
 from pydantic import BaseModel, ConfigDict
 
 from ouroboros.config import Settings
 from ouroboros.context.tokens import tools_estimate
-from ouroboros.errors import RunError
 from ouroboros.mcp import catalogue
 from ouroboros.mcp.catalogue import CALL_TOOL, FIND_TOOL, FindToolsArgs, McpCallArgs, McpTool
 from ouroboros.mcp.names import tool_names
 from ouroboros.mcp.records import McpFault, McpOffered
 from ouroboros.mcp.schemas import normalised
+from ouroboros.mcp.server import McpServer, ServerDown, answer
+from ouroboros.mcp.spawn import Spawner
 from ouroboros.run.journal import Journal
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.builtin import Output, ToolFailed
 
 if TYPE_CHECKING:
-    import mcp_types
     from anyio.abc import TaskGroup
-
-    from ouroboros.mcp.server import McpServer
-    from ouroboros.mcp.spawn import Spawner
 
 
 class McpArguments(BaseModel):
@@ -39,43 +34,8 @@ class McpArguments(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-@asynccontextmanager
-async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[McpHub | None]:
-    """The configured servers started (None when there are none), and stopped at the end."""
-    if not any(s.enabled for s in settings.mcp.servers.values()):
-        yield None
-        return
-    if importlib.util.find_spec("mcp") is None:
-        raise RunError(
-            "[mcp.servers] is configured but the MCP client is not installed: "
-            "pip install -e '.[mcp]' (or remove the servers from the config)"
-        )
-    from ouroboros.mcp.spawn import Spawner
-
-    spawner = Spawner(settings, journal)
-    failure: BaseException | None = None
-    try:
-        async with anyio.create_task_group() as tg:
-            hub = McpHub(settings, journal, tg, spawner)
-            try:
-                await hub.start()
-                yield hub
-            except BaseException as e:  # raised again below: a task group would wrap it
-                failure = e
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await hub.close()
-                tg.cancel_scope.cancel()
-    finally:
-        spawner.close()
-    if failure is not None:
-        raise failure
-
-
 class McpHub:
     def __init__(self, settings: Settings, journal: Journal, tg: TaskGroup, spawner: Spawner):
-        from ouroboros.mcp.server import McpServer
-
         self.settings, self.journal = settings, journal
         self.servers: dict[str, McpServer] = {
             name: McpServer(name, server, spawner.opener(server), tg)
@@ -90,8 +50,6 @@ class McpHub:
         """Restarts made, by server and session."""
 
     async def start(self) -> None:
-        from ouroboros.mcp.server import ServerDown
-
         async def connect(name: str, server: McpServer) -> None:
             try:
                 self.listed[name] = await server.connect()
@@ -159,8 +117,6 @@ class McpHub:
         return await self.call(tool, args.arguments)
 
     async def call(self, tool: McpTool, arguments: dict[str, Any]) -> Output:
-        from ouroboros.mcp.server import ServerDown, answer
-
         server = self.servers[tool.server]
         if (broken := server.broken) is not None:
             self._fault(tool, broken)
@@ -186,8 +142,6 @@ class McpHub:
         return left
 
     async def _restart(self, server: McpServer, tool: McpTool) -> None:
-        from ouroboros.mcp.server import ServerDown
-
         key = (tool.server, self.journal.state.session)
         used = self.restarts.get(key, 0)
         if used >= self.settings.mcp.max_restarts:

@@ -11,7 +11,7 @@ import anyio
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.errors import RunError, StateUnwritable
-from ouroboros.mcp.hub import mcp_servers
+from ouroboros.mcp.lifecycle import mcp_servers
 from ouroboros.model.llm import FatalError, LLMClient, LLMError, Model
 from ouroboros.model.servers import ServerInfo
 from ouroboros.run.journal import Journal

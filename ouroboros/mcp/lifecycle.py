@@ -1,0 +1,53 @@
+"""The run's MCP servers, started when the run starts and stopped when it ends, around the
+supervisor (`run/start.py`). Imports the SDK only where servers are configured: without the
+`[mcp]` extra, a run without servers never needs it."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ouroboros.config import Settings
+from ouroboros.errors import RunError
+from ouroboros.run.journal import Journal
+
+if TYPE_CHECKING:
+    from ouroboros.mcp.hub import McpHub
+
+
+@asynccontextmanager
+async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[McpHub | None]:
+    """The configured servers started (None when there are none), and stopped at the end."""
+    if not any(s.enabled for s in settings.mcp.servers.values()):
+        yield None
+        return
+    if importlib.util.find_spec("mcp") is None:
+        raise RunError(
+            "[mcp.servers] is configured but the MCP client is not installed: "
+            "pip install -e '.[mcp]' (or remove the servers from the config)"
+        )
+    from ouroboros.mcp.hub import McpHub
+    from ouroboros.mcp.spawn import Spawner
+
+    spawner = Spawner(settings, journal)
+    failure: BaseException | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            hub = McpHub(settings, journal, tg, spawner)
+            try:
+                await hub.start()
+                yield hub
+            except BaseException as e:  # raised again below: a task group would wrap it
+                failure = e
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await hub.close()
+                tg.cancel_scope.cancel()
+    finally:
+        spawner.close()
+    if failure is not None:
+        raise failure
