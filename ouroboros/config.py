@@ -88,8 +88,12 @@ class ContextSettings(_Section):
     carryover_turns: int = Field(5, ge=0)
     """Steps (a reply with its tool results) carried into the next session at most; the last
     one always."""
-    max_tool_output_bytes: int = Field(30000, ge=256)
-    """Cap per tool output; also bounded to a quarter of the prompt budget."""
+    tool_output_max_tokens: int = Field(7500, ge=64)
+    """Cap per tool output, in tokens as the harness prices content (pre-tokens at the ratio
+    learnt for its kind): digits and prose of the same size in tokens are cut alike. Also bounded
+    to a quarter of the prompt budget."""
+    max_tool_output_bytes: int | None = Field(None, ge=256)
+    """The former cap, in bytes: where set, a bound on top of `tool_output_max_tokens`."""
     protected_observations: int = Field(3, ge=0)
     """The newest tool results that are never masked."""
     protected_max_fraction: float = Field(0.25, gt=0, le=1)

@@ -24,7 +24,7 @@ def test_shipped_config_loads_with_documented_defaults() -> None:
     assert s.llm.base_url == "http://localhost:11434/v1"
     assert (s.context.soft_threshold, s.context.hard_threshold) == (0.70, 0.90)
     assert s.context.carryover_turns == 5
-    assert s.context.max_tool_output_bytes == 30000
+    assert (s.context.tool_output_max_tokens, s.context.max_tool_output_bytes) == (7500, None)
     assert s.supervisor.max_restarts is None
     assert s.supervisor.auto_restart is True
     assert s.paths.workspace == DEFAULT_CONFIG.parent / "workspace"

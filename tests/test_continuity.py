@@ -175,10 +175,12 @@ def test_a_shell_placeholder_names_the_command_and_where_its_output_is(
 ) -> None:
     replies = [
         Reply(tool_calls=[tool("shell_exec", command=f"seq {n} {n + 700}; echo done {n}")])
-        for n in range(8)
+        for n in range(20)
     ]
+    # Digits are a token each: the cap in tokens (a quarter of the prompt budget) would cut
+    # these outputs at 4K; at 16K the journal keeps them whole.
     result = run_here(
-        project, replies, window=4096, supervisor={"max_total_turns": 8, "max_restarts": 0}
+        project, replies, window=16384, supervisor={"max_total_turns": 20, "max_restarts": 0}
     )
     requests = result.chat_requests()
     assert result.returncode == 0, result.stderr

@@ -21,15 +21,11 @@ from ouroboros.context.room import (
     StepFigures,
     projected,
 )
-from ouroboros.context.tokens import output_kind, units
-from ouroboros.context.truncate import MARKER_ALLOWANCE, cap_output
+from ouroboros.context.truncate import bytes_within, output_price
 from ouroboros.run.state import RunState
 
 ROOM_SHARE = 0.8
 """Of the room left below the line, what this reply's tool results may fill."""
-FIT_TRIES = 4
-"""Tries to cut a result below the ceiling, each priced as cut: tokens per byte differ along an
-output (a prose head, a tail of numbers), so a proportional cut may miss."""
 
 
 @dataclass(frozen=True)
@@ -72,24 +68,10 @@ def fitting_bytes(state: RunState, room: ResultRoom, text: str) -> int:
     """Bytes of `text` shown: what fits the room's share at the text's own density, at least
     `MIN_OUTPUT_BYTES`; at most what fits below the ceiling, priced as cut (head and tail), and
     at least the cut marker."""
-    calibration = state.ledger.calibration
-    kind, frame = output_kind(text), round(calibration.frame)
-
-    def price(shown: str) -> int:
-        return calibration.tokens(units(shown), kind) + frame
-
+    price = output_price(state.ledger.calibration, text)
     size, whole = len(text.encode()), price(text)
     share = size if whole <= room.share else int(size * max(room.share, 0) / max(whole, 1))
-    fitting = max(share, MIN_OUTPUT_BYTES)
-    cost = price(cap_output(text, fitting).text) if fitting < size else whole
-    for _ in range(FIT_TRIES):
-        if cost <= room.most:
-            break
-        fitting = int(fitting * max(room.most, 0) / max(cost, 1))
-        if fitting <= MARKER_ALLOWANCE:
-            return MARKER_ALLOWANCE
-        cost = price(cap_output(text, fitting).text)
-    return min(fitting, size)
+    return min(max(share, MIN_OUTPUT_BYTES), size, bytes_within(text, room.most, price))
 
 
 def masks_for_replies(state: RunState, rules: Rules, short: int) -> list[str]:

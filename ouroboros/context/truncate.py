@@ -9,8 +9,10 @@ is short of room, and whole again in the next one, from the stored text alone.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from ouroboros.context.tokens import Calibration, output_kind, units
 from ouroboros.messages import ToolMessage
 
 MARKER_ALLOWANCE = 240
@@ -101,6 +103,46 @@ def cap_output(
     if len(result.encode()) > max_bytes:  # a limit below the marker allowance: the marker alone
         result = _text(note.encode()[:max_bytes])
     return Capped(result, size, len(result.encode()))
+
+
+FIT_TRIES = 4
+"""Tries to cut a text to a price, each priced as cut: tokens per byte differ along an output (a
+prose head, a tail of numbers), so a proportional cut may miss..."""
+FIT_CLOSE = 0.95
+"""...and a cut within this share of the price is close enough."""
+
+
+def output_price(calibration: Calibration, text: str) -> Callable[[str], int]:
+    """The price of `text`, or of what a cut keeps of it, as a result: pre-tokens at the ratio
+    learnt for its kind of content, and the template's frame."""
+    kind, frame = output_kind(text), round(calibration.frame)
+    return lambda kept: calibration.tokens(units(kept), kind) + frame
+
+
+def bytes_within(text: str, tokens: int, price: Callable[[str], int]) -> int:
+    """The most bytes of `text` whose head and tail, as `cap_output` keeps them, cost at most
+    `tokens`: all of it if it fits; else found proportionally to its density, priced again as
+    cut (the marker costs too), a few times; at least the marker's allowance (the marker alone)."""
+    size = len(text.encode())
+    fitting, cost = size, price(text)
+    best = size if cost <= tokens else MARKER_ALLOWANCE
+    for _ in range(FIT_TRIES):
+        if cost <= tokens and (fitting == size or cost >= FIT_CLOSE * tokens):
+            break
+        fitting = min(size - 1, int(fitting * max(tokens, 0) / max(cost, 1)))
+        if fitting <= MARKER_ALLOWANCE:
+            break
+        cost = price(cap_output(text, fitting).text)
+        if cost <= tokens:
+            best = max(best, fitting)
+    return best
+
+
+def capped_bytes(calibration: Calibration, tokens: int, text: str) -> int:
+    """Bytes of a tool's output its cap keeps: what costs at most `tokens` as the harness prices
+    content, so an output of digits (about a token a byte) and one of prose (about four bytes a
+    token) of the same size in tokens are cut alike."""
+    return bytes_within(text, tokens, output_price(calibration, text))
 
 
 def shown(message: ToolMessage) -> ToolMessage:

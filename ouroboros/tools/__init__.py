@@ -75,11 +75,14 @@ class ToolRunner:
         blocklist: Blocklist | None = None,
         scratch: Path | None = None,
         plan_bytes: int = MAX_PLAN_BYTES,
+        token_cap: Fit | None = None,
     ):
         self.workspace = workspace
         self.scratch = scratch
         """The commands' private temporary folder, removed with the runner."""
         self.max_output_bytes = max_output_bytes
+        self.token_cap = token_cap
+        """Bytes of an output (within `max_output_bytes`) the cap in tokens keeps."""
         self.processes = processes or Processes(None, use_cgroup=False)
         self.blocklist = blocklist or Blocklist(workspace=str(workspace.root))
         """Every process a tool starts (confined, where the harness was given a sandbox)."""
@@ -217,7 +220,9 @@ class ToolRunner:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
         except ValueError as e:  # e.g. a path the file system cannot encode
             output, error = Output(f"error: {e}"), str(e)
-        message = await shaped_and_saved(call, output, self.max_output_bytes, room, self.workspace)
+        message = await shaped_and_saved(
+            call, output, self.max_output_bytes, room, self.workspace, self.token_cap
+        )
         if error is not None:
             message = message.model_copy(update={"error": True})
         return ToolOutcome(

@@ -13,15 +13,21 @@ from ouroboros.tools.builtin import Output
 from ouroboros.tools.workspace import Workspace
 
 Fit = Callable[[str], int]
-"""Bytes of this text that fit the room left for it."""
+"""Bytes of this text that fit: the room left for it, or a cap in tokens."""
 
 
-def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) -> ToolMessage:
-    """The result at the normal cap `cap`; `room_bytes` when the room left shows less; the whole
+def shaped_result(
+    call: ToolCall, output: Output, cap: int, room: Fit | None, token_cap: Fit | None = None
+) -> ToolMessage:
+    """The result at the normal cap: `cap` bytes, and within them what `token_cap` keeps (the cap
+    in tokens, `truncate.capped_bytes`); `room_bytes` when the room left shows less; the whole
     output to be saved (`saved_to`) whenever what the model is shown is cut, but a file's."""
     text = output.text
     size = len(text.encode())
     capped = cap_output(text, cap)
+    if token_cap is not None:
+        cap = min(cap, token_cap(capped.text))
+        capped = cap_output(text, cap)
     shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
     if not cut_made(shown_bytes, capped.kept_bytes):
         shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
@@ -44,10 +50,15 @@ def shaped_result(call: ToolCall, output: Output, cap: int, room: Fit | None) ->
 
 
 async def shaped_and_saved(
-    call: ToolCall, output: Output, cap: int, room: Fit | None, workspace: Workspace
+    call: ToolCall,
+    output: Output,
+    cap: int,
+    room: Fit | None,
+    workspace: Workspace,
+    token_cap: Fit | None = None,
 ) -> ToolMessage:
     """The result shaped, and its whole output saved where it says."""
-    message = shaped_result(call, output, cap, room)
+    message = shaped_result(call, output, cap, room, token_cap)
     if message.saved_to is not None:
         await _save(workspace, message.saved_to, output.text)
     return message
