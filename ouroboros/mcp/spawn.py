@@ -21,6 +21,7 @@ from ouroboros.run.journal import Journal
 from ouroboros.tools.environment import command_env
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.scratch import make_scratch, remove_scratch
+from ouroboros.wiring import confine
 
 
 class Spawner:
@@ -50,8 +51,6 @@ class Spawner:
 
     def _for(self, network: bool) -> Processes:
         if network not in self._processes:
-            from ouroboros.wiring import confine  # wiring offers the servers' tools: no cycle
-
             t = self.settings.tools
             settings = self.settings.model_copy(
                 update={"tools": t.model_copy(update={"network": network})}
@@ -60,7 +59,8 @@ class Spawner:
             self._processes[network] = Processes(
                 confinement, max_processes=t.max_processes, max_memory_mb=t.max_memory_mb
             )
-            self.journal.notify("tools", message=f"MCP servers (network {network}): {summary}")
+            said = f"MCP servers (network {str(network).lower()}): {summary}"
+            self.journal.notify("tools", said)
         return self._processes[network]
 
     def close(self) -> None:
