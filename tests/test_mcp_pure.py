@@ -197,3 +197,26 @@ def test_the_harness_needs_no_sdk_without_servers() -> None:
     )
     done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_result_is_text_whatever_its_blocks() -> None:
+    types = pytest.importorskip("mcp_types", reason="the [mcp] extra")
+    from ouroboros.mcp.content import result_text
+
+    result = types.CallToolResult(
+        content=[
+            types.TextContent(text="first"),
+            types.ImageContent(data="aGVsbG8=", mime_type="image/png"),
+            types.EmbeddedResource(
+                resource=types.TextResourceContents(uri="file:///a.txt", text="inside")
+            ),
+            types.ResourceLink(uri="file:///b.bin", name="b"),
+        ]
+    )
+    assert result_text(result) == (
+        "first\n[image image/png, 6 bytes, not shown]\n[resource file:///a.txt]\ninside\n"
+        "[resource link file:///b.bin b]"
+    )
+    structured = types.CallToolResult(content=[], structured_content={"n": 1})
+    assert result_text(structured) == '{"n": 1}'
+    assert result_text(types.CallToolResult(content=[])) == "(no output)"
