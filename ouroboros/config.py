@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ouroboros.mcp.settings import McpSettings
+from ouroboros.run.checkpoint_settings import CheckpointSettings
 
 
 class _Section(BaseModel):
@@ -236,15 +237,6 @@ class HookSettings(_Section):
     (`skipped`), not run."""
     waiting_after_min: float = Field(10.0, ge=0)
     """Minutes of failed calls to the model server before the `waiting` event."""
-
-
-class CheckpointSettings(_Section):
-    """A copy of the workspace at each session start, in a git repository in the state
-    folder (`run/checkpoints.py`); `python -m ouroboros rewind` restores one."""
-
-    enabled: bool = True
-    max_bytes: int = Field(100_000_000, ge=0)
-    """Bytes of files one checkpoint holds at most: those past it are left out, with a warning."""
 
 
 class PathSettings(_Section):
