@@ -220,3 +220,14 @@ def test_a_result_is_text_whatever_its_blocks() -> None:
     structured = types.CallToolResult(content=[], structured_content={"n": 1})
     assert result_text(structured) == '{"n": 1}'
     assert result_text(types.CallToolResult(content=[])) == "(no output)"
+
+
+def test_the_readme_example_is_a_valid_config(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = readme.split("## MCP servers")[1].split("```toml\n")[1].split("```")[0]
+    config = tmp_path / "config.toml"
+    config.write_text(example)
+    servers = load_settings(config).mcp.servers
+    assert list(servers) == ["time", "git", "notes"]
+    assert servers["git"].network is False
+    assert servers["notes"].url == "http://127.0.0.1:8000/mcp"
