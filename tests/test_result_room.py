@@ -4,14 +4,24 @@ result never costs a wind-down, and the newest results are not masked while they
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
+from ouroboros import prompts
+from ouroboros.context import policy, room
+from ouroboros.context.mask import MaskPolicy
+from ouroboros.context.result_room import ceiling
+from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
+from ouroboros.messages import UserMessage
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.run.records import Mask, WindDown
+from ouroboros.run.state import RunState
 from tests.conftest import Project
 from tests.inprocess import run_here
 from tests.test_context_run import fill_workspace
+from tests.test_policy import rules_at, session_with_results
 
 MASKED = " result masked:"
 
@@ -98,3 +108,44 @@ def test_the_newest_results_are_not_masked_while_they_fit(project: Project) -> N
     assert winding, "no wind-down: the test shows nothing"
     ends = [e for e in project.events("session_end") if e["reason"] == "context_full"]
     assert [e["detail"] for e in ends] == ["wind-down replies used"] * 4
+
+
+def winding(hard_at: float) -> tuple[RunState, Rules]:
+    """A session of six results (the last unseen) that began its wind-down with its next prompt
+    at `hard_at` of the budget."""
+    state = session_with_results([300] * 6)
+    rules = replace(rules_at(state, hard_at), masking=MaskPolicy(3, 10**6, 10))
+    now = room.projected(state, rules)
+    notice = UserMessage(content=prompts.wind_down(1000, 2), origin="wind_down")
+    record = WindDown(
+        session=1,
+        projected=now,
+        hard_line=0,
+        room=0,
+        reply_allowance=0,
+        turns_left=2,
+        message=notice,
+    )
+    state.apply(record)
+    return state, rules
+
+
+def test_a_wind_down_past_its_line_but_below_the_ceiling_masks_nothing() -> None:
+    state, rules = winding(hard_at=0.93)
+    figures = room.step_figures(state, rules)
+    assert figures.hard_line < room.projected(state, rules) < ceiling(state, rules, figures)
+    assert policy.room_for_replies(state, rules, figures) == []
+
+
+def test_a_wind_down_past_the_ceiling_masks_seen_results_oldest_first() -> None:
+    state, rules = winding(hard_at=0.99)
+    figures = room.step_figures(state, rules)
+    (mask,) = policy.room_for_replies(state, rules, figures)
+    assert isinstance(mask, Mask)
+    assert mask.call_ids == ["c0"]
+    # Far past it (the line moved under the session), the newest seen ones give way too.
+    state, rules = winding(hard_at=2.0)
+    (mask,) = policy.room_for_replies(state, rules, room.step_figures(state, rules))
+    assert isinstance(mask, Mask)
+    assert mask.call_ids[:4] == ["c0", "c1", "c2", "c3"]
+    assert "c5" not in mask.call_ids, "never a result the model has not seen"

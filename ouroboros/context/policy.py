@@ -14,15 +14,14 @@ the results the model has not seen are cut too.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ouroboros import prompts
 from ouroboros.context import loops
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.mask import round_waits_below, worth_a_round
-from ouroboros.context.plan import PLAN_TOOL
-from ouroboros.context.result_room import ceiling, masks_for_replies
+from ouroboros.context.result_room import ceiling
 from ouroboros.context.room import Rules, StepFigures, projected
 from ouroboros.context.truncate import shown
 from ouroboros.messages import ToolMessage, UserMessage
@@ -125,7 +124,7 @@ def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
     cuts = {
         m.tool_call_id: m.room_bytes
         for m in fitted
-        if isinstance(m, ToolMessage) and m.room_bytes is not None and m.name != PLAN_TOOL
+        if isinstance(m, ToolMessage) and m.room_bytes is not None
     }
     if cuts:
         decisions.append(Cut(session=state.session, cuts=cuts))
@@ -221,13 +220,14 @@ def free_room(state: RunState, rules: Rules, step: StepFigures) -> list[Decision
 def room_for_replies(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
     """In a wind-down, the promised replies need their room more than results the model has
     seen: when the prompt is past what they need (`result_room.ceiling`: the line moved under a
-    step, or one step went far past it), those are masked (`masks_for_replies`); never one it
-    has not seen. Past the line but within what they need, nothing is: the line's room counts
-    the step that crosses it."""
+    step, or one step went far past it), those are masked, oldest first, the newest too if need
+    be; never one it has not seen. Past the line but within what they need, nothing is: the
+    line's room counts the step that crosses it."""
     short = projected(state, rules) - ceiling(state, rules, step)
     if state.wind_down_replies is None or short <= 0:
         return []
-    chosen = masks_for_replies(state, rules, short)
+    relaxed = replace(rules.masking, protected_count=0)
+    chosen = state.view.choose_masks(relaxed, state.ledger.calibration, short)
     decision = mask(state, rules, chosen, MaskReason.WIND_DOWN_ROOM)
     return [decision] if decision else []
 

@@ -12,7 +12,7 @@ reply can.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ouroboros.context.room import (
     LONGEST_WIND_DOWN,
@@ -73,14 +73,3 @@ def fitting_bytes(state: RunState, room: ResultRoom, text: str) -> int:
     share = size if whole <= room.share else int(size * max(room.share, 0) / max(whole, 1))
     return min(max(share, MIN_OUTPUT_BYTES), size, bytes_within(text, room.most, price))
 
-
-def masks_for_replies(state: RunState, rules: Rules, short: int) -> list[str]:
-    """Results to mask for the promised replies, `short` tokens: oldest first, the protected
-    results kept while that is enough (`context.protected_observations` is a promise), the
-    newest seen ones too when it is not; never one the model has not seen."""
-    view, calibration = state.view, state.ledger.calibration
-    chosen = view.choose_masks(rules.masking, calibration, short)
-    if projected(state, rules, view.masked_tally(chosen)) <= projected(state, rules) - short:
-        return chosen
-    relaxed = replace(rules.masking, protected_count=0)
-    return view.choose_masks(relaxed, calibration, short)
