@@ -283,7 +283,7 @@ def test_one_reply_past_both_lines_is_logged_and_named_to_the_next_session(
 def test_a_wind_down_makes_room_when_the_line_moved_under_the_session(project: Project) -> None:
     # Short replies first, long ones later: the line placed from the early replies moves up
     # once the long ones are seen, under a session already past it. The promise still holds:
-    # results the model has seen give way where the replies need it (`masks_for_replies`).
+    # results the model has seen give way where the replies need it (`room_for_replies`).
     fill_workspace(project, files=12, words=700)
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
     calls = itertools.count()
