@@ -13,10 +13,18 @@ import pytest
 
 from ouroboros.cli import main
 from ouroboros.context import policy
+from ouroboros.context.carryover import select_carryover
 from ouroboros.context.compact import RECAP_HEADER, RECAP_SYSTEM
 from ouroboros.context.mask import MaskPolicy, choose_masks
 from ouroboros.context.plan import PlanItem, in_opening, plan_bytes, render
-from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ouroboros.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.run.journal import fold
 from ouroboros.run.records import Cut, MessageRecord
@@ -227,10 +235,10 @@ def test_a_refused_prompt_never_cuts_a_plan_result() -> None:
     for message in (
         AssistantMessage(tool_calls=calls),
         ToolMessage(tool_call_id="big", name="shell_exec", content=words, exit_code=0),
-        ToolMessage(tool_call_id="p", name="plan", content=words),
+        ToolMessage(tool_call_id="p", name="plan", content=words[: len(words) // 2]),
     ):
         state.apply(MessageRecord(session=1, message=message))
-    decisions = policy.after_overflow(state, rules_at(state, hard_at=5.0))
+    decisions = policy.after_overflow(state, rules_at(state, hard_at=2.0))
     (cut,) = [d for d in decisions if isinstance(d, Cut)]
     assert list(cut.cuts) == ["big"]
 
@@ -255,3 +263,52 @@ def test_after_a_compaction_the_recap_shows_the_plan_whole(project: Project) -> 
     recaps = [r for r in requests if r["messages"][1]["content"].startswith(RECAP_HEADER)]
     assert recaps, "requests after a compaction"
     assert all(SHOWN in r["messages"][1]["content"] for r in recaps)
+
+
+def test_the_carry_over_never_masks_or_cuts_a_plan_result() -> None:
+    """Earlier steps' results become placeholders to fit, and the last step's are cut to fit:
+    a plan result among them stays whole (a long one, so that masking it would pay)."""
+    long = "plan saved:\n" + SHOWN * 40
+    big = " ".join(f"w{i}" for i in range(2000))
+    history: list[Message] = [SystemMessage(content="Work."), UserMessage(content="Begin.")]
+    early = "plan saved:\n" + SHOWN * 4
+    history += [*result(early, "plan", "p1"), *result(big, "shell_exec", "s1")]
+    last_calls = (
+        ToolCall(id="p2", name="plan", arguments=json.dumps({"items": PLAN})),
+        ToolCall(id="s2", name="shell_exec", arguments=json.dumps({"command": "cat log"})),
+    )
+    history += [
+        AssistantMessage(tool_calls=last_calls),
+        ToolMessage(tool_call_id="p2", name="plan", content=long),
+        ToolMessage(tool_call_id="s2", name="shell_exec", content=big),
+    ]
+
+    def tokens(message: Message) -> int:
+        return len(str(getattr(message, "content", ""))) // 4 + 4
+
+    # Room for both steps with the earlier one's shell result a placeholder.
+    carried = select_carryover(history, 5, 4500, 4500, tokens, min_mask_tokens=0)
+    both = {m.tool_call_id: m for m in carried if isinstance(m, ToolMessage)}
+    assert set(both) == {"p1", "s1", "p2", "s2"}
+    assert both["s1"].masked, "an earlier result gave way"
+    # Room for less than the last step: its shell result is cut.
+    carried = select_carryover(history, 5, 1500, 1500, tokens, min_mask_tokens=0)
+    last = {m.tool_call_id: m for m in carried if isinstance(m, ToolMessage)}
+    assert set(last) == {"p2", "s2"}
+    assert last["s2"].room_bytes is not None, "the last step's other result was cut"
+    for kept, text in ((both["p1"], early), (both["p2"], long), (last["p2"], long)):
+        assert not kept.masked
+        assert kept.room_bytes is None
+        assert kept.content == text
+
+
+def test_a_last_step_whose_plan_result_alone_overfills_the_room_is_not_carried() -> None:
+    """A plan result is never made a placeholder, so a step it alone makes too big for the
+    room is left out (the restart marker still names its calls), never carried over the room."""
+    history: list[Message] = [SystemMessage(content="Work."), UserMessage(content="Begin.")]
+    history += result("plan saved:\n" + SHOWN * 40, "plan", "p")
+
+    def tokens(message: Message) -> int:
+        return len(str(getattr(message, "content", ""))) // 4 + 4
+
+    assert select_carryover(history, 5, 500, 500, tokens, min_mask_tokens=0) == []

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ouroboros.context.mask import masked
+from ouroboros.context.plan import stays_whole
 from ouroboros.context.truncate import MARKER_ALLOWANCE, saved_name, shown
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 
@@ -105,7 +106,9 @@ def fit_step(step: Step, room: int, tokens: Tokens) -> Step:
     """The step whole if it fits `room`; else its results cut (head and tail, as the tool cap
     cuts) to share what the rest of the step leaves, the biggest cut first. Never dropped."""
     wholes = [whole(m) for m in step]
-    results = [m for m in wholes if isinstance(m, ToolMessage) and not m.masked]
+    results = [
+        m for m in wholes if isinstance(m, ToolMessage) and not m.masked and not stays_whole(m)
+    ]
     allowed = room - (_size(wholes, tokens) - _size(results, tokens))
     result = wholes
     for _ in range(SHRINK_TRIES):
@@ -127,7 +130,7 @@ def _placeholders_oldest_first(
     for index, message in enumerate(messages):
         if total <= room:
             break
-        if isinstance(message, ToolMessage) and not message.masked:
+        if isinstance(message, ToolMessage) and not message.masked and not stays_whole(message):
             if tokens(message) > min_tokens:
                 replacement = masked(message)
                 total += tokens(replacement) - tokens(message)
@@ -141,7 +144,7 @@ def _acts(step: Step) -> bool:
 
 def _least(messages: Sequence[Message]) -> list[Message]:
     """The messages with every result a placeholder: the least they can be carried as."""
-    return [masked(m) if isinstance(m, ToolMessage) else m for m in messages]
+    return [masked(m) if isinstance(m, ToolMessage) and not stays_whole(m) else m for m in messages]
 
 
 def last_steps(done: list[Step], capacity: int, tokens: Tokens) -> tuple[int, Step] | None:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from ouroboros.context.plan import PLAN_TOOL
+from ouroboros.context.plan import stays_whole
 from ouroboros.context.truncate import saved_name
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
 
@@ -171,7 +171,7 @@ def choose_masks(
             or message.masked
             or message.tool_call_id in already_masked
             or message.tool_call_id in protected
-            or message.name == PLAN_TOOL  # the plan stays whole in the view
+            or stays_whole(message)
         ):
             continue
         saving = tokens(message) - tokens(masked(message))

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ouroboros.messages import Message, ToolMessage
+
 PLAN_TOOL = "plan"
 """The tool's name; its results are never masked or cut."""
 MAX_ITEMS = 20
@@ -28,6 +30,11 @@ MAX_PLAN_BYTES = 4096
 """However large the window: a plan is a list of steps, not a document."""
 
 Status = Literal["todo", "doing", "done"]
+
+
+def stays_whole(message: Message) -> bool:
+    """A result of the plan tool: never masked, never cut (the plan stays whole in the view)."""
+    return isinstance(message, ToolMessage) and message.name == PLAN_TOOL
 
 
 def _most(chars: int) -> dict[str, Any]:
