@@ -123,8 +123,8 @@ def test_a_bad_plan_is_refused_in_one_line_saying_what_to_do_and_changes_nothing
 
 
 def test_the_size_cap_is_a_small_share_of_the_prompt_budget() -> None:
-    assert plan_bytes(3636) == 727  # 5% of a 4K window's budget, at 4 bytes a token
-    assert plan_bytes(6759) == 1351  # 8K
+    assert plan_bytes(3636) == 545  # 5% of a 4K window's budget, at 3 bytes a token
+    assert plan_bytes(6759) == 1013  # 8K
     assert plan_bytes(500) == 512  # the least, whatever the window
     assert plan_bytes(1_000_000) == 4096  # the most
 
