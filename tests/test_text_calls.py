@@ -137,6 +137,14 @@ def test_a_block_left_open_by_a_cut_reply_is_no_action() -> None:
     assert read_action("```bash\nrm -rf bui", TOOLS) == FormatProblem("no action block")
 
 
+def test_a_reply_ends_at_a_stop_token_the_server_left_in_it() -> None:
+    """A base model behind a ChatML fallback writes `<|im_end|>` and makes up the next turns."""
+    text = "```bash\nls\n```<|im_end|>\n<|im_start|>user\nok<|im_end|>\n```bash\npwd\n```"
+    assert action(text)[2] == {"command": "ls"}
+    made_up = '<|im_end|>\n{"name": "list_dir", "arguments": {}}'
+    assert recover(f"Done.{made_up}", TOOLS) is None
+
+
 def test_a_call_in_a_recovery_format_is_an_action_too() -> None:
     text = '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>'
     assert action(text) == ("hermes", "list_dir", {})

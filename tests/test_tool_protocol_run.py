@@ -15,6 +15,7 @@ from ouroboros.config_file import load_settings
 from ouroboros.messages import AssistantMessage, ToolMessage
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.observe.status import read_status, render_status
+from ouroboros.run import inbox
 from ouroboros.run.jsonl import JsonlReader
 from ouroboros.run.records import JOURNAL_RECORD, MessageRecord, SessionStart
 from tests.conftest import Project
@@ -51,7 +52,8 @@ def shown_status(project: Project) -> str:
 
 
 def test_a_call_written_as_text_is_recovered_run_and_counted(project: Project) -> None:
-    ran = run_here(project, [Reply(text=f"Looking first.\n{HERMES_LS}"), FINISH])
+    script = [Reply(text=f"Looking first.\n{HERMES_LS}"), Reply(text=HERMES_LS), FINISH]
+    ran = run_here(project, script)
     assert ran.returncode == 0, ran.stderr
     first, written = replies(project)[0]
     assert written == "hermes"
@@ -65,7 +67,11 @@ def test_a_call_written_as_text_is_recovered_run_and_counted(project: Project) -
     second = ran.chat_requests()[1]
     assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "shell_exec"
     assert "tools" in second
-    assert "1 read from text (hermes 1)" in shown_status(project)
+    assert "2 read from text (hermes 2)" in shown_status(project)
+    # Each recovered call has an id of its own: none repeated, none renamed.
+    ids = [c.id for reply, _ in replies(project) for c in reply.tool_calls]
+    assert len(set(ids)) == len(ids) == 3
+    assert not [e for e in project.events("warning") if "ids" in e["message"]]
 
 
 def test_a_near_miss_stays_text_and_the_agent_is_told_to_go_on(project: Project) -> None:
@@ -82,6 +88,7 @@ def text_run(project: Project, script: Any, window: int = 4096, **sections: Any)
 
 
 def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: Project) -> None:
+    inbox.post(project.state, "Write hi to a.txt.")  # a second user message in a row
     ran = text_run(
         project,
         [
@@ -95,6 +102,10 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
     assert (project.workspace / "a.txt").read_text() == "hi\n"
     bodies = ran.chat_requests()
     assert all("tools" not in b and roles(b) <= {"system", "user", "assistant"} for b in bodies)
+    for body in bodies:  # one role a turn: user messages in a row are joined
+        turns = [m["role"] for m in body["messages"]]
+        assert all(a != b for a, b in zip(turns, turns[1:], strict=False)), turns
+    assert "Write hi to a.txt." in bodies[0]["messages"][1]["content"]
     system = bodies[0]["messages"][0]["content"]
     for name in ("file_read", "file_write", "list_dir", "shell_exec", "search_context", "finish"):
         assert f"## {name}\n" in system
@@ -118,8 +129,8 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
 
 def test_text_steps_are_masked_and_carried_over_as_native_ones(project: Project) -> None:
     """A small window: old results become placeholders (in the user messages that bring them
-    back), the newest never; the session restarts with its last step, reply and result
-    together."""
+    back), the newest never; a session restarted at its turn limit opens with its last step,
+    reply and result together."""
     (project.workspace / "big.txt").write_text(
         "\n".join(f"line {i} of a long file" for i in range(1000))
     )
@@ -131,7 +142,13 @@ def test_text_steps_are_masked_and_carried_over_as_native_ones(project: Project)
             text=f"Reading part {n}.\n```bash\nsed -n '{n * 60 + 1},{n * 60 + 60}p' big.txt\n```"
         )
 
-    ran = text_run(project, Scripted(agent), window=4096, supervisor={"max_total_turns": 24})
+    ran = text_run(
+        project,
+        Scripted(agent),
+        window=4096,
+        supervisor={"max_total_turns": 20},
+        session={"max_turns": 12},
+    )
     bodies = ran.chat_requests()
     assert all(roles(b) <= {"system", "user", "assistant"} for b in bodies)
     masked = [

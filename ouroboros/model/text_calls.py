@@ -27,8 +27,10 @@ ActionFormat = Literal["bash", "json_action"]
 SHELL_TOOL = "shell_exec"
 SHELL_LANGUAGES = ("bash", "sh", "shell")
 JSON_LANGUAGES = ("json", "tool")
-END_TOKENS = ("<|im_end|>", "</s>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
-"""Stop tokens a server sometimes leaves in the text: a call followed by one still ends it."""
+END_TOKENS = re.compile(r"<\|im_end\|>|</s>|<end_of_turn>|<\|eot_id\|>|<\|end\|>")
+"""Stop tokens a server leaves in the text when the template's stop is another (a base model
+behind a ChatML fallback writes `<|im_end|>` and goes on with a made-up next turn): the reply
+ends at the first."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,10 @@ def fences(text: str) -> list[Fence]:
     return found
 
 
-def _ends_reply(text: str) -> bool:
-    rest = text.strip()
-    for token in END_TOKENS:
-        rest = rest.replace(token, "")
-    return not rest.strip()
+def said(text: str) -> str:
+    """The reply up to its first stop token: what follows it the model did not mean to say."""
+    end = END_TOKENS.search(text)
+    return text if end is None else text[: end.start()]
 
 
 def _object(text: str) -> dict[str, object] | None:
@@ -134,7 +135,7 @@ def _calls(values: list[object], tools: Collection[str]) -> tuple[TextCall, ...]
 
 def _hermes(text: str, tools: Collection[str]) -> Recovered | None:
     tags = list(_HERMES.finditer(text))
-    if not tags or not _ends_reply(text[tags[-1].end() :]):
+    if not tags or text[tags[-1].end() :].strip():
         return None
     between = [text[a.end() : b.start()] for a, b in zip(tags, tags[1:], strict=False)]
     if any(part.strip() for part in between):
@@ -159,7 +160,7 @@ def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
         value, end = json.JSONDecoder().raw_decode(after.strip())
     except (ValueError, RecursionError):
         return None
-    if not _ends_reply(after.strip()[end:]):
+    if after.strip()[end:].strip():
         return None
     calls = _calls(value if isinstance(value, list) else [value], tools)
     return Recovered(calls, "mistral", before.strip()) if calls is not None else None
@@ -167,7 +168,7 @@ def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
 
 def _fenced(text: str, tools: Collection[str]) -> Recovered | None:
     blocks = [f for f in fences(text) if f.language in ("json", "")]
-    if len(blocks) != 1 or not _ends_reply(text[blocks[0].end :]):
+    if len(blocks) != 1 or text[blocks[0].end :].strip():
         return None
     call = call_of(_object(blocks[0].body), tools, ("name",))
     return Recovered((call,), "fenced_json", text[: blocks[0].start].strip()) if call else None
@@ -176,8 +177,6 @@ def _fenced(text: str, tools: Collection[str]) -> Recovered | None:
 def _bare(text: str, tools: Collection[str]) -> Recovered | None:
     """The reply ends with one JSON object that starts a line (inline JSON is prose)."""
     stripped = text.rstrip()
-    for token in END_TOKENS:
-        stripped = stripped.removesuffix(token).rstrip()
     starts = [m.start() for m in re.finditer(r"^[ \t]*\{", stripped, re.MULTILINE)]
     for start in starts:
         value = _object(stripped[start:])
@@ -191,6 +190,7 @@ def _bare(text: str, tools: Collection[str]) -> Recovered | None:
 
 def recover(text: str, tools: Collection[str]) -> Recovered | None:
     """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
+    text = said(text)
     if "<tool_call>" in text:
         return _hermes(text, tools)
     if _MISTRAL in text:
@@ -202,6 +202,7 @@ def recover(text: str, tools: Collection[str]) -> Recovered | None:
 
 def read_action(text: str, tools: Collection[str]) -> Action | FormatProblem:
     """The one action of a reply in the text protocol, or what is wrong with it."""
+    text = said(text)
     blocks = [
         f for f in fences(text) if f.language in SHELL_LANGUAGES or f.language in JSON_LANGUAGES
     ]

@@ -108,12 +108,16 @@ def tools_section(schemas: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def format_message(problem: str) -> str:
-    """What a reply without exactly one action is told."""
+def format_message(problem: str, schemas: list[dict[str, Any]]) -> str:
+    """What a reply without exactly one action is told, with an example to copy (the shell's,
+    where there is a shell)."""
+    functions = [s.get("function") or {} for s in schemas]
+    shown = next((f for f in functions if f.get("name") == SHELL_TOOL), functions[0])
+    example = action_text(str(shown.get("name")), example_arguments(shown.get("parameters") or {}))
     return (
         f"Your last reply had {problem}. Write exactly one action per reply: a shell command "
         'in a ```bash block, or another tool as a ```json block {"tool": NAME, "arguments": '
-        "{...}}, as the examples in your instructions show."
+        f"{{...}}}}, as the examples in your instructions show. For example:\n{example}"
     )
 
 

@@ -65,7 +65,8 @@ def nudge(
     if not text_in_force(llm.tool_protocol, state):
         return prompts.CONTINUE
     action = read_action(reply.content, names(schemas))
-    return format_message(action.what if isinstance(action, FormatProblem) else "no action")
+    problem = action.what if isinstance(action, FormatProblem) else "no action"
+    return format_message(problem, schemas)
 
 
 @dataclass
