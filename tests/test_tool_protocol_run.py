@@ -190,3 +190,16 @@ def test_auto_stays_text_on_resume(project: Project) -> None:
     assert ["tools" in b for b in script.requests] == [True] * 3 + [False] * 3
     warnings = [e for e in project.events("warning") if "text protocol" in e["message"]]
     assert len(warnings) == 1
+
+
+def test_auto_is_text_from_the_start_where_the_template_cannot_render_tools(
+    project: Project,
+) -> None:
+    """llama-server says (`/props`) the model's template drops tool schemas: native calls
+    cannot happen, so `auto` starts in text, saying why."""
+    script = Scripted([Reply(text="```bash\nls\n```"), TEXT_FINISH])
+    ran = run_here(project, script, renders_tools=False, llm={"tool_protocol": "auto"})
+    assert ran.returncode == 0, ran.stderr
+    assert ["tools" in b for b in script.requests] == [False, False]
+    (switched,) = [e for e in project.events("warning") if "text protocol" in e["message"]]
+    assert "cannot render tools" in switched["message"]
