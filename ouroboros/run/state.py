@@ -113,7 +113,6 @@ class RunState:
     plan: RunPlan = field(default_factory=RunPlan)
     """The agent's plan: the newest a `plan` call saved (shown at every session's start)."""
     protocol: ProtocolTally = field(default_factory=ProtocolTally)
-    """Calls read from replies' text, and `auto`'s switch to the text protocol."""
     mcp: McpTally = field(default_factory=McpTally)
 
     def __post_init__(self) -> None:
