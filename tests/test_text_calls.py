@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
 from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
+from ouroboros.model.text_prompt import text_wire
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 READ = {"path": "NOTES.md"}
@@ -165,3 +167,25 @@ def test_a_call_in_a_recovery_format_is_an_action_too() -> None:
 )  # fmt: skip
 def test_a_reply_without_exactly_one_action_says_what_is_wrong(text: str, problem: str) -> None:
     assert read_action(text, TOOLS) == FormatProblem(problem)
+
+
+def test_a_native_call_is_shown_as_the_action_it_was_after_a_switch_to_text() -> None:
+    """Replies from before `auto` went over to text hold calls not written in their text."""
+    schemas = [
+        {"function": {"name": n, "parameters": {"properties": {}, "required": []}}} for n in TOOLS
+    ]
+    native = AssistantMessage(
+        content="Listing.",
+        tool_calls=(ToolCall(id="a", name="shell_exec", arguments='{"command": "ls"}'),),
+    )
+    written = AssistantMessage(
+        content="```bash\nls\n```",
+        tool_calls=(ToolCall(id="b", name="shell_exec", arguments='{"command": "ls"}'),),
+    )
+    result = ToolMessage(tool_call_id="a", name="shell_exec", content="exit code 0\n")
+    sent = text_wire([SystemMessage(content="Go."), native, result, written], schemas)
+    assert [m.kind for m in sent] == ["system", "assistant", "user", "assistant"]
+    assert sent[1].content == "Listing.\n\n```bash\nls\n```"
+    assert sent[2].content == "[shell_exec result]\nexit code 0\n"
+    assert sent[3].content == "```bash\nls\n```"
+    assert "## finish\n" in sent[0].content

@@ -13,7 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from ouroboros.model.text_calls import SHELL_TOOL, Action, read_action
 
 SAMPLE_STRINGS = {
@@ -135,7 +141,8 @@ def _written(message: AssistantMessage, tools: list[str]) -> str:
     if not message.tool_calls:
         return message.content
     action = read_action(message.content, tools)
-    if len(message.tool_calls) == 1 and isinstance(action, Action):
+    calls = [(c.name, c.arguments) for c in message.tool_calls]
+    if isinstance(action, Action) and calls == [(action.call.name, action.call.arguments)]:
         return message.content
     blocks = []
     for call in message.tool_calls:
