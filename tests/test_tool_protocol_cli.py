@@ -31,6 +31,14 @@ def test_auto_goes_over_to_text_when_the_server_refuses_tools(project: Project) 
     assert len(switched) == 1
     assert "does not support tools" in switched[0]["message"]
     assert project.events("run_end")[-1]["reason"] == "finish"
+    # What people read works on a text-protocol run as on any other.
+    status = project.run("status")
+    assert "2 read from text (bash 1, json_action 1)" in status.stdout, status.stdout
+    tail = project.run("tail")
+    assert tail.returncode == 0, tail.stderr
+    assert "text protocol" in tail.stdout
+    report = project.run("report")
+    assert report.returncode == 0, report.stderr
 
 
 def test_native_stops_on_the_refusal_with_one_line_naming_the_setting(project: Project) -> None:
