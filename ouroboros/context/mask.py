@@ -15,10 +15,8 @@ from ouroboros.context.truncate import saved_name
 from ouroboros.messages import AssistantMessage, Message, ToolMessage
 
 ROUND_WORTH = 0.5
-"""A masking round frees at least this share of what it makes the server process again..."""
-ROUND_WAITS_SHARE = 0.75
-"""...while the prompt is less than this far from the masking line to the hard line. Past it,
-room comes first: a session that ends early costs a restart and some of the model's thread."""
+"""A masking round frees at least this share of what it makes the server process again, below
+the hard line (`context.rounds`)."""
 QUOTE_CHARS = 48
 COMMAND_CHARS = 80
 _HARNESS_LINES = ("exit code ", "[... ", "[lines ")
@@ -190,5 +188,7 @@ def worth_a_round(freed: int, processed_again: int) -> bool:
 
 
 def round_waits_below(line: int, hard_line: int) -> int:
-    """The prompt size up to which a round past `line` waits until it is worth its break."""
-    return line + int(ROUND_WAITS_SHARE * max(hard_line - line, 0))
+    """The prompt size up to which a round past `line` waits until it is worth its break: the
+    hard line. Past it room comes first, as a session that ends early costs a restart and some
+    of the model's thread (`context.rounds`)."""
+    return max(line, hard_line)

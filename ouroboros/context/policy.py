@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ouroboros import prompts
-from ouroboros.context import loops
+from ouroboros.context import loops, rounds
 from ouroboros.context.carryover import fit_step
-from ouroboros.context.mask import round_waits_below, worth_a_round
+from ouroboros.context.mask import round_waits_below
 from ouroboros.context.result_room import ceiling
 from ouroboros.context.room import Rules, StepFigures, projected
 from ouroboros.context.truncate import shown
@@ -88,19 +88,14 @@ def mask(state: RunState, rules: Rules, call_ids: list[str], reason: MaskReason)
 def mask_down_to(
     state: RunState, rules: Rules, target: int, reason: MaskReason, waits_below: int = 0
 ) -> Mask | None:
-    """The oldest results masked down to `target`; below `waits_below`, only a round worth what
-    it makes the server process again (`worth_a_round`)."""
+    """The oldest results masked down to `target`, if the round is worth its break of the
+    server's prompt cache (`rounds.made`; `waits_below` 0: at once)."""
     excess = projected(state, rules) - max(target, 0)
     chosen = state.view.choose_masks(rules.masking, state.ledger.calibration, excess)
     decision = mask(state, rules, chosen, reason)
-    if decision is None or decision.projected_before is None or decision.projected_after is None:
+    if decision is None or not rounds.made(state, rules, decision, waits_below):
         return None
-    freed = decision.projected_before - decision.projected_after
-    if decision.projected_before >= waits_below or worth_a_round(
-        freed, decision.processed_again or 0
-    ):
-        return decision
-    return None
+    return decision
 
 
 def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
@@ -193,7 +188,8 @@ def spent(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
 
 def free_room(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
     """Past the soft line, or (before a wind-down) past the hard line when it comes first: how
-    room is freed, as configured (mask, or compact); nothing while the prompt is below."""
+    room is freed, as configured (mask, or compact); nothing while the prompt is below, nor in a
+    wind-down unless asked for (the session ends soon: its replies' room is `room_for_replies`')."""
     c, budget = rules.context, rules.budget
     low_water = int(c.mask_low_water * budget.prompt_budget)
     if state.wind_down_replies is None and step.hard_line < budget.soft_line:
@@ -202,7 +198,7 @@ def free_room(state: RunState, rules: Rules, step: StepFigures) -> list[Decision
     else:
         line, target, reason = budget.soft_line, low_water, MaskReason.SOFT_THRESHOLD
     forced = step.compaction_requested
-    if not forced and projected(state, rules) < line:
+    if not forced and (projected(state, rules) < line or state.wind_down_replies is not None):
         return []
     compacts = state.view.raw_total >= state.compaction_retry_above
     if forced or (c.strategy == "compact" and compacts):
