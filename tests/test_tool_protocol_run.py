@@ -106,6 +106,9 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
         turns = [m["role"] for m in body["messages"]]
         assert all(a != b for a, b in zip(turns, turns[1:], strict=False)), turns
     assert "Write hi to a.txt." in bodies[0]["messages"][1]["content"]
+    # Each request starts with the one before it, as sent: the server's prompt cache holds.
+    for before, after in zip(bodies, bodies[1:], strict=False):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
     system = bodies[0]["messages"][0]["content"]
     for name in ("file_read", "file_write", "list_dir", "shell_exec", "search_context", "finish"):
         assert f"## {name}\n" in system
