@@ -33,9 +33,14 @@ class ProtocolTally:
         self.streak += 1
         self.from_text[written] = self.from_text.get(written, 0) + len(record.message.tool_calls)
 
-    def notice(self, record: Notice) -> None:
-        if record.once == SWITCH:
-            self.switched = record.message
+    def switched_by(self, record: Notice) -> bool:
+        """Whether `record` is the switch to text. Its requests start otherwise (the tools in
+        the system message, no schemas), so what the server cached of the request before is no
+        measure of its cache: the fold starts the cache check again."""
+        if record.once != SWITCH:
+            return False
+        self.switched = record.message
+        return True
 
     def line(self) -> str:
         """What `status` says of it: calls read from text by format, and the switch."""

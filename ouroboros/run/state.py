@@ -191,7 +191,7 @@ class RunState:
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
-        self.protocol.notice(record)
+        self.last_request = None if self.protocol.switched_by(record) else self.last_request
         if record.event == "context_overflow":
             # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
             self.refusal, self.session_loops.refused = record.message, True
