@@ -46,6 +46,11 @@ The tools:
 """
 
 
+def names(schemas: list[dict[str, Any]]) -> list[str]:
+    """The tools' names, from their schemas."""
+    return [str((s.get("function") or {}).get("name")) for s in schemas]
+
+
 def _sample(name: str, schema: dict[str, Any]) -> object:
     examples = schema.get("examples")
     if isinstance(examples, list) and examples:
@@ -161,7 +166,7 @@ def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Me
     """The conversation in the text protocol: the tools described in the system message, each
     result a user message, and user messages in a row joined (templates such as Gemma's refuse
     two turns of one role in a row)."""
-    tools = [str((s.get("function") or {}).get("name")) for s in schemas]
+    tools = names(schemas)
     section = f"\n\n{tools_section(schemas)}" if schemas else ""  # a side call offers none
     sent: list[Message] = []
     for message in messages:

@@ -30,7 +30,7 @@ from ouroboros.context.tokens import tools_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.llm import Completion, FatalError, Model
 from ouroboros.model.text_calls import FormatProblem, TextCall, read_action, recover
-from ouroboros.model.text_prompt import format_message, text_wire, tools_section
+from ouroboros.model.text_prompt import format_message, names, text_wire, tools_section
 from ouroboros.run.journal import Journal
 from ouroboros.run.protocol_tally import SWITCH
 from ouroboros.run.state import RunState
@@ -39,10 +39,6 @@ TEXT_STREAK = 3
 """Replies in a row whose calls were read from their text before `auto` goes over to text."""
 REFUSES_TOOLS = re.compile(r"does not support tools", re.IGNORECASE)
 """Ollama's refusal of a request with tools for a model whose template has none."""
-
-
-def names(schemas: list[dict[str, Any]]) -> list[str]:
-    return [str((s.get("function") or {}).get("name")) for s in schemas]
 
 
 def text_in_force(protocol: ToolProtocol, state: RunState) -> bool:
