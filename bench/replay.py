@@ -900,9 +900,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     results: list[Result] = []
+    paths = trajectories(args.paths or [TRAJECTORIES])
     with tokenizer(args.bytes4) as tokens:
         print(f"Token counts: {tokens.source}. Harness: {ouroboros.__path__[0]}\n")
-        for path in trajectories(args.paths or [TRAJECTORIES]):
+        for path in paths:
             for window in args.windows:
                 run = replay(path, window, tokens, args.keep, dict(args.context))
                 results.append(measure(run))
