@@ -4,12 +4,15 @@ near-misses that must not become calls, and the text protocol's action blocks.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
-from ouroboros.model.text_prompt import text_wire
+from ouroboros.model.text_calls import Action, FormatProblem, fences, read_action, recover
+from ouroboros.model.text_prompt import names, text_wire, tools_section
+from ouroboros.tools import ToolRunner
+from ouroboros.tools.workspace import Workspace
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 READ = {"path": "NOTES.md"}
@@ -189,3 +192,22 @@ def test_a_native_call_is_shown_as_the_action_it_was_after_a_switch_to_text() ->
     assert sent[2].content == "[shell_exec result]\nexit code 0\n"
     assert sent[3].content == "```bash\nls\n```"
     assert "## finish\n" in sent[0].content
+
+
+def test_every_tools_example_reads_back_as_a_call_of_that_tool(tmp_path: Path) -> None:
+    """The examples are made from the schemas, so each tool, one added later included, has one
+    the model can copy, and it is an action of that very tool with arguments it accepts."""
+    runner = ToolRunner(
+        Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md"), 10, 1000, True, tmp_path
+    )
+    schemas = runner.schemas()
+    section = tools_section(schemas)
+    examples = [f for f in fences(section) if f.language in ("bash", "json")]
+    assert len(examples) == len(schemas)
+    for schema, example in zip(schemas, examples, strict=True):
+        function = schema["function"]
+        found = read_action(f"```{example.language}\n{example.body}\n```", names(schemas))
+        assert isinstance(found, Action), (function["name"], found)
+        assert found.call.name == function["name"]
+        runner.tools[function["name"]].args.model_validate_json(found.call.arguments)
+    runner.close()

@@ -28,7 +28,6 @@ SAMPLE_STRINGS = {
     "content": "# Notes\n",
     "summary": "what was done",
     "query": "error",
-    "source": "commands",
 }
 """Example values a small model can copy sensibly, by parameter name."""
 
@@ -51,7 +50,7 @@ def names(schemas: list[dict[str, Any]]) -> list[str]:
     return [str((s.get("function") or {}).get("name")) for s in schemas]
 
 
-def _sample(name: str, schema: dict[str, Any]) -> object:
+def _sample(name: str, schema: dict[str, Any], depth: int = 0) -> object:
     examples = schema.get("examples")
     if isinstance(examples, list) and examples:
         return examples[0]
@@ -68,18 +67,22 @@ def _sample(name: str, schema: dict[str, Any]) -> object:
     if kind == "boolean":
         return True
     if kind == "array":
-        return []
+        item = schema.get("items")
+        return [_sample(name, item, depth + 1)] if isinstance(item, dict) and depth < 3 else []
     if kind == "object":
-        return {}
+        return example_arguments(schema, depth + 1) if depth < 3 else {}
     return SAMPLE_STRINGS.get(name, name)
 
 
-def example_arguments(parameters: dict[str, Any]) -> dict[str, object]:
-    """Arguments for one example call: every required parameter, with a value of its type."""
+def example_arguments(parameters: dict[str, Any], depth: int = 0) -> dict[str, object]:
+    """Arguments for one example call: every required parameter (and of an object in it), with a
+    value of its type."""
     properties = parameters.get("properties") or {}
     required = parameters.get("required") or []
     return {
-        name: _sample(name, properties.get(name) or {}) for name in required if name in properties
+        name: _sample(name, properties.get(name) or {}, depth)
+        for name in required
+        if name in properties
     }
 
 
@@ -113,7 +116,8 @@ def tools_section(schemas: list[dict[str, Any]]) -> str:
         name, parameters = str(function.get("name")), function.get("parameters") or {}
         example = action_text(name, example_arguments(parameters))
         parts.append(
-            f"## {name}\n{function.get('description', '')}\n{_parameters(parameters)}\n"
+            f"## {name}\n{' '.join(str(function.get('description', '')).split())}\n"
+            f"{_parameters(parameters)}\n"
             f"Example:\n{example}\n"
         )
     return "\n".join(parts)
