@@ -72,4 +72,3 @@ def fitting_bytes(state: RunState, room: ResultRoom, text: str) -> int:
     size, whole = len(text.encode()), price(text)
     share = size if whole <= room.share else int(size * max(room.share, 0) / max(whole, 1))
     return min(max(share, MIN_OUTPUT_BYTES), size, bytes_within(text, room.most, price))
-
