@@ -2,15 +2,18 @@
 template: no tool template, so the server falls back to ChatML, which cannot render tools, and
 the model could never call one natively.
 
-The model is a base model: it continues the text it is shown. Its instructions
-(tests/data/text_protocol_purpose.md) hold a short transcript in the template's own markup, in
-which the assistant's turns are action blocks and one is not, so at temperature 0 it writes
-```bash blocks (and, now and then, a reply without one), then goes on making up turns after an
-`<|im_end|>` of its own, which ends the reply. A window of 2,048 tokens fills in a few turns. What
-the test holds to is what any model gets from the harness, not what this one writes: no tool
-schema is sent and only system, user and assistant messages in turn; every action block is run
-and its result comes back; a reply without one is answered with the format message; the sessions
-wind down and restart inside the window, as in the native protocol."""
+The model is a base model: it continues the text it is shown, and a small change in the prompt
+changes what it writes. So the run is steered in two parts, both of one run. First with plain
+instructions, which it answers by copying its first message (no action block: each reply gets
+the format message). Then, resumed, with instructions that hold a short transcript in the
+template's own markup whose assistant turns are action blocks (tests/data/
+text_protocol_purpose.md): read at the next session's start, they make it write ```bash blocks,
+then go on making up turns after an `<|im_end|>` of its own, which ends the reply. A window of
+2,048 tokens fills in a few turns. What the test holds to is what any model gets from the
+harness, not what this one writes: no tool schema sent, only system, user and assistant
+messages, in turn; every action block run and its result brought back; a reply without one
+answered with the format message; sessions wound down and restarted inside the window, as in the
+native protocol."""
 
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PURPOSE = PROJECT_ROOT / "tests" / "data" / "text_protocol_purpose.md"
 N_CTX = 2048
 MAX_OUTPUT = 64
-TURNS = 12
+PLAIN_TURNS = 3
+TURNS = 15
 
 
 def test_the_text_protocol_drives_a_run_of_a_model_without_tool_calls(tmp_path: Path) -> None:
@@ -41,11 +45,13 @@ def test_the_text_protocol_drives_a_run_of_a_model_without_tool_calls(tmp_path: 
                 recorder.base_url,
                 llm={"max_output_tokens": MAX_OUTPUT, "tool_protocol": "text"},
             )
+            plain = project.run("run", "--max-turns", str(PLAIN_TURNS), timeout=900)
             (project.root / "SYSTEM_PROMPT.md").write_text(PURPOSE.read_text())
             result = project.run("run", "--max-turns", str(TURNS), timeout=900)
             chats = recorder.chats()
         finally:
             recorder.close()
+    assert plain.returncode == 0, plain.stderr[-3000:]
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(chats) == TURNS
     for chat in chats:
