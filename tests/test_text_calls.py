@@ -211,3 +211,22 @@ def test_every_tools_example_reads_back_as_a_call_of_that_tool(tmp_path: Path) -
         assert found.call.name == function["name"]
         runner.tools[function["name"]].args.model_validate_json(found.call.arguments)
     runner.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>" * 100_000,  # tags never closed: each would be searched to the end
+        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call> ' * 20_000 + "and so on",
+        '{"a": [\n' * 130_000,  # lines that each open a JSON object to the end
+        "{\n" * 500_000,
+        "[TOOL_CALLS]" + "[" * 1_000_000,  # nested past what JSON is read to
+        "```\n" * 250_000,
+    ],
+    ids=["open-tags", "calls-then-prose", "open-objects", "braces", "deep-list", "fences"],
+)
+def test_a_reply_of_a_megabyte_made_to_be_slow_to_read_is_no_call(text: str) -> None:
+    """A server may send megabytes of text (up to `llm.max_reply_bytes`): reading it takes time
+    that grows with its length, not its square, and finds no call."""
+    assert recover(text, TOOLS) is None
+    assert isinstance(read_action(text, TOOLS), FormatProblem)

@@ -69,7 +69,11 @@ class Fence:
 
 
 _OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([\w+-]*)[^\n`]*$", re.MULTILINE)
-_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+BARE_STARTS = 16
+"""Lines starting with `{`, from the reply's end, tried as the start of a bare call: a call's
+own nested objects take a few; trying every line of a reply made of them would take time that
+grows with its square."""
 _MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([\w.-]+)\s*\[ARGS\]", re.DOTALL)
 _MISTRAL = "[TOOL_CALLS]"
 
@@ -134,16 +138,19 @@ def _calls(values: list[object], tools: Collection[str]) -> tuple[TextCall, ...]
 
 
 def _hermes(text: str, tools: Collection[str]) -> Recovered | None:
-    tags = list(_HERMES.finditer(text))
-    if not tags or text[tags[-1].end() :].strip():
-        return None
-    between = [text[a.end() : b.start()] for a, b in zip(tags, tags[1:], strict=False)]
-    if any(part.strip() for part in between):
-        return None  # prose between two calls: not a reply that is its calls
-    calls = _calls([_object(tag[1].strip()) for tag in tags], tools)
-    if calls is None:
-        return None
-    return Recovered(calls, "hermes", text[: tags[0].start()].strip())
+    """Tags one after another to the reply's end: prose between or after them is no call."""
+    first = position = text.find(HERMES_OPEN)
+    bodies = []
+    while position < len(text):
+        end = text.find(HERMES_CLOSE, position)
+        if not text.startswith(HERMES_OPEN, position) or end == -1:
+            return None
+        bodies.append(text[position + len(HERMES_OPEN) : end])
+        position = end + len(HERMES_CLOSE)
+        while position < len(text) and text[position].isspace():
+            position += 1
+    calls = _calls([_object(body.strip()) for body in bodies], tools)
+    return Recovered(calls, "hermes", text[:first].strip()) if calls is not None else None
 
 
 def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
@@ -178,7 +185,7 @@ def _bare(text: str, tools: Collection[str]) -> Recovered | None:
     """The reply ends with one JSON object that starts a line (inline JSON is prose)."""
     stripped = text.rstrip()
     starts = [m.start() for m in re.finditer(r"^[ \t]*\{", stripped, re.MULTILINE)]
-    for start in starts:
+    for start in reversed(starts[-BARE_STARTS:]):
         value = _object(stripped[start:])
         if value is not None:
             call = call_of(value, tools, ("name",))
@@ -191,7 +198,7 @@ def _bare(text: str, tools: Collection[str]) -> Recovered | None:
 def recover(text: str, tools: Collection[str]) -> Recovered | None:
     """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
     text = said(text)
-    if "<tool_call>" in text:
+    if HERMES_OPEN in text:
         return _hermes(text, tools)
     if _MISTRAL in text:
         return _mistral(text, tools)
