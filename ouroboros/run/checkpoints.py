@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 import anyio
 
 from ouroboros.config import Settings
+from ouroboros.errors import NEEDED_FREE_BYTES
 from ouroboros.run.checkpoint_records import Checkpoint, Rewound
 from ouroboros.run.git_store import LEFT_OUT, GitFailed, GitStuck, Repo, commit_header, quoted
 from ouroboros.run.journal import Journal
@@ -100,6 +102,18 @@ async def take_checkpoint(settings: Settings, journal: Journal, session: int) ->
     """Commit the workspace as session `session` starts, and journal it; where git fails,
     a warning (once a run) and the run goes on without."""
     if not settings.checkpoints.enabled:
+        return
+    # A checkpoint never takes the room the journal needs to go on: on a disk that low, none.
+    free = shutil.disk_usage(settings.paths.state_dir).free
+    if free < NEEDED_FREE_BYTES:
+        journal.notify(
+            "warning",
+            f"no checkpoint of the workspace at session {session} ({free:,} bytes free on the "
+            f"state folder's disk, less than the {NEEDED_FREE_BYTES:,} a run keeps for its "
+            "journal); the run goes on",
+            session=session,
+            once="checkpoint_room",
+        )
         return
     limit = settings.checkpoints.max_bytes
     try:

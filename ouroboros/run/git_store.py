@@ -158,8 +158,19 @@ class Repo:
                 await process.stdin.aclose()
             code = await process.wait()
         if code != 0:
+            self._clear_debris()
             raise GitFailed(f"git fast-import failed: {_said(found.get('err', b''))}")
         return found.get("out", b"")
+
+    def _clear_debris(self) -> None:
+        """What a failed fast-import leaves (its part-written pack, its crash report): on a
+        full disk that is the room the journal needs, and nothing refers to it."""
+        debris = [
+            *self.git_dir.glob("objects/pack/tmp_*"),
+            *self.git_dir.glob("fast_import_crash_*"),
+        ]
+        for path in debris:
+            path.unlink(missing_ok=True)
 
     async def tree(self, commit: str) -> Tree:
         out = await self.run("ls-tree", "-r", "-z", "--full-tree", commit)
