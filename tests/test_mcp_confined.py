@@ -16,7 +16,7 @@ pytest.importorskip("mcp", reason="the MCP client needs the [mcp] extra (pip ins
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
-from tests.test_mcp_hostile import marked_processes, results, servers
+from tests.test_mcp_hostile import MARK, marked_processes, results, servers
 
 
 def contents(project: Project) -> list[str]:
@@ -71,7 +71,7 @@ def test_a_server_sees_only_the_allowed_variables_and_its_own(
     assert ran.returncode == 0, ran.stderr
     key, mark, tmp = contents(project)
     assert key == "None"
-    assert mark == "'mcp-hostile'"
+    assert mark == repr(MARK)
     assert "ouroboros-tmp-" in tmp
 
 

@@ -23,8 +23,13 @@ from tests.inprocess import Ran, run_here
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
 
 
+MARK = f"mcp-hostile-{os.getpid()}"
+"""In the test servers' environment: this test process's own, so that the servers of tests in
+another worker running at the same time are not taken for ones this process left alive."""
+
+
 def servers(*extra: str, **settings: Any) -> dict[str, Any]:
-    mark = {"OUROBOROS_TEST_MARK": "mcp-hostile"}
+    mark = {"OUROBOROS_TEST_MARK": MARK}
     test = {"command": sys.executable, "args": [SERVER, *extra], "env": mark, **settings}
     return {"servers": {"test": test}, "max_restarts": 1, "schema_share": 0.9}
 
@@ -67,11 +72,12 @@ def assert_survived(project: Project, ran: Ran, error: str) -> None:
 def marked_processes() -> list[int]:
     """Processes of the test servers still alive (their environment carries the mark)."""
     alive = []
+    variable = b"\0OUROBOROS_TEST_MARK=" + MARK.encode() + b"\0"
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if b"OUROBOROS_TEST_MARK=mcp-hostile" in (entry / "environ").read_bytes():
+            if variable in b"\0" + (entry / "environ").read_bytes():
                 alive.append(int(entry.name))
         except OSError:
             continue

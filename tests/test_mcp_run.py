@@ -21,7 +21,7 @@ pytest.importorskip("mcp_server_time", reason="mcp-server-time comes with the de
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
-from tests.test_mcp_hostile import SERVER, marked_processes, results
+from tests.test_mcp_hostile import MARK, SERVER, marked_processes, results
 
 HERE = Path(__file__).parent
 
@@ -34,7 +34,7 @@ def test_the_time_server_from_pypi_over_stdio(project: Project) -> None:
     time_server = {
         "command": sys.executable,
         "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
-        "env": {"OUROBOROS_TEST_MARK": "mcp-hostile"},
+        "env": {"OUROBOROS_TEST_MARK": MARK},
     }
     script = [
         Reply(tool_calls=[tool("mcp__time__get_current_time", timezone="Europe/Paris")]),

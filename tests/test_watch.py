@@ -27,7 +27,7 @@ from ouroboros.config_file import load_settings
 from ouroboros.errors import RunError
 from ouroboros.model.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.observe.liveness import liveness
-from ouroboros.observe.status import _elapsed, read_status
+from ouroboros.observe.status import _elapsed, read_status, render_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.run.journal import Journal
 from ouroboros.run.jsonl import JsonlReader
@@ -442,9 +442,12 @@ def test_status_without_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "no run in" in capsys.readouterr().out
 
 
-def status_both_ways(state: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
-    """`status` of two copies of a run's state folder: as it reads it (from `status.json` where
-    that is whole) and from the journal alone (without `status.json`); the ages left out."""
+def status_both_ways(state: Path) -> tuple[str, str]:
+    """`status` of two copies of a run's state folder, as at one moment: as it reads it (from
+    `status.json` where that is whole) and from the journal alone (without `status.json`). One
+    moment for both: a killed run's ages and wall time count on to now, and a second passing
+    between the two would tell them apart (and move where a line wraps)."""
+    now, config = time.time(), state.parent / "config.toml"
     said = []
     for name in ("kept", "fold"):
         copy = state.parent / name / ".ouroboros"
@@ -452,14 +455,15 @@ def status_both_ways(state: Path, capsys: pytest.CaptureFixture[str]) -> tuple[s
         shutil.copytree(state, copy)
         if name == "fold":
             (copy / "status.json").unlink()
-        assert main(["status", "--state", str(copy)]) == 0
-        out = capsys.readouterr().out.replace(f"/{name}/", "/copy/")
-        said.append(re.sub(r"\d+ (s|min \d+ s) ago", "… ago", out))
+        out = io.StringIO()
+        panel = render_status(read_status(copy, now), lambda: load_settings(config))
+        Console(file=out, width=80).print(panel)
+        said.append(out.getvalue().replace(f"/{name}/", "/copy/"))
     return said[0], said[1]
 
 
 def test_status_from_its_summary_is_the_fold_of_the_journal_after_a_kill_and_after_the_end(
-    project: Project, capsys: pytest.CaptureFixture[str]
+    project: Project,
 ) -> None:
     """What `status` says comes from the journal: the same from `status.json` and from a fold of
     the journal alone, after a kill -9 mid-run (also when the kill came between a record and
@@ -477,7 +481,7 @@ def test_status_from_its_summary_is_the_fold_of_the_journal_after_a_kill_and_aft
         wait_for(lambda: len(project.usage()) >= 4)
         os.kill(process.pid, signal.SIGKILL)
         process.communicate()
-        kept, folded = status_both_ways(project.state, capsys)
+        kept, folded = status_both_ways(project.state)
         assert kept == folded
         assert "not running" in kept
         assert "warning" in kept
@@ -485,12 +489,12 @@ def test_status_from_its_summary_is_the_fold_of_the_journal_after_a_kill_and_aft
         journal = Journal(project.state / JOURNAL)
         journal.notify("warning", "journalled just before the kill")
         journal.close()
-        kept, folded = status_both_ways(project.state, capsys)
+        kept, folded = status_both_ways(project.state)
         assert kept == folded
         assert "journalled just before the kill" in kept
         project.configure(server.url, context={"limit": 8192}, supervisor={"max_total_turns": 8})
         assert project.run("run").returncode == 0
-    kept, folded = status_both_ways(project.state, capsys)
+    kept, folded = status_both_ways(project.state)
     assert kept == folded
     assert "took over a stale lock left by pid" in kept
     assert "max_total_turns" in kept
