@@ -2,8 +2,9 @@
 
 A scripted agent (`ouroboros.model.scripted`, the server the tests use) behind real loopback
 HTTP with a 4096-token window reads and writes files in a small generated project; the real
-supervisor runs it in this process. The window fills, old results are masked, the agent is told
-to wind down, the session restarts, twice, and the run stops at `max_restarts`.
+supervisor runs it in this process. The agent saves its plan, the window fills, old results are
+masked, the agent is told to wind down, the session restarts, twice, and the run stops at
+`max_restarts`.
 """
 
 from __future__ import annotations
@@ -59,7 +60,13 @@ def make_project(root: Path) -> None:
     (root / "SYSTEM_PROMPT.md").write_text(PURPOSE)
 
 
-def _plan() -> Iterator[tuple[str, dict[str, Any]]]:
+PLAN = [
+    {"text": "Read each module in src/ and note what it does in notes/", "status": "doing"},
+    {"text": "Sum the modules up in NOTES.md", "status": "todo"},
+]
+
+
+def _routine() -> Iterator[tuple[str, dict[str, Any]]]:
     """The agent's routine: read two modules, write a note, now and then count lines."""
     modules = itertools.cycle(MODULES)
     for round_ in itertools.count(1):
@@ -76,11 +83,11 @@ def _plan() -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 class DemoAgent:
-    """Decides from the last message only, as a model would: saves its notes when told to wind
-    down, re-reads them after a restart, otherwise follows its routine."""
+    """Decides from the last message only, as a model would: saves its plan first, its notes
+    when told to wind down, re-reads them after a restart, otherwise follows its routine."""
 
     def __init__(self) -> None:
-        self.plan = _plan()
+        self.routine = _routine()
         self.reviewed = 0
         self.session = ""
 
@@ -99,12 +106,13 @@ class DemoAgent:
         )
         if session != self.session:  # "Session 2": a restart (or the first session)
             first, self.session = not self.session, session
-            if not first:
-                return Reply(
-                    text="A fresh session: my notes first.",
-                    tool_calls=[tool("file_read", path="NOTES.md")],
-                )
-        name, arguments = next(self.plan)
+            if first:
+                return Reply(text="My plan first.", tool_calls=[tool("plan", items=PLAN)])
+            return Reply(
+                text="A fresh session: my notes first.",
+                tool_calls=[tool("file_read", path="NOTES.md")],
+            )
+        name, arguments = next(self.routine)
         if name == "file_read":
             self.reviewed += 1
         return Reply(text=f"Next: {name}.", tool_calls=[(name, arguments)])
