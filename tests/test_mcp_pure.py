@@ -15,7 +15,7 @@ from ouroboros.context.mask import placeholder
 from ouroboros.errors import ConfigError
 from ouroboros.mcp.catalogue import McpTool, find_answer, found, mode_for
 from ouroboros.mcp.names import MAX_NAME, tool_names
-from ouroboros.mcp.schemas import normalised
+from ouroboros.mcp.schemas import fitted, normalised
 from ouroboros.messages import ToolMessage
 
 
@@ -101,6 +101,60 @@ def test_deep_nesting_is_cut() -> None:
     while "properties" in node:
         node, depth = node["properties"]["a"], depth + 1
     assert depth < 12
+
+
+def test_patterns_and_huge_bounds_are_left_to_the_server() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "[a-z]+", "maxLength": 32},
+            "text": {"type": "string", "minLength": 1, "maxLength": 100_000},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 5000},
+        },
+    }
+    assert normalised(schema)["properties"] == {
+        "id": {"type": "string", "maxLength": 32},
+        "text": {"type": "string", "minLength": 1},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    }
+
+
+def test_a_small_schema_of_shared_refs_is_cut_to_a_bare_object() -> None:
+    # 2 KB that inline to ~70M tokens: each level's $ref used seven times by the next.
+    definitions: dict[str, object] = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {f"p{j}": {"$ref": f"#/$defs/d{i + 1}"} for j in range(7)},
+        }
+        for i in range(9)
+    }
+    definitions["d9"] = {"type": "string"}
+    schema = {
+        "type": "object",
+        "description": "shared",
+        "properties": {"x": {"$ref": "#/$defs/d0"}},
+        "$defs": definitions,
+    }
+    cut = fitted(schema)
+    assert cut.cut
+    assert cut.schema == {"type": "object", "properties": {}, "description": "shared"}
+    assert not fitted({**schema, "properties": {"x": {"$ref": "#/$defs/d7"}}}).cut
+
+
+def test_all_of_and_nullable_refs_keep_the_referenced_object() -> None:
+    base = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    schema = {
+        "type": "object",
+        "$defs": {"Base": base},
+        "properties": {
+            "item": {"allOf": [{"$ref": "#/$defs/Base"}], "description": "the item"},
+            "maybe": {"anyOf": [{"$ref": "#/$defs/Base"}, {"type": "null"}]},
+        },
+    }
+    assert normalised(schema)["properties"] == {
+        "item": {**base, "description": "the item"},
+        "maybe": base,
+    }
 
 
 def test_the_mode_follows_the_share() -> None:

@@ -17,7 +17,7 @@ from ouroboros.mcp import catalogue
 from ouroboros.mcp.catalogue import CALL_TOOL, FIND_TOOL, FindToolsArgs, McpCallArgs, McpTool
 from ouroboros.mcp.names import tool_names
 from ouroboros.mcp.records import McpFault, McpOffered
-from ouroboros.mcp.schemas import normalised
+from ouroboros.mcp.schemas import fitted
 from ouroboros.mcp.server import McpServer, ServerDown, answer
 from ouroboros.mcp.spawn import Spawner
 from ouroboros.run.journal import Journal
@@ -73,8 +73,16 @@ class McpHub:
         ]
         names = tool_names([(server, t.name) for server, t in wanted], runner.tools)
         for offered, (server, t) in zip(names, wanted, strict=True):
-            tool = McpTool(offered, server, t.name, t.description or "", normalised(t.input_schema))
-            self.tools[offered] = tool
+            parameters = fitted(t.input_schema)
+            if parameters.cut:
+                self.journal.notify(
+                    "warning",
+                    f"MCP tool {offered}: its input schema is too large once its $refs are "
+                    "inlined; offered as taking any object (the server checks the arguments)",
+                )
+            self.tools[offered] = McpTool(
+                offered, server, t.name, t.description or "", parameters.schema
+            )
         tools = list(self.tools.values())
         tokens = catalogue.schema_tokens(tools)
         share = int(self.settings.mcp.schema_share * prompt_budget)
