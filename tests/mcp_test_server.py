@@ -3,10 +3,12 @@
 
 Tools: `echo` (text back), `fail` (an `is_error` result), `hang` (never answers), `stubborn`
 (sleeps an hour), `crash` (exits mid-call), `leave` (answers, then exits), `flood` (a result of
-`mb` megabytes on one line), `garbage` (a line that is not JSON-RPC), `shell_exec` and `finish`
-(named like the harness's own tools), `pid` (its process id), `write`, `connect` and `getenv`
-(what its confinement lets it do); with `--big N`, N more tools whose schemas are large
-(`tool_000`...), each echoing its `text`. `--hang-start` never answers `initialize`.
+`mb` megabytes on one line), `garbage` (a line that is not JSON-RPC), `badnote` (a progress
+notification that is not valid, then an answer), `typed` (a result off its `outputSchema`),
+`shell_exec` and `finish` (named like the harness's own tools), `pid` (its process id), `write`,
+`connect` and `getenv` (what its confinement lets it do); with `--big N`, N more tools whose
+schemas are large (`tool_000`...), each echoing its `text`. `--hang-start` never answers
+`initialize`.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ TOOLS = [
     _tool("write", "Writes a file", path="string"),
     _tool("connect", "Opens a TCP connection to a port of 127.0.0.1", port="integer"),
     _tool("getenv", "Says a variable of its environment", variable="string"),
+    _tool("badnote", "Sends notifications that are not valid, then answers"),
+    {
+        **_tool("typed", "Answers off its own output schema"),
+        "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    },
 ]
 
 
@@ -102,7 +109,15 @@ def misbehave(request_id: object, name: str, arguments: dict[str, Any]) -> bool:
         sys.stdout.write('"}]}}\n')
     elif name == "garbage":
         sys.stdout.write("this is not json-rpc at all\n")
-    return name in ("hang", "stubborn", "crash", "leave", "flood", "garbage")
+    elif name == "badnote":
+        progress = {"progressToken": 1, "progress": "lots"}
+        send({"jsonrpc": "2.0", "method": "notifications/progress", "params": progress})
+        text(request_id, "noted")
+    elif name == "typed":
+        result = {"content": [{"type": "text", "text": "n is x"}], "structuredContent": {"n": "x"}}
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+    hostile = ("hang", "stubborn", "crash", "leave", "flood", "garbage", "badnote", "typed")
+    return name in hostile
 
 
 def call(request_id: object, name: str, arguments: dict[str, Any]) -> None:

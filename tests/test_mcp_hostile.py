@@ -147,6 +147,12 @@ def test_an_is_error_result_is_a_tool_error_and_no_fault(project: Project) -> No
     assert faults(project) == []
 
 
+def test_a_result_off_its_output_schema_is_a_tool_error_and_no_fault(project: Project) -> None:
+    ran = hostile_run(project, tool("mcp__test__typed"))
+    assert_survived(project, ran, "test answered off the tool's schema: Invalid structured")
+    assert faults(project) == []
+
+
 def test_restarts_are_bounded_per_session(project: Project) -> None:
     script = [Reply(tool_calls=[tool("mcp__test__crash")]) for _ in range(3)]
     ran = run_here(

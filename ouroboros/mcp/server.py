@@ -113,6 +113,13 @@ class McpServer:
                 fault = live.fault.reason or "closed the connection"
             else:  # the server refused the call (unknown tool, bad arguments): it is well
                 raise ToolFailed(f"{self.name} refused the call: {one_line(e)}") from None
+        except RuntimeError as e:
+            if live.fault.reason is not None or live.ended.is_set():
+                fault = live.fault.reason or "closed the connection"
+            else:  # the SDK checked the result against the tool's `outputSchema`: it is well
+                raise ToolFailed(
+                    f"{self.name} answered off the tool's schema: {one_line(e)}"
+                ) from None
         except Exception as e:  # a result that is not one, whatever else the server did
             fault = f"answered with what is not a tool result ({one_line(e)})"
         await self.drop(fault)
