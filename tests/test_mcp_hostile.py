@@ -153,6 +153,20 @@ def test_a_result_off_its_output_schema_is_a_tool_error_and_no_fault(project: Pr
     assert faults(project) == []
 
 
+def test_a_bad_notification_is_one_notice_and_no_traceback(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("mcp__test__badnote")]), Reply(text="done")]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, mcp=servers())
+        result = project.run("run", "--max-turns", "2")
+    assert result.returncode == 0, result.stderr
+    assert results(project)[0]["content"] == "noted"
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    warnings = [w["message"] for w in project.events("warning")]
+    said = [w for w in warnings if w.startswith("MCP client: Failed to validate notification")]
+    assert len(said) == 1, said
+    assert "\n" not in said[0]
+
+
 def test_restarts_are_bounded_per_session(project: Project) -> None:
     script = [Reply(tool_calls=[tool("mcp__test__crash")]) for _ in range(3)]
     ran = run_here(

@@ -31,22 +31,24 @@ async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[Mcp
             "pip install -e '.[mcp]' (or remove the servers from the config)"
         )
     from ouroboros.mcp.hub import McpHub
+    from ouroboros.mcp.sdk_log import sdk_warnings_journalled
     from ouroboros.mcp.spawn import Spawner
 
     spawner = Spawner(settings, journal)
     failure: BaseException | None = None
     try:
-        async with anyio.create_task_group() as tg:
-            hub = McpHub(settings, journal, tg, spawner)
-            try:
-                await hub.start()
-                yield hub
-            except BaseException as e:  # raised again below: a task group would wrap it
-                failure = e
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await hub.close()
-                tg.cancel_scope.cancel()
+        with sdk_warnings_journalled(journal):
+            async with anyio.create_task_group() as tg:
+                hub = McpHub(settings, journal, tg, spawner)
+                try:
+                    await hub.start()
+                    yield hub
+                except BaseException as e:  # raised again below: a task group would wrap it
+                    failure = e
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await hub.close()
+                    tg.cancel_scope.cancel()
     finally:
         spawner.close()
     if failure is not None:
