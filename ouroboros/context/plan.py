@@ -34,8 +34,9 @@ Status = Literal["todo", "doing", "done"]
 
 
 def stays_whole(message: Message) -> bool:
-    """A result of the plan tool: never masked, never cut (the plan stays whole in the view)."""
-    return isinstance(message, ToolMessage) and message.name == PLAN_TOOL
+    """A result of a plan the tool saved: never masked, never cut (the plan stays whole in the
+    view). A refused call's error is a result like any other: it can be masked and cut."""
+    return isinstance(message, ToolMessage) and message.name == PLAN_TOOL and not message.error
 
 
 def _most(chars: int) -> dict[str, Any]:

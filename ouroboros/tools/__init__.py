@@ -26,6 +26,10 @@ from ouroboros.tools.search import SearchContextArgs, search_context
 from ouroboros.tools.shell import check_length, shell_exec
 from ouroboros.tools.workspace import PathRefused, Workspace
 
+PROBLEMS_SAID = 5
+"""Of a call's bad arguments, the problems its error names: a list of thousands of bad items
+would be a result as large as the list, which only the first few help to fix."""
+
 
 @dataclass(frozen=True)
 class ToolOutcome:
@@ -191,11 +195,14 @@ class ToolRunner:
         try:
             return tool, tool.args.model_validate(raw)
         except ValidationError as e:
-            problems = "; ".join(
+            problems = [
                 f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
                 for err in e.errors()
-            )
-            raise ToolFailed(f"bad arguments for {call.name}: {problems}") from None
+            ]
+            said = "; ".join(problems[:PROBLEMS_SAID])
+            if len(problems) > PROBLEMS_SAID:
+                said += f"; and {len(problems) - PROBLEMS_SAID:,} more"
+            raise ToolFailed(f"bad arguments for {call.name}: {said}") from None
 
     async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
         """Run one call; every failure becomes a result the model can read.
