@@ -24,14 +24,16 @@ HEAD_SHARE = 0.4
 SNAP = 120
 """How far a cut moves to fall at a line's end (a longer line is cut where it is)."""
 RECUT_MIN = 2 * int(SNAP / HEAD_SHARE)
-"""A room cut smaller than this below the stored text is not made (see `shown`)."""
+"""A room cut is at least this far below the stored text (see `shown`)."""
 
 
-def cut_made(room_bytes: int, stored: int) -> bool:
-    """Whether a cut to `room_bytes` of a stored text of `stored` bytes is made: one less than
-    `RECUT_MIN` below it is not (see `shown`), but for a cut to the marker alone, which keeps
-    nothing of either text."""
-    return room_bytes <= max(stored - RECUT_MIN, MARKER_ALLOWANCE)
+def recut_bytes(room_bytes: int, stored: int) -> int:
+    """Bytes a stored text of `stored` bytes is shown in a room of `room_bytes`: all of it where
+    it fits; else the room, but at least `RECUT_MIN` below the stored text (see `shown`): a little
+    more is cut then, never less, as the room is a bound; at most down to the marker alone."""
+    if room_bytes >= stored:
+        return stored
+    return min(room_bytes, max(stored - RECUT_MIN, MARKER_ALLOWANCE))
 
 
 @dataclass(frozen=True)
@@ -147,14 +149,15 @@ def capped_bytes(calibration: Calibration, tokens: int, text: str) -> int:
 
 def shown(message: ToolMessage) -> ToolMessage:
     """The result as the model is shown it: its stored text, cut to `room_bytes` if the session
-    it ran in (or the one it is carried into) had room for no more. A cut less than `RECUT_MIN`
-    bytes below the stored text is not made (but to the marker alone): only so is what a cut of
-    the stored text keeps the same as what a cut of the whole output keeps (line ends move head
-    and tail by at most `SNAP` bytes)."""
+    it ran in (or the one it is carried into) had room for no more. A cut is at least
+    `RECUT_MIN` bytes below the stored text (`recut_bytes`): only so is what a cut of the stored
+    text keeps the same as what a cut of the whole output keeps (line ends move head and tail by
+    at most `SNAP` bytes)."""
     if message.room_bytes is None or message.masked:
         return message
     stored = len(message.content.encode())
-    if not cut_made(message.room_bytes, stored):
+    kept = recut_bytes(message.room_bytes, stored)
+    if kept >= stored:
         return message.model_copy(update={"room_bytes": None})
     lines = message.output_lines
     size = message.output_bytes
@@ -162,7 +165,7 @@ def shown(message: ToolMessage) -> ToolMessage:
         len(message.content.splitlines()) if lines is None else lines,
         stored if size is None else size,
     )
-    capped = cap_output(message.content, message.room_bytes, message.saved_to, whole)
+    capped = cap_output(message.content, kept, message.saved_to, whole)
     return message.model_copy(update={"content": capped.text, "room_bytes": None})
 
 

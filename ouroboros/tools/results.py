@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ouroboros.context.truncate import cap_output, cut_made, saved_name
+from ouroboros.context.truncate import cap_output, recut_bytes, saved_name
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
@@ -28,9 +28,8 @@ def shaped_result(
     if token_cap is not None:
         cap = min(cap, token_cap(capped.text))
         capped = cap_output(text, cap)
-    shown_bytes = min(capped.kept_bytes, room(capped.text)) if room else capped.kept_bytes
-    if not cut_made(shown_bytes, capped.kept_bytes):
-        shown_bytes = capped.kept_bytes  # too small a cut to make (`truncate.shown`)
+    fits = room(capped.text) if room else capped.kept_bytes
+    shown_bytes = recut_bytes(fits, capped.kept_bytes)
     # A file read is read again from the file (its range of lines says how): no copy of it.
     cut = size > shown_bytes and call.name != "file_read"
     saved_to = saved_name(call.name, text) if cut else None
