@@ -126,11 +126,13 @@ def protected_ids(
     messages: Sequence[Message], policy: MaskPolicy, tokens: Callable[[Message], int]
 ) -> set[str]:
     """The protected results: every result the model has not seen yet, however many calls its
-    last reply made; then the newest results, bounded in count and in tokens."""
-    protected = unseen_ids(messages)
+    last reply made; then the newest results, bounded in count and in tokens. A result that
+    stays whole (a saved plan) is never masked anyway: it takes none of the places."""
+    wholes = {m.tool_call_id for m in messages if isinstance(m, ToolMessage) and stays_whole(m)}
+    protected = unseen_ids(messages) - wholes
     spent = 0
     for message in reversed(messages):
-        if not isinstance(message, ToolMessage):
+        if not isinstance(message, ToolMessage) or message.tool_call_id in wholes:
             continue
         cost = tokens(message)
         if message.tool_call_id not in protected:
