@@ -94,8 +94,8 @@ def test_a_session_winding_down_frees_no_room_past_the_soft_line_unless_asked() 
     state = session_with_results(6)
     rules = rules_with(int(now(state) / 0.8))  # past the soft line, below the hard one
     figures = room.step_figures(state, rules)
-    [plan] = policy.free_room(state, rules, figures)
-    assert isinstance(plan, FreeRoom)
+    [freeing] = policy.free_room(state, rules, figures)
+    assert isinstance(freeing, FreeRoom)
     notice = UserMessage(content="Save your state.", origin="wind_down")
     state.apply(
         WindDown(

@@ -177,12 +177,12 @@ def test_deciding_changes_nothing() -> None:
 def test_a_compaction_after_masks_waits_for_the_history_to_regrow_past_the_failed_one() -> None:
     state = session_with_results([300, 300, 300])
     rules = rules_at(state, hard_at=0.8, soft_at=0.3, strategy="mask_then_compact")
-    [plan] = policy.free_room(state, rules, step(state, rules))
-    assert isinstance(plan, FreeRoom)
-    assert plan.order == ("mask", "compact")
+    [freeing] = policy.free_room(state, rules, step(state, rules))
+    assert isinstance(freeing, FreeRoom)
+    assert freeing.order == ("mask", "compact")
     # Masks took the history below where the last compaction failed: no compaction again yet.
     state.apply(CompactionFailed(session=1, message="no", retry_above=state.view.raw_total))
     state.apply(Mask(session=1, call_ids=["c0"]))
-    assert room.projected(state, rules) >= plan.line
-    assert not policy.still_wanted(state, rules, plan, "compact", first=False)
-    assert policy.still_wanted(state, rules, replace(plan, forced=True), "compact", first=False)
+    assert room.projected(state, rules) >= freeing.line
+    assert not policy.still_wanted(state, rules, freeing, "compact", first=False)
+    assert policy.still_wanted(state, rules, replace(freeing, forced=True), "compact", first=False)

@@ -126,13 +126,16 @@ def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
     return decisions
 
 
-def still_wanted(state: RunState, rules: Rules, plan: FreeRoom, means: Means, first: bool) -> bool:
-    """Whether a plan's next means is tried: the first always; a later one while the prompt is
-    still past the line; a compaction (unless asked for) only once the history has grown past
-    where the last one failed, as it stands after the masks before it."""
-    if not first and projected(state, rules) < plan.line:
+def still_wanted(
+    state: RunState, rules: Rules, freeing: FreeRoom, means: Means, first: bool
+) -> bool:
+    """Whether a `FreeRoom` decision's next means is tried: the first always; a later one while
+    the prompt is still past the line; a compaction (unless asked for) only once the history has
+    grown past where the last one failed, as it stands after the masks before it."""
+    if not first and projected(state, rules) < freeing.line:
         return False
-    return means != "compact" or plan.forced or state.view.raw_total >= state.compaction_retry_above
+    forced = freeing.forced
+    return means != "compact" or forced or state.view.raw_total >= state.compaction_retry_above
 
 
 # --- after every step: phases, each seeing what the one before did ----------------------------

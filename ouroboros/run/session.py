@@ -170,19 +170,19 @@ class Session:
             await self.tools.save_whole(self.state.view.unseen())  # where the cut marker says
         self.journal.append(decision)
 
-    async def free_room(self, plan: FreeRoom) -> None:
-        for index, means in enumerate(plan.order):
-            if not policy.still_wanted(self.state, self.rules, plan, means, first=index == 0):
+    async def free_room(self, freeing: FreeRoom) -> None:
+        for index, means in enumerate(freeing.order):
+            if not policy.still_wanted(self.state, self.rules, freeing, means, first=index == 0):
                 return
             if means == "compact":
-                if plan.forced:
+                if freeing.forced:
                     drop_compaction_request(self.settings.paths.state_dir)
                 parts = (self.model, self.settings, self.journal, self.rules, self.counting)
-                if await compact(*parts, self.clock, plan.forced):
+                if await compact(*parts, self.clock, freeing.forced):
                     return
                 continue
             mask = policy.mask_down_to(
-                self.state, self.rules, plan.target, plan.reason, plan.waits_below
+                self.state, self.rules, freeing.target, freeing.reason, freeing.waits_below
             )
             if mask is not None:
                 await self.carry_out(mask)
