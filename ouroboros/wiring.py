@@ -12,7 +12,7 @@ from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.plan import plan_bytes
+from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.context.truncate import capped_bytes
@@ -60,6 +60,11 @@ def tool_output_cap(settings: Settings, budget: Budget) -> int:
 def output_cap(journal: Journal, tokens: int, text: str) -> int:
     """Bytes of `text` its cap of `tokens` keeps, priced as the run prices content now."""
     return capped_bytes(journal.state.ledger.calibration, tokens, text)
+
+
+def plan_price(journal: Journal, text: str) -> int:
+    """Tokens of a plan, priced as the run prices content now (as `output_cap`)."""
+    return content_tokens(journal.state.ledger.calibration, text)
 
 
 def mask_policy(settings: Settings, budget: Budget) -> MaskPolicy:
@@ -188,7 +193,7 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
             [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
         ),
         scratch=tmp,
-        plan_bytes=plan_bytes(budget.prompt_budget),
+        plan_cap=PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
         token_cap=partial(output_cap, journal, tool_output_tokens(s, budget)),
     )
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ouroboros.cli import main
-from ouroboros.context.plan import PlanItem, in_opening, plan_bytes, render
+from ouroboros.context.plan import PlanItem, in_opening, plan_tokens, render
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.run.journal import fold
 from tests.conftest import Project
@@ -95,7 +95,7 @@ def test_a_bad_plan_is_refused_in_one_line_saying_what_to_do_and_changes_nothing
     assert "line break: one line each" in said["a note with a line break"]
     assert "at most one step is doing" in said["two doing"]
     assert "no text: say what the step is" in said["no text"]
-    cap = plan_bytes(3636)  # the prompt budget of a 4,096-token window here
+    cap = plan_tokens(3636)  # the prompt budget of a 4,096-token window here
     assert f"at most {cap:,} here: shorten" in said["over the size cap"]
     checked = [text for why, text in said.items() if why != "a status it does not know"]
     assert all(text.endswith("Nothing was changed") for text in checked)
@@ -109,10 +109,10 @@ def test_a_bad_plan_is_refused_in_one_line_saying_what_to_do_and_changes_nothing
 
 
 def test_the_size_cap_is_a_small_share_of_the_prompt_budget() -> None:
-    assert plan_bytes(3636) == 545  # 5% of a 4K window's budget, at 3 bytes a token
-    assert plan_bytes(6759) == 1013  # 8K
-    assert plan_bytes(500) == 512  # the least, whatever the window
-    assert plan_bytes(1_000_000) == 4096  # the most
+    assert plan_tokens(3636) == 181  # 5% of a 4K window's budget, in tokens
+    assert plan_tokens(6759) == 337  # 8K
+    assert plan_tokens(500) == 170  # the least, whatever the window
+    assert plan_tokens(1_000_000) == 1400  # the most
 
 
 def test_the_wind_down_asks_the_agent_to_update_its_plan(project: Project) -> None:

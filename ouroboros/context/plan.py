@@ -9,11 +9,14 @@ so the plan always fits beside the rest of a session's opening.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ouroboros.context.tokens import Calibration, output_kind, units
 from ouroboros.messages import Message, ToolMessage
 
 PLAN_TOOL = "plan"
@@ -22,12 +25,10 @@ MAX_ITEMS = 20
 TEXT_CHARS = 120
 NOTE_CHARS = 160
 PLAN_SHARE = 0.05
-"""Of the prompt budget, what the rendered plan may take at most."""
-BYTES_PER_TOKEN = 3
-"""A plan is prose with paths and names: 2.75 bytes a token measured (Gemma 3's tokenizer, a
-plan of eight steps naming files)."""
-MIN_PLAN_BYTES = 512
-MAX_PLAN_BYTES = 4096
+"""Of the prompt budget, what the rendered plan may take at most, in tokens as the run prices
+content (`PlanCap`)."""
+MIN_PLAN_TOKENS = 170
+MAX_PLAN_TOKENS = 1400
 """However large the window: a plan is a list of steps, not a document."""
 
 Status = Literal["todo", "doing", "done"]
@@ -75,10 +76,26 @@ class PlanArgs(BaseModel):
     )
 
 
-def plan_bytes(prompt_budget: int) -> int:
+def plan_tokens(prompt_budget: int) -> int:
     """The most the rendered plan may take: a small share of the prompt budget."""
-    share = int(prompt_budget * PLAN_SHARE * BYTES_PER_TOKEN)
-    return max(MIN_PLAN_BYTES, min(MAX_PLAN_BYTES, share))
+    share = int(prompt_budget * PLAN_SHARE)
+    return max(MIN_PLAN_TOKENS, min(MAX_PLAN_TOKENS, share))
+
+
+def content_tokens(calibration: Calibration, text: str) -> int:
+    """Tokens of `text` as the harness prices content (as the tool cap prices an output: at the
+    ratio learnt for its kind), so a plan of digits, about a token a byte, is not let take three
+    times its share."""
+    return calibration.tokens(units(text), output_kind(text))
+
+
+@dataclass(frozen=True)
+class PlanCap:
+    """The most tokens the rendered plan may take, and the price of a text in tokens (the run's
+    estimate as it stands when the plan is saved)."""
+
+    tokens: int = MAX_PLAN_TOKENS
+    price: Callable[[str], int] = partial(content_tokens, Calibration())
 
 
 def render(items: Sequence[PlanItem]) -> str:
@@ -95,7 +112,7 @@ def counts(items: Sequence[PlanItem]) -> str:
     return ", ".join(s for s in said if not s.startswith("0 ")) or "empty"
 
 
-def problem(items: Sequence[PlanItem], cap: int) -> str | None:
+def problem(items: Sequence[PlanItem], cap: PlanCap) -> str | None:
     """What is wrong with a plan the agent sent, as one line saying what to do; None if fine."""
     if len(items) > MAX_ITEMS:
         return (
@@ -119,11 +136,11 @@ def problem(items: Sequence[PlanItem], cap: int) -> str | None:
             f"items {', '.join(doing)} are all doing: at most one step is doing at a time; mark "
             "the others todo"
         )
-    size = len(render(items).encode())
-    if size > cap:
+    cost = cap.price(render(items))
+    if cost > cap.tokens:
         return (
-            f"the plan takes {size:,} bytes, at most {cap:,} here: shorten items and notes, or "
-            "drop done ones"
+            f"the plan takes about {cost:,} tokens, at most {cap.tokens:,} here: shorten items "
+            "and notes, or drop done ones"
         )
     return None
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from ouroboros.context.plan import MAX_PLAN_BYTES, PLAN_TOOL, PlanArgs, problem, saved
+from ouroboros.context.plan import PLAN_TOOL, PlanArgs, PlanCap, problem, saved
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
@@ -78,7 +78,7 @@ class ToolRunner:
         env: Mapping[str, str] | None = None,
         blocklist: Blocklist | None = None,
         scratch: Path | None = None,
-        plan_bytes: int = MAX_PLAN_BYTES,
+        plan_cap: PlanCap | None = None,
         token_cap: Fit | None = None,
     ):
         self.workspace = workspace
@@ -106,7 +106,7 @@ class ToolRunner:
 
         async def plan(args: PlanArgs) -> Output:
             # Checked here, kept by the session: the result's record carries the plan.
-            if (wrong := problem(args.items, plan_bytes)) is not None:
+            if (wrong := problem(args.items, plan_cap or PlanCap())) is not None:
                 raise ToolFailed(f"{wrong}. Nothing was changed")
             return Output(saved(args.items))
 
