@@ -8,7 +8,7 @@ import json
 
 from ouroboros.config import ContextSettings
 from ouroboros.context import policy, room, rounds
-from ouroboros.context.mask import MaskPolicy, round_waits_below
+from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.policy import FreeRoom
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
@@ -21,12 +21,17 @@ MASKING = MaskPolicy(protected_count=1, protected_tokens=10**6, min_tokens=10)
 
 def session_with_results(count: int, words: int = 300) -> RunState:
     """A session whose steps each read a result of so many words."""
+    return session_with_sizes([words] * count)
+
+
+def session_with_sizes(words: list[int]) -> RunState:
+    """A session whose steps read results of these many words, oldest first."""
     state = RunState()
     opening = [SystemMessage(content="Work."), UserMessage(content="Begin.", origin="restart")]
     state.apply(SessionStart(session=1, reason="fresh", messages=opening))
-    for n in range(count):
+    for n, size in enumerate(words):
         call = ToolCall(id=f"c{n}", name="shell_exec", arguments=json.dumps({"command": f"x{n}"}))
-        output = " ".join(f"w{i}" for i in range(words))
+        output = " ".join(f"w{i}" for i in range(size))
         result = ToolMessage(tool_call_id=call.id, name=call.name, content=output, exit_code=0)
         for message in (AssistantMessage(content="", tool_calls=(call,)), result):
             state.apply(MessageRecord(session=1, message=message))
@@ -115,5 +120,19 @@ def test_a_session_winding_down_frees_no_room_past_the_soft_line_unless_asked() 
 
 
 def test_rounds_wait_to_be_worth_their_break_up_to_the_hard_line() -> None:
-    assert round_waits_below(line=100, hard_line=200) == 200
-    assert round_waits_below(line=200, hard_line=100) == 200  # the hard line came first
+    # Four small old results before a large protected one: masking them frees little for what
+    # the server processes again (the large one after them), and less than half the headroom.
+    state = session_with_sizes([100] * 4 + [3000])
+    prompt = now(state)
+    for share, past_the_hard_line in ((0.9, False), (0.99, True)):
+        rules = rules_with(int(prompt / share))  # the prompt past the soft line, by so much
+        figures = room.step_figures(state, rules)
+        assert (prompt >= figures.hard_line) is past_the_hard_line
+        [freeing] = policy.free_room(state, rules, figures)
+        assert isinstance(freeing, FreeRoom)
+        target, reason = freeing.target, freeing.reason
+        assert policy.mask_down_to(state, rules, target, reason, 0), "there is a round to make"
+        made = policy.mask_down_to(state, rules, target, reason, freeing.waits_below)
+        # Below the hard line it waits to be worth its break; past it, it is made as it takes
+        # the prompt back below and frees room for a step.
+        assert (made is not None) is past_the_hard_line, share
