@@ -147,8 +147,11 @@ def test_a_session_left_open_ends_with_the_rewind(project: Project) -> None:
     assert ran.returncode == 0, ran.stderr
     assert project.run("rewind", "--session", "1").returncode == 0
     assert tree(project.workspace) == {}
-    ends = [r for r in project.records("journal.jsonl") if r["kind"] == "session_end"]
-    assert (ends[-1]["session"], ends[-1]["reason"]) == (2, "rewound")
+    # One record, journalled before the workspace changes, ends the session and begins the rewind.
+    began = [r for r in project.records("journal.jsonl") if r["kind"] == "rewinding"]
+    assert (began[0]["after_session"], began[0]["ended_turns"]) == (2, 1)
+    ends = project.events("session_end")
+    assert (ends[-1]["session"], ends[-1]["reason"], ends[-1]["turns"]) == (2, "rewound", 1)
     again = run_here(project, [Reply(text="looking")], supervisor={"max_total_turns": 4})
     opening = str(again.chat_requests()[0]["messages"][1]["content"])
     assert opening.startswith("Session 3. The previous session ran 1 turns and ended because the")

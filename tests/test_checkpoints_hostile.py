@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from ouroboros.model.scripted import Reply
-from ouroboros.run.checkpoints import Committed, Restored, commit_workspace, restore
+from ouroboros.run.checkpoints import Committed, Restored, commit_workspace, prepare, put_back
 from ouroboros.run.git_store import Repo
 from ouroboros.run.state_folder import CHECKPOINTS, LOCK
 from tests.conftest import Project
@@ -51,8 +51,16 @@ def take(repo: Repo, max_bytes: int = 10**8) -> Committed:
 
 
 def rewind(repo: Repo, commit: str, aside: Path) -> Restored:
+    """The workspace put back as `commit` holds it, today's files moved beneath `aside`."""
     aside.mkdir()
-    return anyio.run(restore, repo, commit, aside, 10**8)
+
+    async def both() -> Restored:
+        plan = await prepare(repo, commit, aside.name, 10**8)
+        done = Restored(plan.today.commit)
+        await put_back(repo, plan, aside, done)
+        return done
+
+    return anyio.run(both)
 
 
 def stored(repo: Repo) -> bytes:

@@ -25,8 +25,36 @@ class Checkpoint(Record):
     """Files past `checkpoints.max_bytes`: not in the checkpoint, and left as they are by a
     rewind to it."""
 
-    def line(self) -> tuple[str, dict[str, Any]]:
-        return "checkpoint", self.model_dump(exclude={"v", "ts", "kind"})
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("checkpoint", self.model_dump(exclude={"v", "ts", "kind"}))]
+
+
+class Rewinding(Record):
+    """`python -m ouroboros rewind` is about to change the workspace. Journalled before it
+    touches a file, so a rewind that stops or is killed is never unaccounted for: what it moved
+    is in `moved_aside`, and the next session is told the rewind did not finish. It ends the
+    session it finds open (reason `rewound`): the workspace is no longer that session's."""
+
+    kind: Literal["rewinding"] = "rewinding"
+    session: int
+    commit: str
+    moved_aside: str
+    """The folder (in the state folder) that takes today's files it replaces or removes."""
+    after_session: int
+    """The run's newest session then."""
+    ended_turns: int | None = None
+    """The turns of `after_session`, open until this; None where no session was open."""
+
+    def ended_detail(self) -> str:
+        return f"the workspace was rewound to the start of session {self.session}"
+
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        said = self.model_dump(include={"session", "commit", "moved_aside"})
+        if self.ended_turns is None:
+            return [("rewinding", said)]
+        end = {"session": self.after_session, "reason": "rewound"}
+        end |= {"detail": self.ended_detail(), "turns": self.ended_turns}
+        return [("session_end", end), ("rewinding", said)]
 
 
 class Rewound(Record):
@@ -44,33 +72,43 @@ class Rewound(Record):
     """The commit of the workspace as it was just before (the checkpoint repository)."""
     after_session: int
     """The run's newest session then: the next one opens with a note saying so."""
+    stopped: str = ""
+    """Why the rewind stopped part way ("" where it finished): the workspace is then partly as
+    it was, partly as it is today."""
 
-    def line(self) -> tuple[str, dict[str, Any]]:
-        return "rewound", self.model_dump(exclude={"v", "ts", "kind", "after_session"})
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("rewound", self.model_dump(exclude={"v", "ts", "kind", "after_session"}))]
 
 
 @dataclass
 class Checkpoints:
-    """The run's checkpoints by session, and the newest rewind."""
+    """The run's checkpoints by session, the newest rewind, and one begun and not ended."""
 
     taken: dict[int, Checkpoint] = field(default_factory=dict)
     rewound: Rewound | None = None
+    rewinding: Rewinding | None = None
+    """Begun, with no `Rewound` after it: killed part way."""
 
-    def apply(self, record: Checkpoint | Rewound) -> None:
+    def apply(self, record: Checkpoint | Rewinding | Rewound) -> None:
         if isinstance(record, Checkpoint):
             self.taken[record.session] = record
+        elif isinstance(record, Rewinding):
+            self.rewinding = record
         else:
-            self.rewound = record
+            self.rewound, self.rewinding = record, None
 
-    def pending(self, session: int) -> Rewound | None:
+    def pending(self, session: int) -> Rewinding | Rewound | None:
         """The rewind the session after `session` (the run's newest) is to be told of."""
-        rewound = self.rewound
-        return rewound if rewound is not None and rewound.after_session == session else None
+        newest = self.rewinding or self.rewound
+        return newest if newest is not None and newest.after_session == session else None
 
     def note(self, session: int) -> str:
         """What the session after `session` opens with about a rewind ("" for none)."""
-        rewound = self.pending(session)
-        return "" if rewound is None else prompts.rewound(rewound.session, rewound.moved_aside)
+        newest = self.pending(session)
+        if newest is None:
+            return ""
+        finished = isinstance(newest, Rewound) and not newest.stopped
+        return prompts.rewound(newest.session, newest.moved_aside, finished)
 
     def summary(self) -> dict[str, Any]:
         """For `status.json`: how many, the newest few, the newest rewind."""

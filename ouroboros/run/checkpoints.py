@@ -22,8 +22,8 @@ import anyio
 
 from ouroboros.config import Settings
 from ouroboros.errors import NEEDED_FREE_BYTES
-from ouroboros.run.checkpoint_records import Checkpoint, Rewound
-from ouroboros.run.git_store import LEFT_OUT, GitFailed, GitStuck, Repo, commit_header, quoted
+from ouroboros.run.checkpoint_records import Checkpoint, Rewinding, Rewound
+from ouroboros.run.git_store import LEFT_OUT, GitFailed, Repo, Tree, Unlisted, commit_header, quoted
 from ouroboros.run.journal import Journal
 from ouroboros.run.state_folder import CHECKPOINTS, REWOUND
 from ouroboros.run.workspace_files import (
@@ -31,7 +31,7 @@ from ouroboros.run.workspace_files import (
     clear_way,
     move_aside,
     prune,
-    read_entry,
+    read_entries,
     walk,
     write_entry,
 )
@@ -46,28 +46,53 @@ class Committed:
     left_out: list[bytes] = field(default_factory=list)
     """Past the size limit: not in the commit."""
     walked: bool = False
-    """Git's listing was stuck: the workspace was walked instead, ignore rules aside."""
+    """Git could not list the workspace: it was walked instead, ignore rules aside."""
+    unpacked: str = ""
+    """Why git's tidying up after the commit failed ("" where it did not): the commit holds."""
+
+
+BATCH_FILES, BATCH_BYTES = 1000, 8 << 20
+"""Files read in one call of a worker thread: a call for each of 100,000 small files cost more
+than reading them, and a batch of large ones is held in memory whole."""
+FAILURES = (GitFailed, OSError, ValueError)
+"""What the workspace can make a checkpoint or a rewind fail with: git saying no or stuck, a
+file or folder that cannot be read or written, git's output not what it should be (a
+`ValueError`, such as a commit message's list of left-out files unreadable)."""
 
 
 def repo_of(settings: Settings) -> Repo:
     return Repo(settings.paths.state_dir / CHECKPOINTS, settings.paths.workspace.resolve())
 
 
-async def commit_workspace(repo: Repo, ref: str, title: str, max_bytes: int) -> Committed:
+async def commit_workspace(
+    repo: Repo, ref: str, title: str, max_bytes: int, walk_if_unlisted: bool = True
+) -> Committed:
     """Commit the workspace as it is to `ref` (its files in path order while `max_bytes` holds
-    them, the rest left out and named in the commit's message)."""
+    them, the rest left out and named in the commit's message). Where git cannot list it, it is
+    walked if `walk_if_unlisted`, else that failure is raised."""
     await repo.ready()
     root = os.open(repo.work_tree, FOLDER)
     try:
         try:
             taken = Committed(listed=await repo.listing())
-        except GitStuck:
-            taken = Committed(listed=walk(root), walked=True)
+        except Unlisted:
+            if not walk_if_unlisted:
+                raise
+            walked = await anyio.to_thread.run_sync(walk, root)
+            taken = Committed(listed=walked, walked=True)
         out = await repo.fast_import(_stream(root, taken, ref, title, max_bytes))
     finally:
         os.close(root)
-    taken.commit = out.decode().split()[-1]
-    await repo.run("gc", "--auto", "--quiet")  # packs of fast-import, one per commit, merged
+    said = out.split()
+    if not said or not said[-1].isalnum():
+        raise GitFailed(f"git fast-import gave no commit for {ref}")
+    taken.commit = said[-1].decode()
+    # Every fast-import writes a pack of its own: a run of many sessions would pile up packs
+    # (and a pack's lookup costs) were they never merged. The commit holds without it.
+    try:
+        await repo.run("gc", "--auto", "--quiet")
+    except GitFailed as e:
+        taken.unpacked = str(e)
     return taken
 
 
@@ -76,17 +101,23 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     yield b"feature done\n"
     kept: list[tuple[bytes, str]] = []
-    for path in taken.listed:
+    at = 0
+    while at < len(taken.listed):
+        paths = taken.listed[at : at + BATCH_FILES]
         room = max_bytes - taken.size
-        found = await anyio.to_thread.run_sync(read_entry, root, path, room)
-        if found is None:
-            continue  # gone, or no longer a file or a link
-        if found.data is None:
-            taken.left_out.append(path)
-            continue
-        taken.size += found.size
-        kept.append((path, found.mode))
-        yield b"blob\nmark :%d\ndata %d\n%s\n" % (len(kept), found.size, found.data)
+        read = await anyio.to_thread.run_sync(read_entries, root, paths, room, BATCH_BYTES)
+        at += len(read)
+        blobs = []
+        for path, found in zip(paths[: len(read)], read, strict=True):
+            if found is None:
+                continue  # gone, or no longer a file or a link
+            if found.data is None:
+                taken.left_out.append(path)
+                continue
+            taken.size += found.size
+            kept.append((path, found.mode))
+            blobs.append(b"blob\nmark :%d\ndata %d\n%s\n" % (len(kept), found.size, found.data))
+        yield b"".join(blobs)
     taken.files = len(kept)
     message = title
     if taken.left_out:
@@ -120,7 +151,7 @@ async def take_checkpoint(settings: Settings, journal: Journal, session: int) ->
         taken = await commit_workspace(
             repo_of(settings), f"refs/checkpoints/session-{session}", f"session {session}", limit
         )
-    except (GitFailed, OSError) as e:
+    except FAILURES as e:
         journal.notify(
             "warning",
             f"no checkpoint of the workspace at session {session} ({failure(e)}); the run goes on",
@@ -135,6 +166,14 @@ async def take_checkpoint(settings: Settings, journal: Journal, session: int) ->
             "reads, such as a .gitignore?): the checkpoint holds every file, ignore rules aside",
             session=session,
             once="checkpoint_walked",
+        )
+    if taken.unpacked:
+        journal.notify(
+            "warning",
+            f"the checkpoint of session {session} is taken, but git could not merge the "
+            f"repository's packs ({taken.unpacked}); it tries again at the next one",
+            session=session,
+            once="checkpoint_unpacked",
         )
     if taken.left_out:
         journal.notify(
@@ -156,12 +195,33 @@ async def take_checkpoint(settings: Settings, journal: Journal, session: int) ->
     )
 
 
-def failure(e: GitFailed | OSError) -> str:
+def failure(e: GitFailed | OSError | ValueError) -> str:
     """What went wrong, in a few words."""
-    if isinstance(e, GitFailed):
-        return str(e)
+    if not isinstance(e, OSError):
+        return " ".join(str(e).split())[:300]
     where = f": {os.fsdecode(e.filename)}" if e.filename is not None else ""
     return f"{e.strerror or e}{where}"
+
+
+@dataclass
+class Rewind:
+    """What a rewind is to do, worked out before it changes anything."""
+
+    target: Tree
+    keep: set[bytes]
+    """Files the checkpoint left out (past the size limit): they stay as they are."""
+    today: Committed
+    now: Tree
+
+
+async def prepare(repo: Repo, commit: str, stamp: str, max_bytes: int) -> Rewind:
+    """The checkpoint `commit` read, and today's workspace committed (`refs/rewinds/<stamp>`):
+    GitFailed where git cannot list the workspace, as then what its ignore rules leave alone
+    is not known."""
+    target, keep = await repo.tree(commit), await repo.left_out(commit)
+    ref, title = f"refs/rewinds/{stamp}", f"before {stamp}"
+    today = await commit_workspace(repo, ref, title, max_bytes, walk_if_unlisted=False)
+    return Rewind(target, keep, today, await repo.tree(today.commit))
 
 
 @dataclass
@@ -171,18 +231,14 @@ class Restored:
     written: int = 0
 
 
-async def restore(repo: Repo, commit: str, aside: Path, max_bytes: int) -> Restored:
-    """The workspace as the commit `commit` holds it: the files of the day that differ, or that
-    it did not hold, moved beneath `aside`; its own written where they differ. Files it left out
-    (past the size limit) stay as they are."""
-    target, keep = await repo.tree(commit), await repo.left_out(commit)
-    stamp = aside.name
-    today = await commit_workspace(repo, f"refs/rewinds/{stamp}", f"before {stamp}", max_bytes)
-    now = await repo.tree(today.commit)
-    done = Restored(today.commit)
+async def put_back(repo: Repo, rewind: Rewind, aside: Path, done: Restored) -> None:
+    """The workspace as the checkpoint holds it: the files of the day that differ, or that it
+    did not hold, moved beneath `aside`; its own written where they differ. `done` says what
+    was done so far, should it stop part way."""
+    target, keep, now = rewind.target, rewind.keep, rewind.now
     root, away = os.open(repo.work_tree, FOLDER), os.open(aside, FOLDER)
     try:
-        for path in today.listed:
+        for path in rewind.today.listed:
             same = path in now and target.get(path) == now[path]
             if path not in keep and not same and move_aside(root, path, away):
                 done.moved.append(path)
@@ -193,7 +249,7 @@ async def restore(repo: Repo, commit: str, aside: Path, max_bytes: int) -> Resto
             write_entry(root, path, target[path].mode, blobs[target[path].oid])
             done.written += 1
         # What the restored `.gitignore` files no longer hide, that the checkpoint did not hold.
-        for path in await repo.listing() if not today.walked else []:
+        for path in await repo.listing():
             if path not in target and path not in keep and move_aside(root, path, away):
                 done.moved.append(path)
         for path in done.moved:
@@ -201,7 +257,6 @@ async def restore(repo: Repo, commit: str, aside: Path, max_bytes: int) -> Resto
     finally:
         os.close(root)
         os.close(away)
-    return done
 
 
 def aside_folder(state_dir: Path, session: int) -> Path:
@@ -219,13 +274,14 @@ def aside_folder(state_dir: Path, session: int) -> Path:
     raise FileExistsError(f"{state_dir / REWOUND}: no free name for {stamp}")
 
 
-def rewound_record(session: int, commit: str, aside: Path, done: Restored, after: int) -> Rewound:
+def rewound_record(began: Rewinding, done: Restored, stopped: str = "") -> Rewound:
     return Rewound(
-        session=session,
-        commit=commit,
-        moved_aside=str(aside) if done.moved else "",
+        session=began.session,
+        commit=began.commit,
+        moved_aside=began.moved_aside if done.moved else "",
         moved=len(done.moved),
         restored=done.written,
         today=done.today,
-        after_session=after,
+        after_session=began.after_session,
+        stopped=stopped,
     )

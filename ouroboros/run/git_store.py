@@ -24,15 +24,24 @@ from anyio.abc import ByteReceiveStream
 IDENTITY = "ouroboros <ouroboros@localhost>"
 LEFT_OUT = "left out: "
 """How a commit's message lists the files past the size limit (a JSON list, one line)."""
-EXCLUDED = "/.outputs/\n"
+OUTPUTS = b".outputs/"
 """The harness's own outputs in the workspace (`context/truncate.py` SAVED_FOLDER)."""
+EXCLUDED = f"/{OUTPUTS.decode()}\n"
 OPTIONS = (
     *("-c", "core.hooksPath=/dev/null"),
     *("-c", "core.fsmonitor=false"),
     *("-c", "gc.autoDetach=false"),
+    *("-c", "core.packedGitLimit=256m"),
+    *("-c", "core.packedGitWindowSize=32m"),
+    *("-c", "pack.windowMemory=256m"),
+    *("-c", "pack.threads=1"),
 )
 """No hook runs, no file-system monitor starts, no `gc` goes on in the background once git
-returns (a repository's own settings, for any git)."""
+returns (a repository's own settings, for any git); and git keeps to `MEMORY_BYTES`."""
+MEMORY_BYTES = 1 << 30
+"""The address space each git process may take (`ulimit -v`): what the workspace makes git read
+(a `.gitignore` of gigabytes, sparse on disk) fails it rather than taking the machine's memory.
+A file of up to `checkpoints.max_bytes` fits, up to a few hundred MB."""
 
 
 GIT_TIMEOUT_S = 600.0
@@ -47,6 +56,10 @@ class GitFailed(Exception):
 
 class GitStuck(GitFailed):
     """Git did not finish in its time (killed)."""
+
+
+class Unlisted(GitFailed):
+    """Git could not list the workspace."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,8 @@ class Repo:
         git = shutil.which("git", path=self.env()["PATH"])
         if git is None:
             raise GitFailed("git is not installed (no `git` on PATH)")
-        return [git, *OPTIONS, *args]
+        limited = f'ulimit -v {MEMORY_BYTES // 1024} && exec "$0" "$@"'
+        return ["/bin/sh", "-c", limited, git, *OPTIONS, *args]
 
     async def run(
         self, *args: str, stdin: bytes | None = None, timeout: float = GIT_TIMEOUT_S
@@ -120,10 +134,18 @@ class Repo:
 
     async def listing(self) -> list[bytes]:
         """The workspace's files and links that are not ignored (another repository inside it,
-        listed as its folder, left out: it is its own history)."""
+        listed as its folder, left out: it is its own history), but the harness's outputs, which
+        a `.gitignore` line of the workspace could bring back past `info/exclude`."""
         args = ("ls-files", "-z", "--others", "--exclude-standard")
-        out = await self.run(*args, timeout=LIST_TIMEOUT_S)
-        return [p for p in out.split(b"\0") if p and not p.endswith(b"/")]
+        try:
+            out = await self.run(*args, timeout=LIST_TIMEOUT_S)
+        except GitFailed as e:
+            raise Unlisted(
+                f"git could not list the workspace ({e}): a FIFO where git reads, such as a "
+                ".gitignore, or a .gitignore of gigabytes?"
+            ) from None
+        listed = (p for p in out.split(b"\0") if p and not p.endswith(b"/"))
+        return [p for p in listed if not p.startswith(OUTPUTS)]
 
     async def fast_import(self, stream: AsyncIterator[bytes]) -> bytes:
         """Feed `stream` to `git fast-import`; what it printed (the marks asked for)."""
@@ -146,17 +168,23 @@ class Repo:
         except OSError as e:
             raise GitFailed(f"git fast-import: {e.strerror or e}") from None
         async with process:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drain, "out", process.stdout)
-                tg.start_soon(drain, "err", process.stderr)
-                assert process.stdin is not None
-                try:
-                    async for chunk in stream:
-                        await process.stdin.send(chunk)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    pass  # it stopped reading: its exit status says why
-                await process.stdin.aclose()
+            with anyio.move_on_after(GIT_TIMEOUT_S) as deadline:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(drain, "out", process.stdout)
+                    tg.start_soon(drain, "err", process.stderr)
+                    assert process.stdin is not None
+                    try:
+                        async for chunk in stream:
+                            await process.stdin.send(chunk)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        pass  # it stopped reading: its exit status says why
+                    await process.stdin.aclose()
+            if deadline.cancelled_caught:
+                process.kill()
             code = await process.wait()
+        if deadline.cancelled_caught:
+            self._clear_debris()
+            raise GitStuck(f"git fast-import did not finish in {GIT_TIMEOUT_S:.0f} s")
         if code != 0:
             self._clear_debris()
             raise GitFailed(f"git fast-import failed: {_said(found.get('err', b''))}")
@@ -198,11 +226,11 @@ class Repo:
         found, at = {}, 0
         while at < len(out):
             end = out.index(b"\n", at)
-            oid, kind, size = out[at:end].decode().split(" ")
-            if kind == "missing":
+            oid, kind, *size = out[at:end].decode().split(" ")
+            if kind == "missing" or not size:
                 raise GitFailed(f"object {oid} is missing from {self.git_dir}")
-            found[oid] = out[end + 1 : end + 1 + int(size)]
-            at = end + 1 + int(size) + 1
+            found[oid] = out[end + 1 : end + 1 + int(size[0])]
+            at = end + 1 + int(size[0]) + 1
         return found
 
 

@@ -19,6 +19,7 @@ from ouroboros.mcp.records import McpOffered as McpOffered
 from ouroboros.messages import Message, UserMessage
 from ouroboros.run.call_figures import CallFigures, Measurement, RunLimits, WindowFigures
 from ouroboros.run.checkpoint_records import Checkpoint as Checkpoint
+from ouroboros.run.checkpoint_records import Rewinding as Rewinding
 from ouroboros.run.checkpoint_records import Rewound as Rewound
 from ouroboros.run.operating import LoopDetected as LoopDetected
 from ouroboros.run.operating import Paused as Paused
@@ -234,6 +235,7 @@ JournalRecord = Annotated[
     | Paused
     | Resumed
     | Checkpoint
+    | Rewinding
     | Rewound
     | McpOffered
     | McpFault

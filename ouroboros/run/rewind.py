@@ -11,12 +11,19 @@ import anyio
 from ouroboros.config import Settings
 from ouroboros.errors import RunError
 from ouroboros.observe.describe import stdout_console
-from ouroboros.run.checkpoint_records import Checkpoints
-from ouroboros.run.checkpoints import aside_folder, failure, repo_of, restore, rewound_record
-from ouroboros.run.git_store import GitFailed
+from ouroboros.run.checkpoint_records import Checkpoints, Rewinding
+from ouroboros.run.checkpoints import (
+    FAILURES,
+    Restored,
+    aside_folder,
+    failure,
+    prepare,
+    put_back,
+    repo_of,
+    rewound_record,
+)
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import state_lock
-from ouroboros.run.records import EndReason, SessionEnd
 from ouroboros.run.state_folder import JOURNAL
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
@@ -70,29 +77,41 @@ def _rewind(settings: Settings, journal: Journal, session: int) -> str:
     except OSError as e:
         raise RunError(f"no folder for today's files: {failure(e)}") from None
     repo, limit = repo_of(settings), settings.checkpoints.max_bytes
+    earlier = state.checkpoints.rewinding
     try:
-        done = anyio.run(restore, repo, checkpoint.commit, aside, limit)
-    except (GitFailed, OSError) as e:
-        with contextlib.suppress(OSError):
-            aside.rmdir()  # only where nothing was moved into it
-        moved = f"; what it moved is in {aside}" if aside.exists() else ", having moved nothing"
-        raise RunError(f"the rewind to session {session} stopped ({failure(e)}){moved}") from None
-    if state.session_open:
-        journal.append(
-            SessionEnd(
-                session=state.session,
-                reason=EndReason.REWOUND,
-                detail=f"the workspace was rewound to the start of session {session}",
-                turns=state.session_turns,
-            )
-        )
+        plan = anyio.run(prepare, repo, checkpoint.commit, aside.name, limit)
+    except FAILURES as e:
+        aside.rmdir()
+        raise RunError(
+            f"the rewind to session {session} stopped ({failure(e)}), having moved nothing"
+        ) from None
+    began = Rewinding(
+        session=session,
+        commit=checkpoint.commit,
+        moved_aside=str(aside),
+        after_session=state.session,
+        ended_turns=state.session_turns if state.session_open else None,
+    )
+    journal.append(began)
+    done = Restored(plan.today.commit)
+    try:
+        anyio.run(put_back, repo, plan, aside, done)
+    except FAILURES as e:
+        journal.append(rewound_record(began, done, failure(e)))
+        moved = f"; what it moved is in {aside}" if done.moved else ", having moved nothing"
+        raise RunError(
+            f"the rewind to session {session} stopped part way ({failure(e)}): "
+            f"{done.written} file(s) restored{moved}; the next session is told"
+        ) from None
+    journal.append(rewound_record(began, done))
     moved = f"{len(done.moved)} moved aside to {aside}"
     if not done.moved:
         with contextlib.suppress(OSError):
             aside.rmdir()
         moved = "none of today's files had to move"
-    journal.append(rewound_record(session, checkpoint.commit, aside, done, state.session))
+    # A rewind killed part way left its files in a folder of its own: said until one finishes.
+    unfinished = f" (an earlier rewind did not finish: {earlier.moved_aside})" if earlier else ""
     return (
         f"workspace rewound to the start of session {session} (commit {checkpoint.commit[:12]}): "
-        f"{done.written} file(s) restored, {moved}; the next session is told"
+        f"{done.written} file(s) restored, {moved}; the next session is told{unfinished}"
     )

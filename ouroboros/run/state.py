@@ -17,9 +17,9 @@ from ouroboros.context.view import ContextView
 from ouroboros.mcp.records import McpFault, McpOffered, McpTally
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.run.call_figures import PrefillTally, RunLimits, WindowFigures
-from ouroboros.run.checkpoint_records import Checkpoint, Checkpoints, Rewound
+from ouroboros.run.checkpoint_records import Checkpoint, Checkpoints, Rewinding, Rewound
 from ouroboros.run.plan import RunPlan
-from ouroboros.run.protocol_tally import ProtocolTally
+from ouroboros.run.protocol_tally import ProtocolTally, is_switch
 from ouroboros.run.records import (
     Compaction,
     CompactionFailed,
@@ -191,7 +191,8 @@ class RunState:
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
-        self.last_request = None if self.protocol.switched_by(record) else self.last_request
+        self.protocol.notice(record)
+        self.last_request = None if is_switch(record) else self.last_request
         if record.event == "context_overflow":
             # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
             self.refusal, self.session_loops.refused = record.message, True
@@ -215,8 +216,10 @@ class RunState:
         self.resumed_between = isinstance(record, Resumed) and not self.session_open
 
     @apply.register
-    def _(self, record: Checkpoint | Rewound) -> None:
+    def _(self, record: Checkpoint | Rewinding | Rewound) -> None:
         self.checkpoints.apply(record)
+        if isinstance(record, Rewinding) and record.ended_turns is not None:
+            self.apply(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
 
     @apply.register
     def _(self, record: McpOffered | McpFault) -> None:

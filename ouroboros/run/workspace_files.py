@@ -49,45 +49,90 @@ class Found:
     """None: larger than the room it was given, so not read."""
 
 
-def read_entry(root: int, path: bytes, room: int) -> Found | None:
-    """The file or link at `path` (a link's target, never what it points to); None for
-    anything else, or where it is gone or a link stands on the way to it."""
-    *parents, name = path.split(b"/")
+def read_entries(root: int, paths: list[bytes], room: int, budget: int) -> list[Found | None]:
+    """The files and links at `paths`, in order, in one call (a thread's worth of work): each
+    given the room the ones before it left, until `budget` bytes are read. A path's folder is
+    opened once for the run of paths beneath it (listings come in path order)."""
+    found: list[Found | None] = []
+    names: list[bytes] | None = None
+    parent, read = -1, 0
     try:
-        with folder(root, parents) as parent:
-            kind = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
-            if stat.S_ISLNK(kind):
-                target = os.readlink(name, dir_fd=parent)
-                return Found(LINK, len(target), target if len(target) <= room else None)
-            if not stat.S_ISREG(kind):
+        for path in paths:
+            *parents, name = path.split(b"/")
+            if parents != names:
+                if parent >= 0:
+                    os.close(parent)
+                names, parent = parents, _open(root, parents)
+            one = _read(parent, name, room) if parent >= 0 else None
+            found.append(one)
+            if one is not None and one.data is not None:
+                room, read = room - one.size, read + one.size
+            if read >= budget:
+                break
+    finally:
+        if parent >= 0:
+            os.close(parent)
+    return found
+
+
+def _open(root: int, names: list[bytes]) -> int:
+    """The folder `names` beneath `root` (a duplicate descriptor), or -1 where a link, a file
+    or nothing stands on the way to it."""
+    try:
+        with folder(root, names) as fd:
+            return os.dup(fd)
+    except OSError:
+        return -1
+
+
+def _read(parent: int, name: bytes, room: int) -> Found | None:
+    """The file or link `name` in the folder `parent` (a link's target, never what it points
+    to); None for anything else, or where it is gone."""
+    try:
+        kind = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        if stat.S_ISLNK(kind):
+            target = os.readlink(name, dir_fd=parent)
+            return Found(LINK, len(target), target if len(target) <= room else None)
+        if not stat.S_ISREG(kind):
+            return None
+        with open(os.open(name, READ, dir_fd=parent), "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 return None
-            with open(os.open(name, READ, dir_fd=parent), "rb") as f:
-                info = os.fstat(f.fileno())
-                if not stat.S_ISREG(info.st_mode):
-                    return None
-                mode = EXECUTABLE if info.st_mode & stat.S_IXUSR else REGULAR
-                if info.st_size > room:
-                    return Found(mode, info.st_size, None)
-                data = f.read(room + 1)  # a file that grew meanwhile is cut here, not read on
+            mode = EXECUTABLE if info.st_mode & stat.S_IXUSR else REGULAR
+            if info.st_size > room:
+                return Found(mode, info.st_size, None)
+            data = f.read(room + 1)  # a file that grew meanwhile is cut here, not read on
     except OSError:
         return None
     return Found(mode, len(data), data if len(data) <= room else None)
 
 
-def walk(root: int, names: tuple[bytes, ...] = ()) -> list[bytes]:
-    """Every file and link beneath `root` but `.git` and the top `.outputs`, by path, without
-    git (which a FIFO where it reads holds up): no ignore rules."""
+def walk(root: int) -> list[bytes]:
+    """Every file and link beneath `root`, by path, without git (which a FIFO where it reads
+    holds up), and so without ignore rules; but as git does, no `.git`, no folder holding one
+    (another repository: git checks it is one, this takes any as one), nor the top `.outputs`.
+    A stack, not recursion: a folder may be nested thousands deep."""
     found = []
-    with folder(root, list(names)) as here:
-        for name in sorted(os.fsencode(n) for n in os.listdir(here)):
+    pending: list[list[bytes]] = [[]]
+    while pending:
+        names = pending.pop()
+        try:
+            with folder(root, names) as here, os.scandir(here) as listed:
+                entries = list(listed)
+        except OSError:
+            continue  # gone or replaced since it was listed: not in the checkpoint
+        if names and any(e.name == ".git" for e in entries):
+            continue
+        for entry in entries:
+            name = os.fsencode(entry.name)
             if name == b".git" or (not names and name == b".outputs"):
                 continue
-            kind = os.stat(name, dir_fd=here, follow_symlinks=False).st_mode
-            if stat.S_ISDIR(kind):
-                found += walk(root, (*names, name))
-            elif stat.S_ISREG(kind) or stat.S_ISLNK(kind):
+            if entry.is_dir(follow_symlinks=False):
+                pending.append([*names, name])
+            elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
                 found.append(b"/".join((*names, name)))
-    return found
+    return sorted(found)
 
 
 def _kind(root: int, path: list[bytes]) -> int | None:
@@ -100,22 +145,51 @@ def _kind(root: int, path: list[bytes]) -> int | None:
 
 def move_aside(root: int, path: bytes, aside: int) -> bool:
     """Whatever is at `path` (file, link, folder, FIFO) renamed to the same path beneath the
-    folder `aside`, never deleted; False where nothing is."""
+    folder `aside`, never deleted; False where nothing is. A folder whose place there an earlier
+    move already took (its listed files went first) is merged into it entry by entry."""
+    moved, pending, merged = False, [path], []
+    while pending:
+        at = pending.pop()
+        outcome = _move(root, at, aside)
+        if isinstance(outcome, list):
+            pending += outcome
+            merged.append(at)
+        moved = moved or outcome is not False
+    for at in reversed(merged):  # deepest first: each is empty once its entries have moved
+        *parents, name = at.split(b"/")
+        with folder(root, parents) as parent:
+            os.rmdir(name, dir_fd=parent)
+    return moved
+
+
+def _move(root: int, path: bytes, aside: int) -> bool | list[bytes]:
+    """True: moved; False: nothing there; a list: a folder to merge, its entries' paths."""
     *parents, name = path.split(b"/")
     try:
         with folder(root, parents) as parent:
-            os.stat(name, dir_fd=parent, follow_symlinks=False)
+            kind = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
             with folder(aside, parents, create=True) as there:
                 try:
-                    os.rename(name, name, src_dir_fd=parent, dst_dir_fd=there)
-                except OSError as e:
-                    if e.errno != errno.EXDEV:
-                        raise
-                    _copy(parent, name, there)  # another file system: copied, then removed
-                    _remove(parent, name)
+                    taken = os.stat(name, dir_fd=there, follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    _rename(parent, name, there)
+                    return True
+                if not (stat.S_ISDIR(kind) and stat.S_ISDIR(taken)):
+                    # A rename would replace what was moved there before: that is deleting.
+                    raise FileExistsError(errno.EEXIST, "already moved aside", os.fsdecode(path))
+                with folder(parent, [name]) as inner:
+                    return [b"%s/%s" % (path, os.fsencode(e)) for e in os.listdir(inner)]
     except (FileNotFoundError, NotADirectoryError):
         return False
-    return True
+
+
+def _rename(parent: int, name: bytes, there: int) -> None:
+    try:
+        os.rename(name, name, src_dir_fd=parent, dst_dir_fd=there)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        _carry(parent, name, there)
 
 
 def clear_way(root: int, path: bytes, aside: int) -> list[bytes]:
@@ -161,15 +235,39 @@ def prune(root: int, path: bytes) -> None:
         names = names[:-1]
 
 
-def _copy(source: int, name: bytes, target: int) -> None:
-    info = os.stat(name, dir_fd=source, follow_symlinks=False)
+def _carry(source: int, name: bytes, target: int) -> None:
+    """`name` copied from the folder `source` to the folder `target` on another file system,
+    then removed from `source`: only what was copied, so a file made there meanwhile is never
+    removed without a copy (the move stops instead)."""
+    copied: list[tuple[bytes, os.stat_result]] = []
+    pending = [name]
+    while pending:
+        at = pending.pop()
+        *parents, leaf = at.split(b"/")
+        with folder(source, parents) as src, folder(target, parents) as dst:
+            info = os.stat(leaf, dir_fd=src, follow_symlinks=False)
+            pending += _copy(src, leaf, info, dst, at)
+        copied.append((at, info))
+    for at, info in reversed(copied):  # a folder's entries before the folder
+        *parents, leaf = at.split(b"/")
+        with folder(source, parents) as src:
+            now = os.stat(leaf, dir_fd=src, follow_symlinks=False)
+            if (now.st_ino, now.st_dev) != (info.st_ino, info.st_dev):
+                raise OSError(errno.EBUSY, "replaced while it was moved aside", os.fsdecode(at))
+            if stat.S_ISDIR(info.st_mode):
+                os.rmdir(leaf, dir_fd=src)
+            else:
+                os.unlink(leaf, dir_fd=src)
+
+
+def _copy(source: int, name: bytes, info: os.stat_result, target: int, at: bytes) -> list[bytes]:
+    """One entry copied (a folder made empty); the paths of a folder's entries, to copy next."""
     if stat.S_ISLNK(info.st_mode):
         os.symlink(os.readlink(name, dir_fd=source), name, dir_fd=target)
     elif stat.S_ISDIR(info.st_mode):
         os.mkdir(name, 0o700, dir_fd=target)
-        with folder(source, [name]) as inner, folder(target, [name]) as copy:
-            for entry in os.listdir(inner):
-                _copy(inner, os.fsencode(entry), copy)
+        with folder(source, [name]) as inner:
+            return [b"%s/%s" % (at, os.fsencode(e)) for e in os.listdir(inner)]
     elif stat.S_ISREG(info.st_mode):
         with (
             open(os.open(name, READ, dir_fd=source), "rb") as f,
@@ -180,13 +278,4 @@ def _copy(source: int, name: bytes, target: int) -> None:
         os.mkfifo(name, dir_fd=target)
     else:
         raise OSError(errno.EXDEV, "a device or socket cannot move to another file system", name)
-
-
-def _remove(source: int, name: bytes) -> None:
-    if stat.S_ISDIR(os.stat(name, dir_fd=source, follow_symlinks=False).st_mode):
-        with folder(source, [name]) as inner:
-            for entry in os.listdir(inner):
-                _remove(inner, os.fsencode(entry))
-        os.rmdir(name, dir_fd=source)
-    else:
-        os.unlink(name, dir_fd=source)
+    return []

@@ -11,7 +11,7 @@ from functools import singledispatch
 from typing import Any
 
 from ouroboros.messages import ToolMessage
-from ouroboros.run.checkpoint_records import Checkpoint, Rewound
+from ouroboros.run.checkpoint_records import Checkpoint, Rewinding, Rewound
 from ouroboros.run.plan import plan_line
 from ouroboros.run.records import (
     SCHEMA_VERSION,
@@ -91,8 +91,10 @@ def _(record: McpOffered | McpFault, state: RunState) -> list[tuple[str, dict[st
 
 
 @_lines.register
-def _(record: Checkpoint | Rewound, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    return [record.line()]
+def _(
+    record: Checkpoint | Rewinding | Rewound, state: RunState
+) -> list[tuple[str, dict[str, Any]]]:
+    return record.lines()
 
 
 @_lines.register
