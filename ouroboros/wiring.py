@@ -146,7 +146,9 @@ def build_parts(
         schema_raw,
         s.loops,
     )
-    spoken = tool_protocol.ProtocolModel(model, journal, s.llm.tool_protocol, renders)
+    spoken = tool_protocol.ProtocolModel(
+        model, journal, s.llm.tool_protocol, s.llm.max_tool_argument_bytes, renders
+    )
     return Parts(s, spoken, tools, journal, rules, counting, clock=clock), window
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.text_calls import Action, FormatProblem, fences, read_action, recover
+from ouroboros.model.reply_text import fences
+from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
 from ouroboros.model.text_prompt import names, text_wire, tools_section
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
@@ -137,9 +138,16 @@ def test_other_code_blocks_are_no_actions() -> None:
     assert action(text)[2] == {"command": "python a.py"}
 
 
-def test_a_block_left_open_by_a_cut_reply_is_no_action() -> None:
-    assert action("```bash\nls\n```\n```bash\nrm -rf bui")[2] == {"command": "ls"}
+def test_a_reply_cut_off_in_an_open_block_runs_none_of_it() -> None:
+    """What the model was about to write is unknown: the block it closed first is not run."""
+    both = "```bash\nls\n```\n```bash\nrm -rf bui"
+    cut_off = FormatProblem("no action it finished: it was cut off at the output limit")
+    assert read_action(both, TOOLS, cut_off=True) == cut_off
+    assert isinstance(read_action(both, TOOLS), FormatProblem)
     assert read_action("```bash\nrm -rf bui", TOOLS) == FormatProblem("no action block")
+    hermes = '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>\n```bash\nrm -rf bu'
+    assert recover(hermes, TOOLS, cut_off=True) is None
+    assert action("```bash\nls\n```\nThen I will") == ("bash", "shell_exec", {"command": "ls"})
 
 
 def test_a_reply_ends_at_a_stop_token_the_server_left_in_it() -> None:
@@ -161,7 +169,7 @@ def test_a_call_in_a_recovery_format_is_an_action_too() -> None:
         ("I think I should list the files.", "no action block"),
         ("```bash\nls\n```\n```bash\npwd\n```", "2 action blocks (none was run)"),
         ("```bash\n\n```", "an empty bash block"),
-        ("```json\n{not json}\n```", "a json block that is not one JSON object"),
+        ("```json\n{not json}\n```", "a json block that is not one JSON object (each key once)"),
         ('```json\n{"tool": "python", "arguments": {}}\n```',
          "a json block naming no tool there is ('python')"),
         ('```json\n{"tool": "list_dir", "arguments": "."}\n```',
@@ -222,11 +230,27 @@ def test_every_tools_example_reads_back_as_a_call_of_that_tool(tmp_path: Path) -
         "{\n" * 500_000,
         "[TOOL_CALLS]" + "[" * 1_000_000,  # nested past what JSON is read to
         "```\n" * 250_000,
+        "```" + "a" * 1_000_000 + "`",  # an info string each split of which is tried
+        ("```" + "ab" * 1_000 + "`\n") * 500,
+        "```bash\n" + "</s>" * 250_000,  # stop tokens inside a block left open
+        "```\n<think>" * 100_000,
     ],
-    ids=["open-tags", "calls-then-prose", "open-objects", "braces", "deep-list", "fences"],
+    ids=[
+        "open-tags",
+        "calls-then-prose",
+        "open-objects",
+        "braces",
+        "deep-list",
+        "fences",
+        "info-string",
+        "info-strings",
+        "stop-tokens",
+        "open-reasoning",
+    ],
 )
 def test_a_reply_of_a_megabyte_made_to_be_slow_to_read_is_no_call(text: str) -> None:
     """A server may send megabytes of text (up to `llm.max_reply_bytes`): reading it takes time
     that grows with its length, not its square, and finds no call."""
     assert recover(text, TOOLS) is None
     assert isinstance(read_action(text, TOOLS), FormatProblem)
+    assert isinstance(read_action(text, TOOLS, cut_off=True), FormatProblem)

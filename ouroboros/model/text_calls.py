@@ -12,6 +12,8 @@ Two readers, one per use (`llm.tool_protocol`):
 - `read_action`: a reply in the text protocol, where the model acts in fenced blocks: a
   ```bash block runs in the shell, a ```json block `{"tool": ..., "arguments": {...}}` calls
   any tool. It finds exactly one action, or says what is wrong with the reply.
+
+Both read the reply as meant, and only what the model finished saying (`reply_text`).
 """
 
 from __future__ import annotations
@@ -22,15 +24,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from ouroboros.model.reply_text import FENCE_LINE, Fence, fences, finished_part, reply_text
+
 RecoveryFormat = Literal["hermes", "json", "fenced_json", "mistral"]
 ActionFormat = Literal["bash", "json_action"]
 SHELL_TOOL = "shell_exec"
 SHELL_LANGUAGES = ("bash", "sh", "shell")
-JSON_LANGUAGES = ("json", "tool")
-END_TOKENS = re.compile(r"<\|im_end\|>|</s>|<end_of_turn>|<\|eot_id\|>|<\|end\|>")
-"""Stop tokens a server leaves in the text when the template's stop is another (a base model
-behind a ChatML fallback writes `<|im_end|>` and goes on with a made-up next turn): the reply
-ends at the first."""
+JSON_LANGUAGES = ("json",)
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,17 @@ class Recovered:
     format: RecoveryFormat
     remaining: str
     """The reply's text without the calls (the prose around them)."""
+    start: int
+    """Where the calls begin in the text read; they run to its end."""
 
 
 @dataclass(frozen=True)
 class Action:
     call: TextCall
     format: ActionFormat | RecoveryFormat
+    start: int
+    end: int
+    """Where the action is written in the reply (`reply_text`)."""
 
 
 @dataclass(frozen=True)
@@ -60,49 +65,32 @@ class FormatProblem:
     """What is wrong, as the model is told: "no action", "3 actions", "the json block ..."."""
 
 
-@dataclass(frozen=True)
-class Fence:
-    language: str
-    body: str
-    start: int
-    end: int
-
-
-_OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([\w+-]*)[^\n`]*$", re.MULTILINE)
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 BARE_STARTS = 16
 """Lines starting with `{`, from the reply's end, tried as the start of a bare call: a call's
 own nested objects take a few; trying every line of a reply made of them would take time that
 grows with its square."""
-_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([\w.-]+)\s*\[ARGS\]", re.DOTALL)
+_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*+([\w.-]++)\s*+\[ARGS\]")
 _MISTRAL = "[TOOL_CALLS]"
 
 
-def fences(text: str) -> list[Fence]:
-    """The closed fenced blocks of `text`, in order; a block left open (a reply cut off) is none."""
-    found: list[Fence] = []
-    position = 0
-    while (opening := _OPEN.search(text, position)) is not None:
-        ticks = opening[1]
-        closing = re.compile(rf"^[ \t]*{ticks}`*[ \t]*$", re.MULTILINE)
-        close = closing.search(text, opening.end())
-        if close is None:
-            break
-        body = text[opening.end() + 1 : close.start()].rstrip("\n")
-        found.append(Fence(opening[2].lower(), body, opening.start(), close.end()))
-        position = close.end()
-    return found
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("a key repeated: which value was meant is unclear")
+    return dict(pairs)
 
 
-def said(text: str) -> str:
-    """The reply up to its first stop token: what follows it the model did not mean to say."""
-    end = END_TOKENS.search(text)
-    return text if end is None else text[: end.start()]
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is no JSON number")
+
+
+_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+"""Strict JSON: a repeated key (json keeps the last, a reader sees the first) or NaN is none."""
 
 
 def _object(text: str) -> dict[str, object] | None:
     try:
-        value = json.loads(text)
+        value = _JSON.decode(text)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -150,7 +138,7 @@ def _hermes(text: str, tools: Collection[str]) -> Recovered | None:
         while position < len(text) and text[position].isspace():
             position += 1
     calls = _calls([_object(body.strip()) for body in bodies], tools)
-    return Recovered(calls, "hermes", text[:first].strip()) if calls is not None else None
+    return Recovered(calls, "hermes", text[:first].strip(), first) if calls else None
 
 
 def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
@@ -162,15 +150,15 @@ def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
         arguments = _arguments(_object(text[named.end() :].strip()))
         if named[1] not in tools or arguments is None:
             return None
-        return Recovered((TextCall(named[1], arguments),), "mistral", before.strip())
+        return Recovered((TextCall(named[1], arguments),), "mistral", before.strip(), len(before))
     try:
-        value, end = json.JSONDecoder().raw_decode(after.strip())
+        value, end = _JSON.raw_decode(after.strip())
     except (ValueError, RecursionError):
         return None
     if after.strip()[end:].strip():
         return None
     calls = _calls(value if isinstance(value, list) else [value], tools)
-    return Recovered(calls, "mistral", before.strip()) if calls is not None else None
+    return Recovered(calls, "mistral", before.strip(), len(before)) if calls else None
 
 
 def _fenced(text: str, tools: Collection[str]) -> Recovered | None:
@@ -178,26 +166,25 @@ def _fenced(text: str, tools: Collection[str]) -> Recovered | None:
     if len(blocks) != 1 or text[blocks[0].end :].strip():
         return None
     call = call_of(_object(blocks[0].body), tools, ("name",))
-    return Recovered((call,), "fenced_json", text[: blocks[0].start].strip()) if call else None
+    start = blocks[0].start
+    return Recovered((call,), "fenced_json", text[:start].strip(), start) if call else None
 
 
 def _bare(text: str, tools: Collection[str]) -> Recovered | None:
     """The reply ends with one JSON object that starts a line (inline JSON is prose)."""
     stripped = text.rstrip()
-    starts = [m.start() for m in re.finditer(r"^[ \t]*\{", stripped, re.MULTILINE)]
+    starts = [m.start() for m in re.finditer(r"^[ \t]*+\{", stripped, re.MULTILINE)]
     for start in reversed(starts[-BARE_STARTS:]):
         value = _object(stripped[start:])
         if value is not None:
             call = call_of(value, tools, ("name",))
             if call is None or '"name"' in stripped[:start]:
                 return None  # a second candidate before it: which one was meant is unclear
-            return Recovered((call,), "json", stripped[:start].strip())
+            return Recovered((call,), "json", stripped[:start].strip(), start)
     return None
 
 
-def recover(text: str, tools: Collection[str]) -> Recovered | None:
-    """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
-    text = said(text)
+def _recover(text: str, tools: Collection[str]) -> Recovered | None:
     if HERMES_OPEN in text:
         return _hermes(text, tools)
     if _MISTRAL in text:
@@ -207,33 +194,61 @@ def recover(text: str, tools: Collection[str]) -> Recovered | None:
     return _bare(text, tools)
 
 
-def read_action(text: str, tools: Collection[str]) -> Action | FormatProblem:
+def recover(text: str, tools: Collection[str], cut_off: bool = False) -> Recovered | None:
+    """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
+    readable = finished_part(reply_text(text), cut_off)
+    return None if readable is None else _recover(readable, tools)
+
+
+def _called_outside(text: str, fenced: list[Fence], tools: Collection[str]) -> bool:
+    """Whether the text outside the fenced blocks holds a call in another format too."""
+    bounds = [0, *(i for f in fenced for i in (f.start, f.end)), len(text)]
+    outside = "".join(text[a:b] for a, b in zip(bounds[::2], bounds[1::2], strict=True))
+    return HERMES_OPEN in outside or _MISTRAL in outside or _bare(outside, tools) is not None
+
+
+def read_action(text: str, tools: Collection[str], cut_off: bool = False) -> Action | FormatProblem:
     """The one action of a reply in the text protocol, or what is wrong with it."""
-    text = said(text)
-    blocks = [
-        f for f in fences(text) if f.language in SHELL_LANGUAGES or f.language in JSON_LANGUAGES
-    ]
+    readable = finished_part(reply_text(text), cut_off)
+    if readable is None:
+        return FormatProblem("no action it finished: it was cut off at the output limit")
+    fenced = fences(readable)
+    blocks = [f for f in fenced if f.language in SHELL_LANGUAGES + JSON_LANGUAGES]
+    if blocks and _called_outside(readable, fenced, tools):
+        return FormatProblem(f"{len(blocks) + 1} actions in different formats (none was run)")
     if len(blocks) > 1:
         return FormatProblem(f"{len(blocks)} action blocks (none was run)")
-    if not blocks:
-        recovered = recover(text, tools)
-        if recovered is not None and len(recovered.calls) == 1:
-            return Action(recovered.calls[0], recovered.format)
+    if blocks:
+        return _block_action(blocks[0], readable, tools)
+    recovered = _recover(readable, tools)
+    if recovered is None:
         return FormatProblem("no action block")
-    block = blocks[0]
+    if len(recovered.calls) > 1:
+        return FormatProblem(f"{len(recovered.calls)} actions (none was run)")
+    return Action(recovered.calls[0], recovered.format, recovered.start, len(readable))
+
+
+def _block_action(block: Fence, text: str, tools: Collection[str]) -> Action | FormatProblem:
+    if FENCE_LINE.search(text, block.end):
+        return FormatProblem(
+            "a ``` line after its action block (none was run). An action that holds a ``` "
+            "line (a heredoc writing Markdown) needs a longer fence, ````bash ... ````, or "
+            "file_write"
+        )
     if block.language in SHELL_LANGUAGES:
         if SHELL_TOOL not in tools:
             return FormatProblem(f"a {block.language} block, but there is no shell tool")
         if not block.body.strip():
             return FormatProblem(f"an empty {block.language} block")
-        return Action(TextCall(SHELL_TOOL, json.dumps({"command": block.body})), "bash")
+        shell = TextCall(SHELL_TOOL, json.dumps({"command": block.body}))
+        return Action(shell, "bash", block.start, block.end)
     value = _object(block.body)
     if value is None:
-        return FormatProblem("a json block that is not one JSON object")
+        return FormatProblem("a json block that is not one JSON object (each key once)")
     call = call_of(value, tools, ("tool", "name"))
     if call is None:
         named = value.get("tool", value.get("name"))
         if isinstance(named, str) and named not in tools:
             return FormatProblem(f"a json block naming no tool there is ({named[:40]!r})")
         return FormatProblem('a json block that is not {"tool": ..., "arguments": {...}}')
-    return Action(call, "json_action")
+    return Action(call, "json_action", block.start, block.end)

@@ -40,6 +40,8 @@ the next message. A reply with no action block, or more than one, runs nothing.
 
 - To run a shell command, write it in a ```bash block.
 - To use any other tool, write a ```json block holding {"tool": NAME, "arguments": {...}}.
+- An action that itself holds a ``` line (a heredoc writing Markdown) needs a longer fence: \
+````bash, closed by ````. Or write the file with file_write.
 
 The tools:
 """
@@ -144,13 +146,15 @@ def result_text(message: ToolMessage) -> str:
     return f"[{message.name} result{failed}]\n{message.content}"
 
 
-def _written(message: AssistantMessage, tools: list[str]) -> str:
+def _written(message: AssistantMessage) -> str:
     """The reply as the model wrote it; a call it did not write as text (a native call before a
-    switch to text) is added in the text form, so the model sees every action it took."""
+    switch to text) is added in the text form, so the model sees every action it took. Whether
+    it wrote it is read from the reply alone, not from the tools offered now (a side call offers
+    none)."""
     if not message.tool_calls:
         return message.content
-    action = read_action(message.content, tools)
     calls = [(c.name, c.arguments) for c in message.tool_calls]
+    action = read_action(message.content, [name for name, _ in calls])
     if isinstance(action, Action) and calls == [(action.call.name, action.call.arguments)]:
         return message.content
     blocks = []
@@ -170,7 +174,6 @@ def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Me
     """The conversation in the text protocol: the tools described in the system message, each
     result a user message, and user messages in a row joined (templates such as Gemma's refuse
     two turns of one role in a row)."""
-    tools = names(schemas)
     section = f"\n\n{tools_section(schemas)}" if schemas else ""  # a side call offers none
     sent: list[Message] = []
     for message in messages:
@@ -178,7 +181,7 @@ def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Me
             sent.append(SystemMessage(content=message.content + section))
             continue
         if isinstance(message, AssistantMessage):
-            sent.append(AssistantMessage(content=_written(message, tools)))
+            sent.append(AssistantMessage(content=_written(message)))
             continue
         text = result_text(message) if isinstance(message, ToolMessage) else message.content
         last = sent[-1] if sent else None

@@ -16,8 +16,8 @@ rest of the run (resumes too)."""
 
 @dataclass
 class ProtocolTally:
-    switched: str = ""
-    """Why `auto` went over to the text protocol; empty while it is native."""
+    switch_reason: str | None = None
+    """Why `auto` went over to the text protocol; None while it is native."""
     streak: int = 0
     """Replies in a row with no structured call whose text held one (`calls_from_text`)."""
     from_text: dict[str, int] = field(default_factory=dict)
@@ -33,18 +33,21 @@ class ProtocolTally:
         self.streak += 1
         self.from_text[written] = self.from_text.get(written, 0) + len(record.message.tool_calls)
 
-    def switched_by(self, record: Notice) -> bool:
-        """Whether `record` is the switch to text. Its requests start otherwise (the tools in
-        the system message, no schemas), so what the server cached of the request before is no
-        measure of its cache: the fold starts the cache check again."""
-        if record.once != SWITCH:
-            return False
-        self.switched = record.message
-        return True
+    def notice(self, record: Notice) -> None:
+        if is_switch(record):
+            self.switch_reason = record.message
 
     def line(self) -> str:
         """What `status` says of it: calls read from text by format, and the switch."""
         count = sum(self.from_text.values())
         formats = ", ".join(f"{name} {n:,}" for name, n in sorted(self.from_text.items()))
         read = f"{count:,} read from text ({formats})" if count else "none read from text"
-        return f"{read}; text protocol since: {self.switched}" if self.switched else read
+        why = self.switch_reason
+        return read if why is None else f"{read}; text protocol since: {why}"
+
+
+def is_switch(record: Notice) -> bool:
+    """Whether `record` is the switch to text. Its requests start otherwise (the tools in the
+    system message, no schemas), so what the server cached of the request before is no measure
+    of its cache: the fold starts the cache check again."""
+    return record.once == SWITCH

@@ -139,8 +139,8 @@ class Session:
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
-            nudge = tool_protocol.nudge(llm, self.state, reply, self.schemas)
-            told.append(UserMessage(content=nudge, origin="continue"))
+            answer = tool_protocol.answer_to(reply, at_max_tokens, llm, self.state, self.schemas)
+            told.append(UserMessage(content=answer, origin="continue"))
         if at_max_tokens and reply.tool_calls:
             # Its calls may be cut off mid-argument (they got an error result): say why.
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))

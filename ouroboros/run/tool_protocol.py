@@ -10,14 +10,19 @@ call. Either way the reply it returns is an ordinary one with its calls, marked 
 they were read from (`Completion.calls_from_text`, journalled on the message record), so the
 rest of the harness (the journal, the view, masking, carry-over) is the same in both.
 
-`auto` is native until the server refuses tools (Ollama: HTTP 400 "... does not support
-tools"), the server says the model's template cannot render them, or the model has written
-its calls as text `TEXT_STREAK` replies in a row; then it is text for the rest of the run, said
-once in a warning the fold keeps (`protocol_tally.SWITCH`).
+The reply is journalled as meant (`reply_text`: what the model made up after a stop
+token is never sent back), and arguments over `llm.max_tool_argument_bytes` are kept in neither
+the call nor the text (the action as written becomes the stand-in).
+
+`auto` is native until the server refuses tools (`REFUSES_TOOLS`), the server says the model's
+template cannot render them, or the model has written its calls as text `TEXT_STREAK` replies
+in a row; then it is text for the rest of the run, said once in a warning the fold keeps
+(`protocol_tally.SWITCH`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from dataclasses import dataclass, replace
@@ -28,21 +33,29 @@ from ouroboros.config import LLMSettings, ToolProtocol
 from ouroboros.context.pretokens import raw_units
 from ouroboros.context.tokens import tools_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolCall
-from ouroboros.model.llm import Completion, FatalError, Model
+from ouroboros.model.llm import Completion, FatalError, Model, TransientError
+from ouroboros.model.reply_text import reply_text
 from ouroboros.model.text_calls import FormatProblem, TextCall, read_action, recover
-from ouroboros.model.text_prompt import format_message, names, text_wire, tools_section
+from ouroboros.model.text_prompt import action_text, format_message, names, text_wire, tools_section
 from ouroboros.run.journal import Journal
 from ouroboros.run.protocol_tally import SWITCH
+from ouroboros.run.reply_checks import OMITTED
 from ouroboros.run.state import RunState
 
 TEXT_STREAK = 3
 """Replies in a row whose calls were read from their text before `auto` goes over to text."""
-REFUSES_TOOLS = re.compile(r"does not support tools", re.IGNORECASE)
-"""Ollama's refusal of a request with tools for a model whose template has none."""
+REFUSES_TOOLS = re.compile(
+    r"does not support tools"  # Ollama, HTTP 400, for a model whose template has no tools
+    r"|tool choice requires --enable-auto-tool-choice"  # vLLM, HTTP 400, without a tool parser
+    r"|tools param requires --jinja",  # llama-server before --jinja was its default, HTTP 500
+    re.IGNORECASE,
+)
+"""A server's refusal of a request with tools, matched before a 5xx is taken for a passing
+fault (it would be retried for ever)."""
 
 
 def text_in_force(protocol: ToolProtocol, state: RunState) -> bool:
-    return protocol == "text" or (protocol == "auto" and bool(state.protocol.switched))
+    return protocol == "text" or (protocol == "auto" and state.protocol.switch_reason is not None)
 
 
 def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: bool) -> int:
@@ -53,13 +66,19 @@ def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: b
     return {"native": native, "text": text}.get(protocol, max(native, text))
 
 
-def nudge(
-    llm: LLMSettings, state: RunState, reply: AssistantMessage, schemas: list[dict[str, Any]]
+def answer_to(
+    reply: AssistantMessage,
+    at_max_tokens: bool,
+    llm: LLMSettings,
+    state: RunState,
+    schemas: list[dict[str, Any]],
 ) -> str:
-    """What a reply without a call is told: to go on, or in the text protocol what an action
-    looks like and what this reply lacked."""
+    """What a reply without a call is told: to go on; in the text protocol, that it was cut off
+    at the output limit, or what an action looks like and what this reply lacked."""
     if not text_in_force(llm.tool_protocol, state):
         return prompts.CONTINUE
+    if at_max_tokens:
+        return prompts.cut_off(llm.max_output_tokens)
     action = read_action(reply.content, names(schemas))
     problem = action.what if isinstance(action, FormatProblem) else "no action"
     return format_message(problem, schemas)
@@ -72,24 +91,20 @@ class ProtocolModel:
     inner: Model
     journal: Journal
     protocol: ToolProtocol
+    max_argument_bytes: int
+    """`llm.max_tool_argument_bytes`: longer arguments are not kept."""
     renders_tools: bool = True
     """False: the server said the model's template drops tool schemas."""
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         state = self.journal.state
-        if not tools:  # a side call (compaction's recap): no calls to read
-            text = text_in_force(self.protocol, state)
-            return await self.inner.complete(text_wire(messages, []) if text else messages, [])
         self._switch_if_due(state)
         if text_in_force(self.protocol, state):
-            completion = await self.inner.complete(text_wire(messages, tools), [])
-            action = read_action(completion.message.content, names(tools))
-            if isinstance(action, FormatProblem) or completion.message.tool_calls:
-                return completion
-            return self._with_calls(completion, (action.call,), action.format, None)
+            written = await self.inner.complete(text_wire(messages, tools), [])
+            return self._acted(_as_meant(written), names(tools))
         try:
-            completion = await self.inner.complete(messages, tools)
-        except FatalError as e:
+            completion = _as_meant(await self.inner.complete(messages, tools))
+        except (FatalError, TransientError) as e:
             if not REFUSES_TOOLS.search(str(e)):
                 raise
             if self.protocol != "auto":
@@ -100,13 +115,28 @@ class ProtocolModel:
             self._switch(f"the server refuses tools for this model ({str(e)[:200]})")
             return await self.complete(messages, tools)
         message = completion.message
-        recovered = None if message.tool_calls else recover(message.content, names(tools))
+        cut_off = completion.finish_reason == "length"
+        recovered = None if message.tool_calls else recover(message.content, names(tools), cut_off)
         if recovered is None:
             return completion
         return self._with_calls(completion, recovered.calls, recovered.format, recovered.remaining)
 
+    def _acted(self, completion: Completion, tools: list[str]) -> Completion:
+        """A text-protocol reply with the call its one action makes, if it has one."""
+        content = completion.message.content
+        action = read_action(content, tools, completion.finish_reason == "length")
+        if isinstance(action, FormatProblem) or completion.message.tool_calls:
+            return completion
+        call, size = action.call, len(action.call.arguments.encode())
+        if size > self.max_argument_bytes:  # the action as written is sent back every turn
+            stand_in: dict[str, object] = {OMITTED: size}
+            call = TextCall(call.name, json.dumps(stand_in))
+            written = action_text(call.name, stand_in)
+            content = f"{content[: action.start]}{written}{content[action.end :]}"
+        return self._with_calls(completion, (call,), action.format, content)
+
     def _switch_if_due(self, state: RunState) -> None:
-        if self.protocol != "auto" or state.protocol.switched:
+        if self.protocol != "auto" or state.protocol.switch_reason is not None:
             return
         if not self.renders_tools:
             self._switch("the server says the model's chat template cannot render tools")
@@ -148,3 +178,11 @@ class ProtocolModel:
             ),
         )
         return replace(completion, message=message, calls_from_text=written)
+
+
+def _as_meant(completion: Completion) -> Completion:
+    """The reply as journalled: what the model meant to say (`reply_text`)."""
+    content = reply_text(completion.message.content)
+    if content == completion.message.content:
+        return completion
+    return replace(completion, message=completion.message.model_copy(update={"content": content}))
