@@ -24,7 +24,8 @@ def test_a_plan_of_digits_is_priced_by_its_tokens_not_its_bytes() -> None:
     cap = PlanCap(round(1.2 * content_tokens(Calibration(), render(prose))))
     assert problem(prose, cap) is None
     said = problem(digits, cap)
-    assert said is not None and said.startswith("the plan takes about "), said
+    assert said is not None
+    assert said.startswith("the plan takes about "), said
     assert f"at most {cap.tokens:,} here" in said
 
 
