@@ -4,9 +4,12 @@ harness however the harness dies; and a config with servers but no SDK is one li
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.abc
+import importlib.metadata
 import signal
 import socket
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -104,15 +107,53 @@ def test_a_stop_signal_mid_call_stops_the_run_and_its_servers(project: Project) 
     assert project.events("run_end")[-1]["reason"] == "stopped"
 
 
+def _installed(version: str | None) -> Callable[[str], str]:
+    """`importlib.metadata.version` as it answers with this release of the SDK installed."""
+    real = importlib.metadata.version
+
+    def answer(name: str) -> str:
+        if name != "mcp":
+            return real(name)
+        if version is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return version
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [(None, "the MCP client is not installed"), ("1.26.0", "installed is mcp 1.26.0")],
+)
 def test_servers_without_the_sdk_are_one_line(
-    project: Project, monkeypatch: pytest.MonkeyPatch
+    project: Project, monkeypatch: pytest.MonkeyPatch, version: str | None, said: str
 ) -> None:
-    found = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else found(name, *a)
-    )
+    monkeypatch.setattr(importlib.metadata, "version", _installed(version))
     ran = run_here(project, [Reply(text="done")], mcp=servers())
     assert ran.returncode == 1
+    assert said in ran.stderr
     assert "pip install -e '.[mcp]'" in ran.stderr
     assert "\n" not in ran.stderr.strip()
     assert not marked_processes()
+
+
+class _NoMcpTypes(importlib.abc.MetaPathFinder):
+    """As an SDK whose modules are not those of 2.x: `mcp_types` is not there."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.split(".")[0] == "mcp_types":
+            raise ModuleNotFoundError(f"No module named {name!r}")
+
+
+def test_an_sdk_that_does_not_import_is_one_line(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(sys.modules):
+        sdk = name.split(".")[0] in ("mcp", "mcp_types")
+        if sdk or name in ("ouroboros.mcp.hub", "ouroboros.mcp.server", "ouroboros.mcp.spawn"):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NoMcpTypes(), *sys.meta_path])
+    ran = run_here(project, [Reply(text="done")], mcp=servers())
+    assert ran.returncode == 1
+    assert "the MCP client could not be imported (No module named 'mcp_types')" in ran.stderr
+    assert "\n" not in ran.stderr.strip()

@@ -4,7 +4,8 @@ supervisor (`run/start.py`). Imports the SDK only where servers are configured: 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -18,6 +19,11 @@ from ouroboros.run.journal import Journal
 if TYPE_CHECKING:
     from ouroboros.mcp.hub import McpHub
 
+SDK_VERSIONS = ((2, 3), (3, 0))
+"""The SDK's releases this client is tested with (from, before): it imports one of its private
+modules (`mcp.client._transport`), which a later release may move."""
+INSTALL = ": pip install -e '.[mcp]' (or remove the servers from the config)"
+
 
 @asynccontextmanager
 async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[McpHub | None]:
@@ -25,14 +31,15 @@ async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[Mcp
     if not any(s.enabled for s in settings.mcp.servers.values()):
         yield None
         return
-    if importlib.util.find_spec("mcp") is None:
-        raise RunError(
-            "[mcp.servers] is configured but the MCP client is not installed: "
-            "pip install -e '.[mcp]' (or remove the servers from the config)"
-        )
-    from ouroboros.mcp.hub import McpHub
-    from ouroboros.mcp.sdk_log import sdk_warnings_journalled
-    from ouroboros.mcp.spawn import Spawner
+    if (unusable := _sdk_unusable()) is not None:
+        raise RunError(f"[mcp.servers] is configured but {unusable}{INSTALL}")
+    try:
+        from ouroboros.mcp.hub import McpHub
+        from ouroboros.mcp.sdk_log import sdk_warnings_journalled
+        from ouroboros.mcp.spawn import Spawner
+    except ImportError as e:
+        said = f"the MCP client could not be imported ({e})"
+        raise RunError(f"[mcp.servers] is configured but {said}{INSTALL}") from None
 
     spawner = Spawner(settings, journal)
     failure: BaseException | None = None
@@ -53,3 +60,16 @@ async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[Mcp
         spawner.close()
     if failure is not None:
         raise failure
+
+
+def _sdk_unusable() -> str | None:
+    """Why the installed SDK cannot serve (None when it can)."""
+    try:
+        version = importlib.metadata.version("mcp")
+    except importlib.metadata.PackageNotFoundError:
+        return "the MCP client is not installed"
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    low, high = SDK_VERSIONS
+    if not low <= release < high:
+        return f"the MCP client installed is mcp {version}, and this harness needs mcp>=2.3,<3"
+    return None
