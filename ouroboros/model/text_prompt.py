@@ -125,6 +125,12 @@ def tools_section(schemas: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+def tools_description(schemas: list[dict[str, Any]]) -> str:
+    """What the system message carries of the tools, exactly: the budget counts it every
+    request (a side call offers none)."""
+    return f"\n\n{tools_section(schemas)}" if schemas else ""
+
+
 def format_message(problem: str, schemas: list[dict[str, Any]]) -> str:
     """What a reply without exactly one action is told, with an example to copy (the shell's,
     where there is a shell)."""
@@ -174,7 +180,7 @@ def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Me
     """The conversation in the text protocol: the tools described in the system message, each
     result a user message, and user messages in a row joined (templates such as Gemma's refuse
     two turns of one role in a row)."""
-    section = f"\n\n{tools_section(schemas)}" if schemas else ""  # a side call offers none
+    section = tools_description(schemas)
     sent: list[Message] = []
     for message in messages:
         if isinstance(message, SystemMessage):

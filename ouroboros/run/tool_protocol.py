@@ -36,7 +36,13 @@ from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.llm import Completion, FatalError, Model, TransientError
 from ouroboros.model.reply_text import reply_text
 from ouroboros.model.text_calls import FormatProblem, TextCall, read_action, recover
-from ouroboros.model.text_prompt import action_text, format_message, names, text_wire, tools_section
+from ouroboros.model.text_prompt import (
+    action_text,
+    format_message,
+    names,
+    text_wire,
+    tools_description,
+)
 from ouroboros.run.journal import Journal
 from ouroboros.run.protocol_tally import SWITCH
 from ouroboros.run.reply_checks import OMITTED
@@ -62,7 +68,7 @@ def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: b
     """Raw tokens every request spends on the tools: the schemas (none where the template drops
     them), or their description in the system message; `auto`, the larger."""
     native = tools_estimate(schemas) if renders else 0
-    text = raw_units(tools_section(schemas)) if schemas else 0
+    text = raw_units(tools_description(schemas))
     return {"native": native, "text": text}.get(protocol, max(native, text))
 
 
