@@ -1,6 +1,6 @@
 """MCP servers that misbehave: each hang, crash, flood, line that is not JSON-RPC and failed
 tool gives the agent a one-line tool error, the server is started again (at most
-`mcp.max_restarts` times a session), and the run goes on; a tool named like a built-in never
+`mcp.max_server_starts` times a session), and the run goes on; a tool named like a built-in never
 takes the built-in's place; no server process outlives the run."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ another worker running at the same time are not taken for ones this process left
 def servers(*extra: str, **settings: Any) -> dict[str, Any]:
     mark = {"OUROBOROS_TEST_MARK": MARK}
     test = {"command": sys.executable, "args": [SERVER, *extra], "env": mark, **settings}
-    return {"servers": {"test": test}, "max_restarts": 1, "schema_share": 0.9}
+    return {"servers": {"test": test}, "max_server_starts": 1, "schema_share": 0.9}
 
 
 def results(project: Project) -> list[dict[str, Any]]:
@@ -109,7 +109,10 @@ def test_a_server_that_exited_between_calls_starts_again_first(project: Project)
     assert left["content"] == "leaving"
     assert echo["content"] == "echo: again"
     assert [f["fault"] for f in faults(project)] == ["exited with code 0"]
-    assert "mcp server test (echo): exited with code 0; 1 restart(s) left" in result.stdout
+    assert (
+        "mcp server test (echo): exited with code 0; may start again 1 more time(s) this session"
+        in result.stdout
+    )
 
 
 def test_a_100_mb_result_is_never_held_whole(project: Project) -> None:
@@ -167,7 +170,7 @@ def test_a_bad_notification_is_one_notice_and_no_traceback(project: Project) -> 
     assert "\n" not in said[0]
 
 
-def test_restarts_are_bounded_per_session(project: Project) -> None:
+def test_starts_after_faults_are_bounded_per_session(project: Project) -> None:
     script = [Reply(tool_calls=[tool("mcp__test__crash")]) for _ in range(3)]
     ran = run_here(
         project,
@@ -179,13 +182,13 @@ def test_restarts_are_bounded_per_session(project: Project) -> None:
     assert ran.returncode == 0, ran.stderr
     first, second, third, shell = results(project)
     assert "exited with code 3" in first["content"]
-    assert "no restart left this session" in second["content"]
+    assert "not started again this session" in second["content"]
     assert "not again before the next session" in third["content"]
     assert shell["content"].startswith("exit code 0")
     assert not marked_processes()
 
 
-def test_a_new_session_gets_its_restarts_again(project: Project) -> None:
+def test_a_new_session_may_start_a_server_again(project: Project) -> None:
     crashes = [Reply(tool_calls=[tool("mcp__test__crash")]) for _ in range(3)]
     ran = run_here(
         project,
@@ -233,6 +236,20 @@ def test_a_server_that_never_starts_is_left_out(project: Project) -> None:
     names = [t["function"]["name"] for t in ran.chat_requests()[0]["tools"]]
     assert not [name for name in names if name.startswith("mcp")]
     assert not marked_processes()
+
+
+def test_a_server_that_cannot_be_run_is_one_line_naming_what_is_missing(
+    project: Project,
+) -> None:
+    mcp = {
+        "servers": {"a": {"command": "no-such-mcp-server"}, "b": {**servers()["servers"]["test"]}}
+    }
+    mcp["servers"]["b"]["cwd"] = "missing/dir"
+    ran = run_here(project, [Reply(text="done")], mcp=mcp, supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    assert "a did not start: No such file or directory: no-such-mcp-server" in ran.stdout
+    missing = project.workspace / "missing" / "dir"
+    assert f"b did not start: No such file or directory: {missing}\n" in ran.stdout
 
 
 def test_a_fatal_error_of_the_run_is_one_line_with_servers_running(project: Project) -> None:

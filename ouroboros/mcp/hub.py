@@ -1,6 +1,6 @@
 """The run's MCP servers once started (`lifecycle.mcp_servers`): their tools offered to the agent
 (`McpHub.offer`), each call routed to its server and its faults journalled (`McpHub.call`), the
-restarts bounded per session, every server stopped at the end (`McpHub.close`)."""
+its starts after faults bounded per session, every server stopped at the end (`McpHub.close`)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ class McpHub:
         """The tools of each server that started, as it listed them."""
         self.failed: dict[str, str] = {}
         self.tools: dict[str, McpTool] = {}
-        self.restarts: dict[tuple[str, int], int] = {}
-        """Restarts made, by server and session."""
+        self.starts: dict[tuple[str, int], int] = {}
+        """Times each server was started again after a fault, by server and session."""
 
     async def start(self) -> None:
         async def connect(name: str, server: McpServer) -> None:
@@ -130,34 +130,34 @@ class McpHub:
             self._fault(tool, broken)
             await server.drop(broken)
         if server.live is None:
-            await self._restart(server, tool)
+            await self._start_again(server, tool)
         try:
             result = await server.call(tool.tool, arguments)
         except ServerDown as e:
             left = self._fault(tool, str(e))
-            again = "it starts again at the next call" if left else "no restart left this session"
+            again = "it starts again at the next call" if left else "not started again this session"
             raise ToolFailed(f"MCP server {tool.server} {e} ({again})") from None
         return Output(answer(result))
 
     def _fault(self, tool: McpTool, fault: str) -> int:
         session = self.journal.state.session
-        used = self.restarts.get((tool.server, session), 0)
-        left = max(0, self.settings.mcp.max_restarts - used)
+        used = self.starts.get((tool.server, session), 0)
+        left = max(0, self.settings.mcp.max_server_starts - used)
         said = McpFault(
-            session=session, server=tool.server, tool=tool.tool, fault=fault, restarts_left=left
+            session=session, server=tool.server, tool=tool.tool, fault=fault, starts_left=left
         )
         self.journal.append(said)
         return left
 
-    async def _restart(self, server: McpServer, tool: McpTool) -> None:
+    async def _start_again(self, server: McpServer, tool: McpTool) -> None:
         key = (tool.server, self.journal.state.session)
-        used = self.restarts.get(key, 0)
-        if used >= self.settings.mcp.max_restarts:
+        used = self.starts.get(key, 0)
+        if used >= self.settings.mcp.max_server_starts:
             raise ToolFailed(
                 f"MCP server {tool.server} is down ({server.last_fault}) and was started again "
                 f"{used} time(s) this session: not again before the next session"
             )
-        self.restarts[key] = used + 1
+        self.starts[key] = used + 1
         try:
             await server.connect()
         except ServerDown as e:

@@ -30,14 +30,15 @@ class McpOffered(Record):
 
 class McpFault(Record):
     """A server hung, crashed, sent too much or what is not JSON-RPC: the call that met it got a
-    one-line error, and the server is restarted at its next call while restarts are left."""
+    one-line error, and the server is started again at its next call, at most
+    `mcp.max_server_starts` times a session."""
 
     kind: Literal["mcp_fault"] = "mcp_fault"
     session: int
     server: str
     tool: str
     fault: str
-    restarts_left: int
+    starts_left: int
 
 
 @dataclass

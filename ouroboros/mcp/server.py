@@ -1,10 +1,11 @@
 """One MCP server as the run sees it: connected at the run's start, each call bounded by
-`call_timeout_s`, every failure one line, and started again at its next call after a fault while
-the session has restarts left for it. The SDK's session lives in a task of the run's task group
-(`hub.py`) that holds the transport open; a fault there ends that task, never the run."""
+`call_timeout_s`, every failure one line, and started again at its next call after a fault (at
+most `mcp.max_server_starts` times a session). The SDK's session lives in a task of the run's
+task group (`hub.py`) that holds the transport open; a fault there ends that task, never the run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -38,8 +39,12 @@ def leaf(error: BaseException) -> BaseException:
 
 
 def one_line(error: BaseException) -> str:
-    """An exception as one line; its type where it says nothing."""
+    """An exception as one line; its type where it says nothing; a path as the path (an
+    `OSError`'s own text shows the repr of a `Path`)."""
     error = leaf(error)
+    if isinstance(error, OSError) and error.strerror:
+        named = "" if error.filename is None else f": {os.fsdecode(error.filename)}"
+        return f"{error.strerror}{named}"[:300]
     said = " ".join(str(error).split())[:300]
     return said or type(error).__name__
 

@@ -47,8 +47,8 @@ class McpSettings(BaseModel):
     schema_share: float = Field(0.15, gt=0, le=1)
     """Share of the prompt budget the servers' schemas may take in every request; past it the
     model gets `mcp_find_tools` and `mcp_call` instead."""
-    max_restarts: int = Field(2, ge=0)
-    """Restarts of one server in one session after it hangs, crashes or misbehaves."""
+    max_server_starts: int = Field(2, ge=0)
+    """Times one server is started again in one session after it hangs, crashes or misbehaves."""
     max_message_mb: int = Field(8, ge=1)
     """The longest message read from a stdio server; a longer one is a fault (never held)."""
 

@@ -186,7 +186,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
         "yellow",
         lambda r: (
             f"mcp server {r.get('server')} ({r.get('tool')}): {r.get('fault')}; "
-            f"{r.get('restarts_left')} restart(s) left this session"
+            f"may start again {r.get('starts_left')} more time(s) this session"
         ),
     ),
     "error": ("bold red", lambda r: f"error: {r.get('message')}"),
