@@ -122,7 +122,11 @@ def test_a_gitignore_of_gigabytes_cannot_take_the_machines_memory(places: Places
     with (ws / ".gitignore").open("wb") as f:
         f.truncate(2 << 30)  # sparse: git would read it whole into memory
     (ws / "a.txt").write_text("A")
-    taken = take(repo_of(places))
+    repo = repo_of(places)
+    anyio.run(repo.ready)
+    with pytest.raises(Unlisted, match="Out of memory"):
+        anyio.run(repo.listing)
+    taken = take(repo)
     assert taken.walked
     assert (taken.files, taken.left_out) == (1, [b".gitignore"])
 

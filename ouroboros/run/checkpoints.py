@@ -87,8 +87,8 @@ async def commit_workspace(
     if not said or not said[-1].isalnum():
         raise GitFailed(f"git fast-import gave no commit for {ref}")
     taken.commit = said[-1].decode()
-    # Every fast-import writes a pack of its own: a run of many sessions would pile up packs
-    # (and a pack's lookup costs) were they never merged. The commit holds without it.
+    # A fast-import leaves a pack of its own (or, for a few files, loose objects): never merged,
+    # a run of many sessions piles them up and every lookup slows. The commit holds without it.
     try:
         await repo.run("gc", "--auto", "--quiet")
     except GitFailed as e:
