@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 END_TOKENS = re.compile(r"<\|im_end\|>|</s>|<end_of_turn>|<\|eot_id\|>|<\|end\|>")
 """Stop tokens a server leaves in the text when the template's stop is another: the reply ends
@@ -27,15 +28,19 @@ class Fence:
     end: int
 
 
+@lru_cache(maxsize=64)
+def _closing(ticks: int) -> re.Pattern[str]:
+    """The line that closes a block opened with `ticks` backticks; a stop token may end it
+    (```<|im_end|>): the block ends before it."""
+    return re.compile(rf"^[ \t]*+`{{{ticks},}}+[ \t]*+(?=$|{END_TOKENS.pattern})", re.MULTILINE)
+
+
 def fences(text: str) -> list[Fence]:
     """The closed fenced blocks of `text`, in order; a block left open (a reply cut off) is none."""
     found: list[Fence] = []
     position = 0
     while (opening := OPEN.search(text, position)) is not None:
-        ticks = opening[1]
-        # A stop token may end the closing line (```<|im_end|>): the block ends before it.
-        closing = re.compile(rf"^[ \t]*+{ticks}`*+[ \t]*+(?=$|{END_TOKENS.pattern})", re.MULTILINE)
-        close = closing.search(text, opening.end())
+        close = _closing(len(opening[1])).search(text, opening.end())
         if close is None:
             break
         body = text[opening.end() + 1 : close.start()].rstrip("\n")
