@@ -56,9 +56,14 @@ class Spawner:
                 update={"tools": t.model_copy(update={"network": network})}
             )
             confinement, summary = confine(settings, self.scratch)
+            if confinement is None and t.sandbox == "auto":
+                said = f"MCP servers run unconfined: {summary}"
+                self.journal.notify("warning", said)
             self._processes[network] = Processes(
                 confinement, max_processes=t.max_processes, max_memory_mb=t.max_memory_mb
             )
+            for gap in self._processes[network].gaps:
+                self.journal.notify("warning", f"MCP servers: {gap}")
             said = f"MCP servers (network {str(network).lower()}): {summary}"
             self.journal.notify("tools", said)
         return self._processes[network]
