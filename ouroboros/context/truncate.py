@@ -124,14 +124,18 @@ def output_price(calibration: Calibration, text: str) -> Callable[[str], int]:
 def bytes_within(text: str, tokens: int, price: Callable[[str], int]) -> int:
     """The most bytes of `text` whose head and tail, as `cap_output` keeps them, cost at most
     `tokens`: all of it if it fits; else found proportionally to its density, priced again as
-    cut (the marker costs too), a few times; at least the marker's allowance (the marker alone)."""
+    cut (the marker costs too), a few times; at least the marker's allowance (the marker alone).
+    Each try aims within the close-enough band, not at `tokens` itself: a cut denser than the
+    whole (a head and tail of numbers around prose) approaches `tokens` from above, and aimed at
+    it would miss on every try and keep the marker alone."""
     size = len(text.encode())
     fitting, cost = size, price(text)
     best = size if cost <= tokens else MARKER_ALLOWANCE
+    aim = max(tokens, 0) * (1 + FIT_CLOSE) / 2
     for _ in range(FIT_TRIES):
         if cost <= tokens and (fitting == size or cost >= FIT_CLOSE * tokens):
             break
-        fitting = min(size - 1, int(fitting * max(tokens, 0) / max(cost, 1)))
+        fitting = min(size - 1, int(fitting * aim / max(cost, 1)))
         if fitting <= MARKER_ALLOWANCE:
             break
         cost = price(cap_output(text, fitting).text)
