@@ -84,11 +84,11 @@ def restart_marker(
 def rewound(session: int, moved_aside: str, finished: bool = True) -> str:
     """After `python -m ouroboros rewind`: said at the end of the next session's first message."""
     if not finished:
+        where = f"files it moved are in {moved_aside}" if moved_aside else "it moved none"
         return (
             f"\n\nThe operator began rewinding the workspace to the start of session {session} "
             "and the rewind did not finish: some files may be as they were then, others as you "
-            f"left them; files it moved are in {moved_aside} (out of your reach). Look at your "
-            "files again before you go on."
+            f"left them; {where} (out of your reach). Look at your files again before you go on."
         )
     moved = (
         f"today's files were moved to {moved_aside} (out of your reach)"

@@ -214,6 +214,9 @@ def test_a_rewind_killed_part_way_is_journalled_and_told(project: Project, tmp_p
     # What it moved before the kill is in the folder the record names.
     assert (Path(began["moved_aside"]) / "a.txt").read_text() == "v2"
     assert not (project.workspace / "a.txt").exists()
+    assert "rewinding the workspace to the start of session 2" in project.run("tail").stdout
+    status = project.run("status").stdout
+    assert "a rewind to session 2 did not finish" in " ".join(status.split())
 
     again = run_here(project, [Reply(text="looking")], supervisor={"max_total_turns": 4})
     first = again.chat_requests()[0]["messages"]

@@ -33,16 +33,25 @@ def checkpoint_text(r: dict[str, Any]) -> str:
     )
 
 
+def rewinding_text(r: dict[str, Any]) -> str:
+    return (
+        f"rewinding the workspace to the start of session {r.get('session')} (today's files "
+        f"it replaces or removes go to {r.get('moved_aside')})"
+    )
+
+
 def rewound_text(r: dict[str, Any]) -> str:
     moved = f"{r.get('moved')} moved aside to {r['moved_aside']}" if r.get("moved_aside") else ""
+    stopped = f"; it stopped part way ({r['stopped']})" if r.get("stopped") else ""
     return (
         f"workspace rewound to the start of session {r.get('session')}: {r.get('restored')} "
-        f"file(s) restored{', ' + moved if moved else ''}"
+        f"file(s) restored{', ' + moved if moved else ''}{stopped}"
     )
 
 
 DESCRIBED = {
     "checkpoint": ("dim", checkpoint_text),
+    "rewinding": ("magenta", rewinding_text),
     "rewound": ("bold magenta", rewound_text),
 }
 """The lines `describe` shows for them."""
@@ -62,8 +71,12 @@ def checkpoints_status(summary: dict[str, Any] | None) -> Text:
         )
     if rewound := summary.get("rewound"):
         where = rewound.get("moved_aside") or "nothing moved aside"
-        said = printable(f"rewound to session {rewound['session']} ({where})")
+        stopped = ", stopped part way" if rewound.get("stopped") else ""
+        said = printable(f"rewound to session {rewound['session']} ({where}){stopped}")
         text.append(f"\n{said}", style="magenta")
+    if unfinished := summary.get("rewinding"):
+        said = f"a rewind to session {unfinished['session']} did not finish (its files: "
+        text.append(f"\n{printable(said + unfinished['moved_aside'])})", style="bold magenta")
     return text
 
 

@@ -118,5 +118,10 @@ class Checkpoints:
             "newest": [self.taken[n].model_dump(exclude={"v", "kind", "commit"}) for n in newest],
             "rewound": None
             if self.rewound is None
-            else self.rewound.model_dump(include={"ts", "session", "moved_aside", "moved"}),
+            else self.rewound.model_dump(
+                include={"ts", "session", "moved_aside", "moved", "stopped"}
+            ),
+            "rewinding": None
+            if self.rewinding is None
+            else self.rewinding.model_dump(include={"ts", "session", "moved_aside"}),
         }
