@@ -233,6 +233,40 @@ def test_a_new_session_may_start_a_server_again(project: Project) -> None:
     assert echo["content"] == "echo: next session"
 
 
+def test_a_server_that_did_not_start_is_tried_again_next_session(project: Project) -> None:
+    late = servers()  # `test` starts once the agent has made `ready`; `big` makes it search mode
+    late["servers"]["big"] = servers()["servers"]["test"]
+    late["servers"]["test"]["command"] = "sh"
+    late["servers"]["test"]["args"] = ["-c", f"test -f ready && exec {sys.executable} {SERVER}"]
+    script = [
+        Reply(tool_calls=[tool("shell_exec", command="touch ready")]),
+        Reply(tool_calls=[tool("mcp_find_tools", query="say the text back")]),
+        Reply(tool_calls=[tool("mcp_find_tools", query="say the text back")]),
+        Reply(
+            tool_calls=[("mcp_call", {"name": "mcp__test__echo", "arguments": {"text": "late"}})]
+        ),
+    ]
+    ran = run_here(
+        project,
+        script,
+        mcp={**late, "schema_share": 0.001},
+        session={"max_turns": 2},
+        supervisor={"max_total_turns": 4},
+        loops={"repeat_after": 0, "failing_after": 0, "session_repeat_after": 0},
+    )
+    assert ran.returncode == 0, ran.stderr
+    _, before, after, called = results(project)
+    assert "mcp__test__echo" not in before["content"]
+    assert "mcp__test__echo" in after["content"]
+    assert called["content"] == "echo: late"
+    described = [
+        [t["function"]["description"] for t in request["tools"]] for request in ran.chat_requests()
+    ]
+    assert described[0] == described[-1]
+    assert "MCP servers (test, big)" in " ".join(described[0])
+    assert not marked_processes()
+
+
 def test_tools_named_like_built_ins_stay_apart(project: Project) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__test__shell_exec", command="rm -rf /")]),

@@ -47,7 +47,13 @@ class McpHub:
         self.failed: dict[str, str] = {}
         self.tools: dict[str, McpTool] = {}
         self.starts: dict[tuple[str, int], int] = {}
-        """Times each server was started again after a fault, by server and session."""
+        """Times each server was started again (after a fault, or after failing to start), by
+        server and session."""
+        self.mode: catalogue.Mode = "direct"
+        self.taken: list[str] = []
+        """The built-in tools' names, which no MCP tool takes."""
+        self.tried_in = 0
+        """The session in which the servers that did not start were last tried again."""
 
     async def start(self) -> None:
         async def connect(name: str, server: McpServer) -> None:
@@ -60,38 +66,23 @@ class McpHub:
         async with anyio.create_task_group() as tg:
             for name, server in self.servers.items():
                 tg.start_soon(connect, name, server)
+        self.tried_in = max(1, self.journal.state.session)  # the run's start is this one's try
 
     def offer(self, runner: ToolRunner, prompt_budget: int) -> None:
         """Offer the tools directly, or through the two small tools when their schemas would
         take more than `mcp.schema_share` of the prompt budget; journalled (`McpOffered`)."""
-        configured = self.settings.mcp.servers
-        wanted = [
-            (name, tool)
-            for name in self.servers
-            for tool in self.listed.get(name, [])
-            if _kept(tool.name, configured[name].enabled_tools, configured[name].disabled_tools)
-        ]
-        names = tool_names([(server, t.name) for server, t in wanted], runner.tools)
-        for offered, (server, t) in zip(names, wanted, strict=True):
-            parameters = fitted(t.input_schema)
-            if parameters.cut:
-                self.journal.notify(
-                    "warning",
-                    f"MCP tool {offered}: its input schema is too large once its $refs are "
-                    "inlined; offered as taking any object (the server checks the arguments)",
-                )
-            self.tools[offered] = McpTool(
-                offered, server, t.name, t.description or "", parameters.schema
-            )
+        self.taken = list(runner.tools)
+        self._catalogue(list(self.listed))
         tools = list(self.tools.values())
         tokens = catalogue.schema_tokens(tools)
         share = int(self.settings.mcp.schema_share * prompt_budget)
         mode = catalogue.mode_for(tokens, prompt_budget, self.settings.mcp.schema_share)
+        self.mode = mode
         if mode == "direct":
             for tool in tools:
                 runner.offer(tool.name, McpArguments, self._direct(tool), tool.schema())
-        else:
-            schemas = catalogue.search_schemas([n for n in self.servers if n in self.listed])
+        else:  # every configured server named, started or not: the prefix stays the same
+            schemas = catalogue.search_schemas(list(self.servers))
             runner.offer(FIND_TOOL, FindToolsArgs, self._find, schemas[FIND_TOOL])
             runner.offer(CALL_TOOL, McpCallArgs, self._call, schemas[CALL_TOOL])
         offered_tokens = tools_estimate(
@@ -109,6 +100,55 @@ class McpHub:
             )
         )
 
+    def _catalogue(self, servers: list[str]) -> None:
+        """The tools of these servers (as listed, less those the config leaves out) named and
+        their schemas fitted, in `tools`."""
+        configured = self.settings.mcp.servers
+        wanted = [
+            (name, tool)
+            for name in self.servers
+            if name in servers
+            for tool in self.listed.get(name, [])
+            if _kept(tool.name, configured[name].enabled_tools, configured[name].disabled_tools)
+        ]
+        taken = [*self.taken, *self.tools]
+        names = tool_names([(server, t.name) for server, t in wanted], taken)
+        for offered, (server, t) in zip(names, wanted, strict=True):
+            parameters = fitted(t.input_schema)
+            if parameters.cut:
+                self.journal.notify(
+                    "warning",
+                    f"MCP tool {offered}: its input schema is too large once its $refs are "
+                    "inlined; offered as taking any object (the server checks the arguments)",
+                )
+            self.tools[offered] = McpTool(
+                offered, server, t.name, t.description or "", parameters.schema
+            )
+
+    async def _start_failed(self) -> None:
+        """At a session's first search, the servers that did not start are tried again (within
+        `mcp.max_server_starts`); their tools are found from then on. Search mode only: in
+        direct mode a new tool would change what every request offers."""
+        session = self.journal.state.session
+        if self.mode != "search" or not self.failed or self.tried_in == session:
+            return
+        self.tried_in = session
+        for name in list(self.failed):
+            used = self.starts.get((name, session), 0)
+            if used >= self.settings.mcp.max_server_starts:
+                continue
+            self.starts[(name, session)] = used + 1
+            try:
+                self.listed[name] = await self.servers[name].connect()
+            except ServerDown as e:
+                self.failed[name] = str(e)
+                self.journal.notify("warning", f"MCP server {name} did not start again: {e}")
+                continue
+            del self.failed[name]
+            self._catalogue([name])
+            found = sum(t.server == name for t in self.tools.values())
+            self.journal.notify("tools", f"MCP server {name} started: {found} tools to find")
+
     def _direct(self, tool: McpTool) -> Callable[[McpArguments], Awaitable[Output]]:
         async def run(args: McpArguments) -> Output:
             return await self.call(tool, dict(args.model_extra or {}))
@@ -116,9 +156,11 @@ class McpHub:
         return run
 
     async def _find(self, args: FindToolsArgs) -> Output:
+        await self._start_failed()
         return Output(catalogue.find_answer(list(self.tools.values()), args.query, args.limit))
 
     async def _call(self, args: McpCallArgs) -> Output:
+        await self._start_failed()
         tool = self.tools.get(args.name)
         if tool is None:
             raise ToolFailed(f"no MCP tool is named {args.name!r}: find one with {FIND_TOOL}")
