@@ -1,11 +1,12 @@
 """The room a result is given is a bound: what the model is shown of it is never larger, even
-for a cut a few bytes below its stored size (cut a little more then, never not at all)."""
+for a cut a few bytes below its stored size (a stored cut is cut a little more then, never not
+at all; a result stored whole is cut to the room itself)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ouroboros.context.truncate import RECUT_MIN, cap_output, shown
+from ouroboros.context.truncate import RECUT_MIN, SNAP, cap_output, shown
 from ouroboros.messages import ToolCall, ToolMessage
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result
@@ -20,6 +21,8 @@ def test_a_result_is_shown_no_more_than_its_room(room: int) -> None:
     message = shaped_result(CALL, Output(DIGITS), cap=30_000, room=lambda text: room)
     seen = len(shown(message).content.encode())
     assert seen <= room, f"the room said {room} bytes, the model is shown {seen}"
+    # Stored whole, it is cut to the room itself (its line ends aside): no more than it needs.
+    assert seen >= room - 2 * SNAP, f"the room said {room} bytes, the model is shown {seen}"
     assert message.saved_to is not None  # the marker says where the whole text is
 
 

@@ -27,12 +27,15 @@ RECUT_MIN = 2 * int(SNAP / HEAD_SHARE)
 """A room cut is at least this far below the stored text (see `shown`)."""
 
 
-def recut_bytes(room_bytes: int, stored: int) -> int:
-    """Bytes a stored text of `stored` bytes is shown in a room of `room_bytes`: all of it where
-    it fits; else the room, but at least `RECUT_MIN` below the stored text (see `shown`): a little
-    more is cut then, never less, as the room is a bound; at most down to the marker alone."""
+def recut_bytes(room_bytes: int, stored: int, whole: int) -> int:
+    """Bytes a stored text of `stored` bytes, cut from an output of `whole`, is shown in a room of
+    `room_bytes`: all of it where it fits; else the room, but where the stored text is itself a
+    cut, at least `RECUT_MIN` below it (see `shown`): a little more is cut then, never less, as
+    the room is a bound; at most down to the marker alone."""
     if room_bytes >= stored:
         return stored
+    if stored >= whole:  # the whole output: its cut is the cut
+        return room_bytes
     return min(room_bytes, max(stored - RECUT_MIN, MARKER_ALLOWANCE))
 
 
@@ -153,22 +156,19 @@ def capped_bytes(calibration: Calibration, tokens: int, text: str) -> int:
 
 def shown(message: ToolMessage) -> ToolMessage:
     """The result as the model is shown it: its stored text, cut to `room_bytes` if the session
-    it ran in (or the one it is carried into) had room for no more. A cut is at least
-    `RECUT_MIN` bytes below the stored text (`recut_bytes`): only so is what a cut of the stored
-    text keeps the same as what a cut of the whole output keeps (line ends move head and tail by
-    at most `SNAP` bytes)."""
+    it ran in (or the one it is carried into) had room for no more. A cut of a stored text that
+    is itself a cut is at least `RECUT_MIN` bytes below it (`recut_bytes`): only so is what a cut
+    of the stored text keeps the same as what a cut of the whole output keeps (line ends move
+    head and tail by at most `SNAP` bytes)."""
     if message.room_bytes is None or message.masked:
         return message
     stored = len(message.content.encode())
-    kept = recut_bytes(message.room_bytes, stored)
+    lines = message.output_lines
+    size = stored if message.output_bytes is None else message.output_bytes
+    kept = recut_bytes(message.room_bytes, stored, size)
     if kept >= stored:
         return message.model_copy(update={"room_bytes": None})
-    lines = message.output_lines
-    size = message.output_bytes
-    whole = (
-        len(message.content.splitlines()) if lines is None else lines,
-        stored if size is None else size,
-    )
+    whole = (len(message.content.splitlines()) if lines is None else lines, size)
     capped = cap_output(message.content, kept, message.saved_to, whole)
     return message.model_copy(update={"content": capped.text, "room_bytes": None})
 

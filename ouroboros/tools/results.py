@@ -29,7 +29,7 @@ def shaped_result(
         cap = min(cap, token_cap(capped.text))
         capped = cap_output(text, cap)
     fits = room(capped.text) if room else capped.kept_bytes
-    shown_bytes = recut_bytes(fits, capped.kept_bytes)
+    shown_bytes = recut_bytes(fits, capped.kept_bytes, size)
     # A file read is read again from the file (its range of lines says how): no copy of it.
     cut = size > shown_bytes and call.name != "file_read"
     saved_to = saved_name(call.name, text) if cut else None
