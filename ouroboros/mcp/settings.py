@@ -50,7 +50,8 @@ class McpSettings(BaseModel):
     max_server_starts: int = Field(2, ge=0)
     """Times one server is started again in one session after it hangs, crashes or misbehaves."""
     max_message_mb: int = Field(8, ge=1)
-    """The longest message read from a stdio server; a longer one is a fault (never held)."""
+    """The longest message read from a server (a stdio line, an HTTP answer or event); a longer
+    one is an error, never held whole."""
 
     @model_validator(mode="after")
     def _servers_make_sense(self) -> McpSettings:

@@ -11,9 +11,9 @@ from functools import partial
 from pathlib import Path
 
 from mcp.client._transport import TransportStreams
-from mcp.client.streamable_http import streamable_http_client
 
 from ouroboros.config import Settings
+from ouroboros.mcp.http import capped_http
 from ouroboros.mcp.server import Opener
 from ouroboros.mcp.settings import McpServerSettings
 from ouroboros.mcp.stdio import Fault, confined_stdio
@@ -37,8 +37,7 @@ class Spawner:
             url, limit = server.url, self.limit
 
             def http(fault: Fault) -> AbstractAsyncContextManager[TransportStreams]:
-                # Its faults are the SDK's errors; only server-sent events can be capped.
-                return streamable_http_client(url, max_sse_event_size=limit)
+                return capped_http(url, limit)  # its faults are the SDK's errors
 
             return http
         assert server.command is not None
