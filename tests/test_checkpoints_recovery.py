@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +18,10 @@ import anyio
 import pytest
 
 from ouroboros.model.scripted import Reply, tool
+from ouroboros.run import checkpoint_cache
 from ouroboros.run.checkpoints import prepare
 from ouroboros.run.git_store import GitFailed, Unlisted
-from ouroboros.run.workspace_files import FOLDER, move_aside
+from ouroboros.run.workspace_files import FOLDER, move_aside, read_entries
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
 from tests.test_checkpoints import tree
@@ -290,3 +292,37 @@ def test_a_move_to_another_file_system_copies_then_removes(
     # Nothing it could not copy is removed.
     assert (ws / "s" / "kept.txt").read_text() == "kept"
     assert (ws / "s" / "dev").exists()
+
+
+def test_a_file_unchanged_since_the_last_checkpoint_is_not_read_again(places: Places) -> None:
+    ws, _, _ = places
+    (ws / "same.txt").write_text("same")
+    (ws / "edited.txt").write_text("old!")
+    time.sleep(checkpoint_cache.RACY_NS / 1e9 + 0.1)  # older than a tick of the clock
+    repo = repo_of(places)
+    first = take(repo)
+    # Edited in place, its size and modification time put back as they were: its change time,
+    # which no one but the kernel sets, still says it changed.
+    before = (ws / "edited.txt").stat()
+    (ws / "edited.txt").write_text("new!")
+    os.utime(ws / "edited.txt", ns=(before.st_atime_ns, before.st_mtime_ns))
+    known = checkpoint_cache.load(repo.git_dir)
+    root = os.open(ws, FOLDER)
+    try:
+        same, edited = read_entries(root, [b"edited.txt", b"same.txt"], 10**8, 10**8, known)[::-1]
+    finally:
+        os.close(root)
+    assert same is not None
+    assert edited is not None
+    assert (same.data, edited.data) == (None, b"new!")
+    then = subprocess.run(
+        ["git", "rev-parse", f"{first.commit}:same.txt"], env=repo.env(), capture_output=True
+    )
+    assert same.oid == then.stdout.decode().strip()
+    second = take(repo)
+    shown = subprocess.run(
+        ["git", "show", f"{second.commit}:edited.txt", f"{second.commit}:same.txt"],
+        env=repo.env(),
+        capture_output=True,
+    )
+    assert shown.stdout == b"new!same"

@@ -10,6 +10,7 @@ folder (never deleting one), and writes the checkpoint's: the workspace is then 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,10 +23,12 @@ import anyio
 
 from ouroboros.config import Settings
 from ouroboros.errors import NEEDED_FREE_BYTES
-from ouroboros.run.checkpoint_records import Checkpoint, Rewinding, Rewound
+from ouroboros.run import checkpoint_cache
+from ouroboros.run.checkpoint_cache import Stamp
+from ouroboros.run.checkpoint_records import Checkpoint
 from ouroboros.run.git_store import LEFT_OUT, GitFailed, Repo, Tree, Unlisted, commit_header, quoted
 from ouroboros.run.journal import Journal
-from ouroboros.run.state_folder import CHECKPOINTS, REWOUND
+from ouroboros.run.state_folder import CHECKPOINTS
 from ouroboros.run.workspace_files import (
     FOLDER,
     clear_way,
@@ -71,6 +74,8 @@ async def commit_workspace(
     them, the rest left out and named in the commit's message). Where git cannot list it, it is
     walked if `walk_if_unlisted`, else that failure is raised."""
     await repo.ready()
+    known, started_ns = checkpoint_cache.load(repo.git_dir), time.time_ns()
+    read: list[tuple[bytes, Stamp, int | str]] = []
     root = os.open(repo.work_tree, FOLDER)
     try:
         try:
@@ -80,13 +85,22 @@ async def commit_workspace(
                 raise
             walked = await anyio.to_thread.run_sync(walk, root)
             taken = Committed(listed=walked, walked=True)
-        out = await repo.fast_import(_stream(root, taken, ref, title, max_bytes))
+        stream = _stream(root, taken, (ref, title, max_bytes), known, read)
+        try:
+            out = await repo.fast_import(stream)
+        except GitFailed:
+            checkpoint_cache.forget(repo.git_dir)
+            raise
     finally:
         os.close(root)
     said = out.split()
     if not said or not said[-1].isalnum():
         raise GitFailed(f"git fast-import gave no commit for {ref}")
     taken.commit = said[-1].decode()
+    # Without it the next checkpoint reads every file again (or trusts the older one, whose
+    # stamps still say which files are unchanged): slower, never wrong.
+    with contextlib.suppress(OSError):
+        checkpoint_cache.save(repo.git_dir, read, started_ns)
     # A fast-import leaves a pack of its own (or, for a few files, loose objects): never merged,
     # a run of many sessions piles them up and every lookup slows. The commit holds without it.
     try:
@@ -97,26 +111,41 @@ async def commit_workspace(
 
 
 async def _stream(
-    root: int, taken: Committed, ref: str, title: str, max_bytes: int
+    root: int,
+    taken: Committed,
+    commit: tuple[str, str, int],
+    known: checkpoint_cache.Known,
+    read: list[tuple[bytes, Stamp, int | str]],
 ) -> AsyncIterator[bytes]:
+    """The fast-import stream of `commit` (ref, title, max_bytes): a blob for each file read,
+    the id the last checkpoint stored for one `known` unchanged; what was read goes in `read`."""
+    ref, title, max_bytes = commit
     yield b"feature done\n"
-    kept: list[tuple[bytes, str]] = []
+    kept: list[tuple[bytes, str, bytes]] = []
     at = 0
     while at < len(taken.listed):
         paths = taken.listed[at : at + BATCH_FILES]
         room = max_bytes - taken.size
-        read = await anyio.to_thread.run_sync(read_entries, root, paths, room, BATCH_BYTES)
-        at += len(read)
+        batch = (root, paths, room, BATCH_BYTES, known)
+        found_all = await anyio.to_thread.run_sync(read_entries, *batch)
+        at += len(found_all)
         blobs = []
-        for path, found in zip(paths[: len(read)], read, strict=True):
+        for path, found in zip(paths[: len(found_all)], found_all, strict=True):
             if found is None:
                 continue  # gone, or no longer a file or a link
-            if found.data is None:
+            if found.data is None and not found.oid:
                 taken.left_out.append(path)
                 continue
             taken.size += found.size
-            kept.append((path, found.mode))
-            blobs.append(b"blob\nmark :%d\ndata %d\n%s\n" % (len(kept), found.size, found.data))
+            mark = len(kept) + 1
+            ref_of: int | str = found.oid or mark
+            if found.stamp is not None:
+                read.append((path, found.stamp, ref_of))
+            if found.data is None:
+                kept.append((path, found.mode, found.oid.encode()))
+                continue
+            kept.append((path, found.mode, b":%d" % mark))
+            blobs.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, found.size, found.data))
         yield b"".join(blobs)
     taken.files = len(kept)
     message = title
@@ -124,8 +153,8 @@ async def _stream(
         named = [os.fsdecode(p) for p in taken.left_out]
         message += f"\n\n{LEFT_OUT}{json.dumps(named)}"
     yield commit_header(ref, len(kept) + 1, message + "\n")
-    for mark, (path, mode) in enumerate(kept, 1):
-        yield b"M %s :%d %s\n" % (mode.encode(), mark, quoted(path))
+    for path, mode, data in kept:
+        yield b"M %s %s %s\n" % (mode.encode(), data, quoted(path))
     yield b"\nget-mark :%d\ndone\n" % (len(kept) + 1)
 
 
@@ -257,31 +286,3 @@ async def put_back(repo: Repo, rewind: Rewind, aside: Path, done: Restored) -> N
     finally:
         os.close(root)
         os.close(away)
-
-
-def aside_folder(state_dir: Path, session: int) -> Path:
-    """A new folder for the files a rewind moves aside."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(100):
-        name = f"{stamp}-to-session-{session}" + (f"-{n}" if n else "")
-        path = state_dir / REWOUND / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"{state_dir / REWOUND}: no free name for {stamp}")
-
-
-def rewound_record(began: Rewinding, done: Restored, stopped: str = "") -> Rewound:
-    return Rewound(
-        session=began.session,
-        commit=began.commit,
-        moved_aside=began.moved_aside if done.moved else "",
-        moved=len(done.moved),
-        restored=done.written,
-        today=done.today,
-        after_session=began.after_session,
-        stopped=stopped,
-    )

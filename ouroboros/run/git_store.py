@@ -21,6 +21,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import ByteReceiveStream
 
+from ouroboros.run.checkpoint_cache import MARKS
+
 IDENTITY = "ouroboros <ouroboros@localhost>"
 LEFT_OUT = "left out: "
 """How a commit's message lists the files past the size limit (a JSON list, one line)."""
@@ -149,7 +151,8 @@ class Repo:
 
     async def fast_import(self, stream: AsyncIterator[bytes]) -> bytes:
         """Feed `stream` to `git fast-import`; what it printed (the marks asked for)."""
-        args = ("fast-import", "--quiet", "--force", "--done")
+        marks = f"--export-marks={self.git_dir / MARKS}"
+        args = ("fast-import", "--quiet", "--force", "--done", marks)
         found: dict[str, bytes] = {}
 
         async def drain(name: str, source: ByteReceiveStream | None) -> None:

@@ -5,28 +5,49 @@ next session opens with a note saying so."""
 from __future__ import annotations
 
 import contextlib
+import time
+from pathlib import Path
 
 import anyio
 
 from ouroboros.config import Settings
 from ouroboros.errors import RunError
 from ouroboros.observe.describe import stdout_console
-from ouroboros.run.checkpoint_records import Checkpoints, Rewinding
-from ouroboros.run.checkpoints import (
-    FAILURES,
-    Restored,
-    aside_folder,
-    failure,
-    prepare,
-    put_back,
-    repo_of,
-    rewound_record,
-)
+from ouroboros.run.checkpoint_records import Checkpoints, Rewinding, Rewound
+from ouroboros.run.checkpoints import FAILURES, Restored, failure, prepare, put_back, repo_of
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import state_lock
-from ouroboros.run.state_folder import JOURNAL
+from ouroboros.run.state_folder import JOURNAL, REWOUND
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
+
+
+def aside_folder(state_dir: Path, session: int) -> Path:
+    """A new folder for the files a rewind moves aside."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(100):
+        name = f"{stamp}-to-session-{session}" + (f"-{n}" if n else "")
+        path = state_dir / REWOUND / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{state_dir / REWOUND}: no free name for {stamp}")
+
+
+def rewound_record(began: Rewinding, done: Restored, stopped: str = "") -> Rewound:
+    return Rewound(
+        session=began.session,
+        commit=began.commit,
+        moved_aside=began.moved_aside if done.moved else "",
+        moved=len(done.moved),
+        restored=done.written,
+        today=done.today,
+        after_session=began.after_session,
+        stopped=stopped,
+    )
 
 
 def spans(numbers: list[int]) -> str:

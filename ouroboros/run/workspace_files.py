@@ -13,6 +13,8 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ouroboros.run.checkpoint_cache import Known, Stamp, stamp_of
+
 REGULAR, EXECUTABLE, LINK = "100644", "100755", "120000"
 """The modes git stores a file, an executable file and a symbolic link with."""
 FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -46,13 +48,20 @@ class Found:
     mode: str
     size: int
     data: bytes | None
-    """None: larger than the room it was given, so not read."""
+    """None: larger than the room it was given, so not read; or unchanged (`oid`)."""
+    stamp: Stamp | None = None
+    """A regular file's, as it was read."""
+    oid: str = ""
+    """Unchanged since the last checkpoint read it: its blob there, the file not read again."""
 
 
-def read_entries(root: int, paths: list[bytes], room: int, budget: int) -> list[Found | None]:
+def read_entries(
+    root: int, paths: list[bytes], room: int, budget: int, known: Known
+) -> list[Found | None]:
     """The files and links at `paths`, in order, in one call (a thread's worth of work): each
-    given the room the ones before it left, until `budget` bytes are read. A path's folder is
-    opened once for the run of paths beneath it (listings come in path order)."""
+    given the room the ones before it left, until `budget` bytes are read; a file `known` as it
+    is now not read. A path's folder is opened once for the run of paths beneath it (listings
+    come in path order)."""
     found: list[Found | None] = []
     names: list[bytes] | None = None
     parent, read = -1, 0
@@ -63,10 +72,12 @@ def read_entries(root: int, paths: list[bytes], room: int, budget: int) -> list[
                 if parent >= 0:
                     os.close(parent)
                 names, parent = parents, _open(root, parents)
-            one = _read(parent, name, room) if parent >= 0 else None
+            one = _read(parent, name, room, known.get(path)) if parent >= 0 else None
             found.append(one)
+            if one is not None and (one.data is not None or one.oid):
+                room = room - one.size
             if one is not None and one.data is not None:
-                room, read = room - one.size, read + one.size
+                read += one.size
             if read >= budget:
                 break
     finally:
@@ -85,11 +96,16 @@ def _open(root: int, names: list[bytes]) -> int:
         return -1
 
 
-def _read(parent: int, name: bytes, room: int) -> Found | None:
+def _read(parent: int, name: bytes, room: int, was: tuple[Stamp, str] | None) -> Found | None:
     """The file or link `name` in the folder `parent` (a link's target, never what it points
     to); None for anything else, or where it is gone."""
     try:
-        kind = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        kind = now.st_mode
+        unchanged = was is not None and was[0] == stamp_of(now)
+        if stat.S_ISREG(kind) and was is not None and unchanged and now.st_size <= room:
+            mode = EXECUTABLE if kind & stat.S_IXUSR else REGULAR
+            return Found(mode, now.st_size, None, was[0], was[1])
         if stat.S_ISLNK(kind):
             target = os.readlink(name, dir_fd=parent)
             return Found(LINK, len(target), target if len(target) <= room else None)
@@ -105,7 +121,9 @@ def _read(parent: int, name: bytes, room: int) -> Found | None:
             data = f.read(room + 1)  # a file that grew meanwhile is cut here, not read on
     except OSError:
         return None
-    return Found(mode, len(data), data if len(data) <= room else None)
+    if len(data) > room:
+        return Found(mode, len(data), None)
+    return Found(mode, len(data), data, stamp_of(info) if len(data) == info.st_size else None)
 
 
 def walk(root: int) -> list[bytes]:
