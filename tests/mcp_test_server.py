@@ -1,5 +1,5 @@
 """A stdio MCP server for the tests, written without the SDK so that it can misbehave on purpose:
-`python tests/mcp_test_server.py [--big N] [--hang-start]`.
+`python tests/mcp_test_server.py [--big N] [--hang-start] [--laughs]`.
 
 Tools: `echo` (text back), `fail` (an `is_error` result), `hang` (never answers), `stubborn`
 (sleeps an hour), `crash` (exits mid-call), `leave` (answers, then exits), `flood` (a result of
@@ -8,7 +8,7 @@ notification that is not valid, then an answer), `typed` (a result off its `outp
 `shell_exec` and `finish` (named like the harness's own tools), `pid` (its process id), `write`,
 `connect` and `getenv` (what its confinement lets it do); with `--big N`, N more tools whose
 schemas are large (`tool_000`...), each echoing its `text`. `--hang-start` never answers
-`initialize`.
+`initialize`. `--laughs` adds `laughs`, whose schema of shared `$ref`s inlines to millions of nodes.
 """
 
 from __future__ import annotations
@@ -46,6 +46,20 @@ def _big(index: int) -> dict[str, Any]:
             "additionalProperties": False,
         },
     }
+
+
+def _laughs() -> dict[str, Any]:
+    """2 KB of schema that inlines to millions of nodes: each level's `$ref` used seven times."""
+    definitions: dict[str, Any] = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {f"p{j}": {"$ref": f"#/$defs/d{i + 1}"} for j in range(7)},
+        }
+        for i in range(9)
+    }
+    definitions["d9"] = {"type": "string"}
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": definitions}
+    return {"name": "laughs", "description": "Takes a schema of shared refs", "inputSchema": schema}
 
 
 def _tool(name: str, description: str, **properties: str) -> dict[str, Any]:
@@ -147,6 +161,8 @@ def main() -> None:
     tools = list(TOOLS)
     if "--big" in sys.argv:
         tools += [_big(i) for i in range(int(sys.argv[sys.argv.index("--big") + 1]))]
+    if "--laughs" in sys.argv:
+        tools.append(_laughs())
     for line in sys.stdin:
         request = json.loads(line)
         method, request_id = request.get("method"), request.get("id")

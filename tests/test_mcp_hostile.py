@@ -267,6 +267,18 @@ def test_a_server_that_did_not_start_is_tried_again_next_session(project: Projec
     assert not marked_processes()
 
 
+def test_a_schema_of_shared_refs_is_offered_as_any_object(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("mcp__test__laughs", x="y")]), Reply(text="done")]
+    ran = run_here(project, script, mcp=servers("--laughs"), supervisor={"max_total_turns": 2})
+    assert ran.returncode == 0, ran.stderr
+    offered = {t["function"]["name"]: t["function"] for t in ran.chat_requests()[0]["tools"]}
+    assert offered["mcp__test__laughs"]["parameters"] == {"type": "object", "properties": {}}
+    assert offered["mcp__test__echo"]["parameters"]["properties"] == {"text": {"type": "string"}}
+    warnings = [w["message"] for w in project.events("warning")]
+    assert [w for w in warnings if w.startswith("MCP tool mcp__test__laughs: its input schema")]
+    assert results(project)[0]["content"] == "laughs: None"
+
+
 def test_tools_named_like_built_ins_stay_apart(project: Project) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__test__shell_exec", command="rm -rf /")]),
