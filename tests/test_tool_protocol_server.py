@@ -1,7 +1,8 @@
 """`llm.tool_protocol` against a scripted server on the wire: each server's refusal of tools
 (vLLM's HTTP 400 without a tool parser, an older llama-server's HTTP 500 without `--jinja`) is
 a switch for `auto` and one line for `native`, never retried; a text reply cut off at the output
-limit runs nothing and is told so; and the switch survives kill -9."""
+limit in an action runs nothing and is told so (in prose, what an action looks like); and the
+switch survives kill -9."""
 
 from __future__ import annotations
 
@@ -85,9 +86,23 @@ def test_a_text_reply_cut_off_at_the_output_limit_runs_nothing_and_is_told_so(
         requests = server.chat_requests()
     assert done.returncode == 0, done.stderr
     told = requests[1]["messages"][-1]["content"]
-    assert "cut off at the output limit" in told, told
+    assert told.startswith("Your last reply was cut off at the output limit"), told
     assert not (project.workspace / "one.txt").exists()
     assert not (project.workspace / "notes.md").exists()
+
+
+def test_prose_cut_off_at_the_output_limit_is_told_what_an_action_looks_like(
+    project: Project,
+) -> None:
+    """No action was begun: what it lacked is the action, not room."""
+    script = [Reply(text="Let me think about this task. First", completion_tokens=10**6)]
+    with ScriptedServer([*script, TEXT_FINISH], dialect="llama", n_ctx=8192) as server:
+        project.configure(server.url, llm={"tool_protocol": "text"})
+        done = project.run("run")
+        requests = server.chat_requests()
+    assert done.returncode == 0, done.stderr
+    told = requests[1]["messages"][-1]["content"]
+    assert told.startswith("Your last reply had no action block."), told
 
 
 def test_the_switch_to_text_survives_kill_9(project: Project) -> None:

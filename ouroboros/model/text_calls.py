@@ -74,6 +74,10 @@ _MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*+([\w.-]++)\s*+\[ARGS\]")
 _MISTRAL = "[TOOL_CALLS]"
 
 
+CUT_OFF = FormatProblem("no action it finished: it was cut off at the output limit")
+"""A reply cut off at the output limit in an open block or reasoning."""
+
+
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     if len({key for key, _ in pairs}) != len(pairs):
         raise ValueError("a key repeated: which value was meant is unclear")
@@ -211,7 +215,7 @@ def read_action(text: str, tools: Collection[str], cut_off: bool = False) -> Act
     """The one action of a reply in the text protocol, or what is wrong with it."""
     readable = finished_part(reply_text(text), cut_off)
     if readable is None:
-        return FormatProblem("no action it finished: it was cut off at the output limit")
+        return CUT_OFF
     fenced = fences(readable)
     blocks = [f for f in fenced if f.language in SHELL_LANGUAGES + JSON_LANGUAGES]
     if blocks and _called_outside(readable, fenced, tools):

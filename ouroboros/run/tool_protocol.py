@@ -35,7 +35,7 @@ from ouroboros.context.tokens import tools_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.llm import Completion, FatalError, Model, TransientError
 from ouroboros.model.reply_text import reply_text
-from ouroboros.model.text_calls import FormatProblem, TextCall, read_action, recover
+from ouroboros.model.text_calls import CUT_OFF, FormatProblem, TextCall, read_action, recover
 from ouroboros.model.text_prompt import (
     action_text,
     format_message,
@@ -80,12 +80,13 @@ def answer_to(
     schemas: list[dict[str, Any]],
 ) -> str:
     """What a reply without a call is told: to go on; in the text protocol, that it was cut off
-    at the output limit, or what an action looks like and what this reply lacked."""
+    at the output limit in the middle of an action (or reasoning), or what an action looks like
+    and what this reply lacked."""
     if not text_in_force(llm.tool_protocol, state):
         return prompts.CONTINUE
-    if at_max_tokens:
+    action = read_action(reply.content, names(schemas), at_max_tokens)
+    if action == CUT_OFF:
         return prompts.cut_off(llm.max_output_tokens)
-    action = read_action(reply.content, names(schemas))
     problem = action.what if isinstance(action, FormatProblem) else "no action"
     return format_message(problem, schemas)
 
