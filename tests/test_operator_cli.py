@@ -15,6 +15,7 @@ import pytest
 
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run import inbox
+from ouroboros.run.state_folder import PAUSE_REQUEST
 from tests.conftest import Project, wait_for
 
 TOLD = "stop listing folders; the answer is in README"
@@ -101,10 +102,20 @@ def test_tell_then_kill_9_before_delivery_delivers_it_once_after_restart(
 
 
 def test_a_pause_holds_across_kill_9_and_restart_with_no_model_call(project: Project) -> None:
-    with ScriptedServer(agent) as server:
+    asked, called = project.state / PAUSE_REQUEST, threading.Event()
+
+    def answers_once_asked_to_pause(body: dict[str, Any]) -> Reply:
+        # The first reply waits for the request: the run cannot use up its turns before `pause`
+        # reaches it, however slowly that command starts.
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            called.set()
+            wait_for(asked.exists, timeout=60)
+        return agent(body)
+
+    with ScriptedServer(answers_once_asked_to_pause) as server:
         project.configure(server.url)
         process = project.start("run", "--max-turns", "4")
-        wait_for(lambda: server.chat_requests())
+        wait_for(called.is_set)
         assert project.run("pause").returncode == 0
         wait_for(lambda: kinds(project, "paused"))
         calls = len(server.chat_requests())
