@@ -154,7 +154,8 @@ def make_project(root: Path, strategy: str) -> None:
     (root / "SYSTEM_PROMPT.md").write_text("# Purpose\nCount things.\n")
     config: dict[str, dict[str, Any]] = {
         "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "fake", "max_output_tokens": 256},
-        "context": {"limit": WINDOW, "strategy": strategy},
+        # A soft line near low water: rounds that free a share of so little room are made.
+        "context": {"limit": WINDOW, "strategy": strategy, "soft_threshold": 0.5},
         "tools": {"sandbox": "off"},
     }
     (root / "config.toml").write_text(to_toml(config))

@@ -192,5 +192,6 @@ def test_a_compaction_after_masks_waits_for_the_history_to_regrow_past_the_faile
     state.apply(CompactionFailed(session=1, message="no", retry_above=state.view.raw_total))
     state.apply(Mask(session=1, call_ids=["c0"]))
     assert room.projected(state, rules) >= freeing.line
-    assert not policy.still_wanted(state, rules, freeing, "compact", first=False)
-    assert policy.still_wanted(state, rules, replace(freeing, forced=True), "compact", first=False)
+    assert policy.still_wanted(state, rules, freeing, "compact", first=False) == "skip"
+    forced = replace(freeing, forced=True)
+    assert policy.still_wanted(state, rules, forced, "compact", first=False) == "try"

@@ -128,14 +128,16 @@ def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
 
 def still_wanted(
     state: RunState, rules: Rules, freeing: FreeRoom, means: Means, first: bool
-) -> bool:
-    """Whether a `FreeRoom` decision's next means is tried: the first always; a later one while
-    the prompt is still past the line; a compaction (unless asked for) only once the history has
-    grown past where the last one failed, as it stands after the masks before it."""
+) -> Literal["try", "skip", "done"]:
+    """What becomes of a `FreeRoom` decision's next means: the first is tried, a later one only
+    while the prompt is still past the line (else the room is made: done); a compaction (unless
+    asked for) is skipped, and the next means tried, until the history has grown past where the
+    last one failed, as it stands after the masks before it."""
     if not first and projected(state, rules) < freeing.line:
-        return False
-    forced = freeing.forced
-    return means != "compact" or forced or state.view.raw_total >= state.compaction_retry_above
+        return "done"
+    if means == "compact" and not freeing.forced:
+        return "try" if state.view.raw_total >= state.compaction_retry_above else "skip"
+    return "try"
 
 
 # --- after every step: phases, each seeing what the one before did ----------------------------

@@ -28,12 +28,18 @@ BY_OPERATOR = "operator"
 BY_AUTO_RESTART_OFF = "auto_restart = false"
 
 
-async def safe_point(state_dir: Path, journal: Journal, clock: Clock, room_bytes: int) -> None:
+TOLD_SHARE = 0.1
+"""Of the prompt budget, what one operator message may take (the rest is kept in the journal)."""
+BYTES_PER_TOKEN = 2
+"""Conservative: the densest text costs about a token every two bytes."""
+
+
+async def safe_point(state_dir: Path, journal: Journal, clock: Clock, prompt_budget: int) -> None:
     """Pause if asked (and hold while paused), then deliver the messages waiting, each cut to
-    `room_bytes`."""
+    its share of the prompt budget."""
     take_requests(state_dir, journal)
     await hold(state_dir, journal, clock)
-    deliver(state_dir, journal, room_bytes)
+    deliver(state_dir, journal, int(prompt_budget * TOLD_SHARE * BYTES_PER_TOKEN))
 
 
 def take_requests(state_dir: Path, journal: Journal) -> None:

@@ -39,11 +39,6 @@ from ouroboros.tools import Tools
 from ouroboros.tools.builtin import finish_summary
 from ouroboros.tools.results import Fit
 
-TOLD_SHARE = 0.1
-"""Of the prompt budget, what one operator message may take (the rest is kept in the journal)."""
-BYTES_PER_TOKEN = 2
-"""Conservative: the densest text costs about a token every two bytes."""
-
 
 class SessionEnded(Exception):
     """The session is over; `reason` tells the supervisor whether to restart or stop."""
@@ -85,10 +80,8 @@ class Session:
         while True:
             self.check_limits()
             # After the limits: a message goes to a session that makes a call with it.
-            room_bytes = int(self.rules.budget.prompt_budget * TOLD_SHARE * BYTES_PER_TOKEN)
-            await operator.safe_point(
-                self.settings.paths.state_dir, self.journal, self.clock, room_bytes
-            )
+            state_dir, budget = self.settings.paths.state_dir, self.rules.budget.prompt_budget
+            await operator.safe_point(state_dir, self.journal, self.clock, budget)
             reply, dropped = await self.call_model()
             at_max_tokens = reply.finish_reason == "length"
             await self.act_on(reply.message, at_max_tokens=at_max_tokens, dropped=dropped)
@@ -172,8 +165,11 @@ class Session:
 
     async def free_room(self, freeing: FreeRoom) -> None:
         for index, means in enumerate(freeing.order):
-            if not policy.still_wanted(self.state, self.rules, freeing, means, first=index == 0):
-                return
+            wanted = policy.still_wanted(self.state, self.rules, freeing, means, first=index == 0)
+            if wanted != "try":
+                if wanted == "done":
+                    return
+                continue
             if means == "compact":
                 if freeing.forced:
                     drop_compaction_request(self.settings.paths.state_dir)
@@ -283,6 +279,8 @@ class Session:
             # The first message after its results tells of dropped calls: not yet, if none.
             dropped = 0 if answered else self.state.dropped_calls
             await self.act_on(reply, resuming=True, dropped=dropped)
+        else:
+            await self.after_step()  # answered, but what the policy decided after may be cut off
 
     def check_limits(self) -> None:
         s, st = self.settings, self.state

@@ -274,8 +274,9 @@ class RunState:
             self.loops.previous_calls = session_calls(self.view, self.view.opening)
         self.session = record.session
         fresh = RunState()
-        for name in session_fields():
-            setattr(self, name, getattr(fresh, name))
+        for f in fields(RunState):
+            if f.metadata.get("session"):
+                setattr(self, f.name, getattr(fresh, f.name))
         self.session_open = True
         self.view = ContextView(record.messages)
 
@@ -289,10 +290,6 @@ class RunState:
             self.ledger.calibration.set_frame(record.window.frame_tokens)
         if record.limits is not None:
             self.limits = record.limits
-
-
-def session_fields() -> list[str]:
-    return [f.name for f in fields(RunState) if f.metadata.get("session")]
 
 
 def replay(records: list[Record]) -> RunState:
