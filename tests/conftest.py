@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -120,21 +121,29 @@ def llama_server() -> Iterator[ScriptedServer]:
         yield s
 
 
-@pytest.fixture
-def small_disk(project: Project) -> Iterator[Path]:
-    """The state folder on a 256 KB tmpfs (root and mount(8) needed; skipped elsewhere)."""
-    project.state.mkdir()
+@contextmanager
+def tmpfs_at(folder: Path, size: str) -> Iterator[Path]:
+    """`folder`, made, on a tmpfs of `size` (root and mount(8) needed; the test is skipped
+    elsewhere)."""
+    folder.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(project.state)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
         capture_output=True,
         text=True,
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
     try:
-        yield project.state
+        yield folder
     finally:
-        subprocess.run(["umount", "-l", str(project.state)], check=False)
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture
+def small_disk(project: Project) -> Iterator[Path]:
+    """The state folder on a 256 KB tmpfs."""
+    with tmpfs_at(project.state, "256k") as state:
+        yield state
 
 
 def fill(disk: Path, leave: int) -> Path:

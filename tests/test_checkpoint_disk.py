@@ -4,31 +4,20 @@ while it is written, there is no checkpoint (a warning) and the run goes on."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ouroboros.model.scripted import Reply, ScriptedServer
-from tests.conftest import Project
+from tests.conftest import Project, tmpfs_at
 
 
 @pytest.fixture
 def state_on_20_mb(project: Project) -> Iterator[Path]:
     """The state folder on a 20 MB tmpfs: more than the 16 MB a run keeps for its journal."""
-    project.state.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(project.state)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield project.state
-    finally:
-        subprocess.run(["umount", "-l", str(project.state)], check=False)
+    with tmpfs_at(project.state, "20m") as state:
+        yield state
 
 
 def test_a_checkpoint_the_disk_cannot_hold_is_a_warning_and_leaves_nothing(
