@@ -14,6 +14,7 @@ import pytest
 
 from ouroboros.run import checkpoint_cache
 from ouroboros.run.workspace_files import FOLDER, move_aside, read_entries
+from tests.conftest import tmpfs_at
 from tests.test_checkpoints_hostile import Places, places, repo_of, take
 
 __all__ = ["places"]
@@ -22,15 +23,8 @@ __all__ = ["places"]
 @pytest.fixture
 def other_file_system(tmp_path: Path) -> Iterator[Path]:
     """A folder on a tmpfs of its own: a rename from there to `tmp_path` crosses devices."""
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"no tmpfs can be mounted here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs_at(tmp_path / "mnt", "64m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_move_to_another_file_system_copies_then_removes(

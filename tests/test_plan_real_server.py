@@ -37,12 +37,8 @@ TURNS = 3
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    instance = real_server.RealServer(ctx=N_CTX, log_path=log, extra_args=["--threads", "1"])
-    instance.start()
-    try:
-        yield instance
-    finally:
-        instance.stop()
+    with real_server.RealServer(ctx=N_CTX, log_path=log, extra_args=["--threads", "1"]) as one:
+        yield one
 
 
 def test_the_real_server_gets_the_plan_whole_in_each_sessions_first_request(

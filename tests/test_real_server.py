@@ -345,12 +345,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     # One thread: on a small shared machine two threads that spin-wait for each other slow to
     # a crawl whenever anything else runs (seen: 2 tokens/s instead of 50); one degrades gently.
-    instance = real_server.RealServer(ctx=N_CTX, log_path=log, extra_args=["--threads", "1"])
-    instance.start()
-    try:
-        yield instance
-    finally:
-        instance.stop()
+    with real_server.RealServer(ctx=N_CTX, log_path=log, extra_args=["--threads", "1"]) as one:
+        yield one
 
 
 @pytest.fixture
