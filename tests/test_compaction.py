@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from ouroboros.context.tokens import raw_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
 from ouroboros.model.llm import ContextOverflow, LLMError
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from tests.conftest import Project, wait_for
+from tests.conftest import Project
 from tests.inprocess import run_here
 from tests.test_context_policies import histories
 from tests.test_context_run import PLACEHOLDER, fill_workspace
@@ -169,17 +170,26 @@ def test_compact_command_asks_the_running_supervisor(project: Project) -> None:
 
     fill_workspace(project, files=12, words=120)
     paths = itertools.cycle(f"mod{i}.py" for i in range(12))
+    calls = itertools.count(1)
+    sixth_call, compact_asked = threading.Event(), threading.Event()
 
     def respond(body: dict[str, Any]) -> Reply:
         if body["messages"][0]["content"] == RECAP_SYSTEM:
             return Reply(text=RECAP)
-        return Reply(tool_calls=[tool("file_read", path=next(paths))], delay_s=0.2)
+        if next(calls) == 6:
+            # The run waits on the command, not the command on the clock: under load the run
+            # used up its turns before `compact` (a process of its own) reached it. (The
+            # server holds its lock while this answers: wait on events, not on its requests.)
+            sixth_call.set()
+            compact_asked.wait(timeout=120)
+        return Reply(tool_calls=[tool("file_read", path=next(paths))])
 
     with ScriptedServer(respond, dialect="llama", n_ctx=32768) as server:
         project.configure(server.url, supervisor={"max_total_turns": 14})
         process = project.start("run")
-        wait_for(lambda: len(server.chat_requests()) >= 6)
+        assert sixth_call.wait(timeout=120)
         asked = project.run("compact")
+        compact_asked.set()
         _, stderr = process.communicate(timeout=60)
     assert asked.returncode == 0
     assert "compact the context at its next turn" in asked.stderr

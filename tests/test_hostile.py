@@ -244,8 +244,10 @@ CASES: dict[str, Check] = {
         ).message.exit_code
         != 0
     ),
+    # The limit is far above the time the command needs on an idle machine: what is tested is
+    # the cap on what comes back, not the clock (20 s timed out on a busy 2-core machine).
     "50 MB of output": survives(
-        "head -c 50000000 /dev/zero | tr '\\0' a", 20, "bytes) cut", "exit code 0"
+        "head -c 50000000 /dev/zero | tr '\\0' a", 600, "bytes) cut", "exit code 0"
     ),
     "binary output": survives("head -c 200000 /dev/urandom", 10, "bytes) cut"),
     "never exits": survives("sleep 1000", 1, "timed out after 1 s"),
