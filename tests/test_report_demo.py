@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import re
+import secrets
 import shutil
+import string
 import subprocess
 import sys
 import tempfile
@@ -68,21 +69,36 @@ def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo
     assert (project.workspace / "src" / "parser.py").exists()
 
 
+README_DEMO = "/tmp/ouroboros-demo"
+"""Where the README's demo runs: a person's folder, which the tests never touch."""
+
+
+def twin_of(path: str) -> Path:
+    """A new folder whose path has the same length and the same words as `path` but its last
+    (`/tmp/ouroboros-qfxa` for `/tmp/ouroboros-demo`): the path is in the agent's prompt, so
+    its twin gives the same token counts and sizes as the README's folder."""
+    head, _, last = path.rpartition("-")
+    for _ in range(100):
+        # Lower-case letters only, as in "demo": the token estimate counts a digit as a token.
+        twin = Path(f"{head}-{''.join(secrets.choice(string.ascii_lowercase) for _ in last)}")
+        with contextlib.suppress(FileExistsError):
+            twin.mkdir()
+            return twin
+    raise FileExistsError(f"no free twin of {path}")
+
+
 def test_the_readme_shows_what_the_demo_prints() -> None:
     """The README's sample is a real demo run's output: its lines, in order, with the times and
     the interpreter as this run has them (`...` leaves lines out). The demo runs in the folder
-    the README names: its path is in the agent's prompt, and so in every token count."""
-    root = Path("/tmp/ouroboros-demo")
+    the README names, or one of its twins: its path is in the agent's prompt, and so in every
+    token count."""
     out = io.StringIO()
-    # One demo at a time in that folder, whatever else runs the suite on this machine.
-    with Path("/tmp/ouroboros-demo.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    root = twin_of(README_DEMO)
+    try:
+        with contextlib.redirect_stdout(out):
+            assert main(["demo", "--dir", str(root)]) == 0
+    finally:
         shutil.rmtree(root, ignore_errors=True)
-        try:
-            with contextlib.redirect_stdout(out):
-                assert main(["demo", "--dir", str(root)]) == 0
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
     readme = (PROJECT_ROOT / "README.md").read_text()
     start = readme.index("```\nouroboros demo: a scripted agent")
     sample = readme[start + 4 : readme.index("```", start + 4)].splitlines()
@@ -93,7 +109,7 @@ def test_the_readme_shows_what_the_demo_prints() -> None:
         return re.sub(r"^\d\d:\d\d:\d\d ", "", line).rstrip()
 
     printed = [
-        plain(line).replace(sys.executable, ".venv/bin/python")
+        plain(line).replace(sys.executable, ".venv/bin/python").replace(str(root), README_DEMO)
         for line in out.getvalue().splitlines()
     ]
     at = 0
