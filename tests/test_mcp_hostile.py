@@ -351,7 +351,12 @@ def test_a_server_that_cannot_be_run_is_one_line_naming_what_is_missing(
     mcp["servers"]["b"]["cwd"] = "missing/dir"
     ran = run_here(project, [Reply(text="done")], mcp=mcp, supervisor={"max_total_turns": 1})
     assert ran.returncode == 0, ran.stderr
-    assert "a did not start: No such file or directory: no-such-mcp-server" in ran.stdout
+    path = os.pathsep.join(os.get_exec_path())
+    warnings = [w["message"] for w in project.events("warning")]
+    assert (
+        f"MCP server a did not start: no-such-mcp-server is not on PATH ({path}) nor in "
+        f"{Path(sys.executable).parent}: install it, or give `command` its path"
+    ) in warnings
     missing = project.workspace / "missing" / "dir"
     assert f"b did not start: No such file or directory: {missing}\n" in ran.stdout
 
