@@ -1,5 +1,5 @@
 """A stdio MCP server for the tests, written without the SDK so that it can misbehave on purpose:
-`python tests/mcp_test_server.py [--big N] [--hang-start] [--laughs]`.
+`python tests/mcp_test_server.py [--big N] [--hang-start] [--laughs] [--malformed]`.
 
 Tools: `echo` (text back), `fail` (an `is_error` result), `hang` (never answers), `stubborn`
 (sleeps an hour), `crash` (exits mid-call), `leave` (answers, then exits), `flood` (a result of
@@ -9,6 +9,7 @@ notification that is not valid, then an answer), `typed` (a result off its `outp
 `connect` and `getenv` (what its confinement lets it do); with `--big N`, N more tools whose
 schemas are large (`tool_000`...), each echoing its `text`. `--hang-start` never answers
 `initialize`. `--laughs` adds `laughs`, whose schema of shared `$ref`s inlines to millions of nodes.
+`--malformed` lists tools the SDK refuses (`MALFORMED`) among the others.
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ TOOLS = [
 ]
 
 
+MALFORMED: list[Any] = [
+    {"name": "no_schema", "description": "Has no inputSchema"},
+    {"name": "array_schema", "inputSchema": {"type": "array"}},
+    {"description": "Has no name", "inputSchema": {"type": "object"}},
+    {"name": "numbered", "description": 42, "inputSchema": {"type": "object"}},
+    "not a tool",
+]
+"""With `--malformed`: tools the SDK's check of a list refuses, listed among the good ones."""
+
+
 def send(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -163,6 +174,9 @@ def main() -> None:
         tools += [_big(i) for i in range(int(sys.argv[sys.argv.index("--big") + 1]))]
     if "--laughs" in sys.argv:
         tools.append(_laughs())
+    if "--malformed" in sys.argv:
+        tools[1:1] = MALFORMED[:3]
+        tools += MALFORMED[3:]
     for line in sys.stdin:
         request = json.loads(line)
         method, request_id = request.get("method"), request.get("id")

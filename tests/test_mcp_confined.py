@@ -10,12 +10,14 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("mcp", reason="the MCP client needs the [mcp] extra (pip install -e '.[mcp]')")
 
+from ouroboros.mcp.spawn import NotFound, found
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
@@ -157,3 +159,27 @@ def test_an_sdk_that_does_not_import_is_one_line(
     assert ran.returncode == 1
     assert "the MCP client could not be imported (No module named 'mcp_types')" in ran.stderr
     assert "\n" not in ran.stderr.strip()
+
+
+def test_a_command_is_looked_up_on_path_then_beside_the_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    beside = Path(sys.executable).parent
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "shared").write_text("#!/bin/sh\n")
+        (folder / "shared").chmod(0o755)
+    (first / "not-executable").write_text("#!/bin/sh\n")
+    path = [str(first), str(second)]
+    assert found("shared", path) == str(first / "shared")  # PATH in its order
+    assert found("python", path) == str(beside / "python")  # then beside the interpreter
+    assert found("./shared", path) == "./shared"  # a path is left as it is
+    monkeypatch.chdir(first)  # a relative folder on PATH is never taken (it would be the workspace)
+    assert found("shared", [".", str(second)]) == str(second / "shared")
+    with pytest.raises(NotFound) as refused:
+        found("not-executable", path)
+    assert str(refused.value) == (
+        f"not-executable is not on PATH ({first}:{second}) nor in {beside}: install it, or "
+        "give `command` its path"
+    )

@@ -279,6 +279,35 @@ def test_a_schema_of_shared_refs_is_offered_as_any_object(project: Project) -> N
     assert results(project)[0]["content"] == "laughs: None"
 
 
+def test_a_malformed_tool_is_left_out_and_the_others_offered(project: Project) -> None:
+    script = [
+        Reply(tool_calls=[tool("mcp__test__echo", text="still offered")]),
+        Reply(tool_calls=[tool("mcp__test__typed")]),  # its output schema is still checked
+        Reply(text="done"),
+    ]
+    ran = run_here(project, script, mcp=servers("--malformed"), supervisor={"max_total_turns": 3})
+    assert ran.returncode == 0, ran.stderr
+    names = {t["function"]["name"] for t in ran.chat_requests()[0]["tools"]}
+    assert {"mcp__test__echo", "mcp__test__fail", "mcp__test__getenv"} <= names
+    assert not names & {"mcp__test__no_schema", "mcp__test__array_schema", "mcp__test__numbered"}
+    echo, typed = results(project)
+    assert echo["content"] == "echo: still offered"
+    assert "answered off the tool's schema" in typed["content"]
+    warnings = [w["message"] for w in project.events("warning") if "left out" in w["message"]]
+    assert warnings == [
+        "MCP server test: tool 'no_schema' left out: inputSchema: Field required",
+        "MCP server test: tool 'array_schema' left out: inputSchema.type: Input should be 'object'",
+        "MCP server test: tool #4 of its list left out: name: Field required",
+        "MCP server test: tool 'numbered' left out: description: Input should be a valid string",
+        "MCP server test: tool #21 of its list left out: Input should be a valid dictionary or "
+        "instance of Tool",
+    ]
+    (offered,) = project.events("mcp_offered")
+    assert offered["servers"] == {"test": 16}
+    assert faults(project) == []
+    assert not marked_processes()
+
+
 def test_tools_named_like_built_ins_stay_apart(project: Project) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__test__shell_exec", command="rm -rf /")]),
@@ -322,7 +351,12 @@ def test_a_server_that_cannot_be_run_is_one_line_naming_what_is_missing(
     mcp["servers"]["b"]["cwd"] = "missing/dir"
     ran = run_here(project, [Reply(text="done")], mcp=mcp, supervisor={"max_total_turns": 1})
     assert ran.returncode == 0, ran.stderr
-    assert "a did not start: No such file or directory: no-such-mcp-server" in ran.stdout
+    path = os.pathsep.join(os.get_exec_path())
+    warnings = [w["message"] for w in project.events("warning")]
+    assert (
+        f"MCP server a did not start: no-such-mcp-server is not on PATH ({path}) nor in "
+        f"{Path(sys.executable).parent}: install it, or give `command` its path"
+    ) in warnings
     missing = project.workspace / "missing" / "dir"
     assert f"b did not start: No such file or directory: {missing}\n" in ran.stdout
 

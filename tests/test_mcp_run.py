@@ -6,6 +6,7 @@ while the first request stays under the prompt budget."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -58,6 +59,33 @@ def test_the_time_server_from_pypi_over_stdio(project: Project) -> None:
     status = project.run("status")
     assert "offered directly" in status.stdout
     assert not marked_processes()  # the server stopped with the run
+
+
+def test_the_readmes_time_server_starts_with_the_venv_not_activated(project: Project) -> None:
+    """`command = "mcp-server-time"` as the README has it, in a run started with the venv's
+    python whose PATH does not hold the venv's `bin/`: found beside the interpreter."""
+    path = "/usr/local/bin:/usr/bin:/bin"
+    assert shutil.which("mcp-server-time", path=path) is None
+    time_server = {
+        "command": "mcp-server-time",
+        "args": ["--local-timezone", "UTC"],
+        "enabled_tools": ["get_current_time", "convert_time"],
+        "env": {"OUROBOROS_TEST_MARK": MARK},
+    }
+    script = [
+        Reply(tool_calls=[tool("mcp__time__get_current_time", timezone="Europe/Paris")]),
+        Reply(text="done"),
+    ]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, mcp={"servers": {"time": time_server}})
+        result = project.run("run", "--max-turns", "2", env={"PATH": path})
+        tools = [t["function"]["name"] for t in server.chat_requests()[0]["tools"]]
+    assert result.returncode == 0, result.stderr
+    assert "did not start" not in result.stdout
+    assert {"mcp__time__get_current_time", "mcp__time__convert_time"} <= set(tools)
+    (paris,) = results(project)
+    assert json.loads(paris["content"])["timezone"] == "Europe/Paris"
+    assert not marked_processes()
 
 
 def _free_port() -> int:

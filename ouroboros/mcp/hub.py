@@ -62,6 +62,8 @@ class McpHub:
             except ServerDown as e:
                 self.failed[name] = str(e)
                 self.journal.notify("warning", f"MCP server {name} did not start: {e}")
+                return
+            self._say_left_out(name)
 
         async with anyio.create_task_group() as tg:
             for name, server in self.servers.items():
@@ -145,9 +147,14 @@ class McpHub:
                 self.journal.notify("warning", f"MCP server {name} did not start again: {e}")
                 continue
             del self.failed[name]
+            self._say_left_out(name)
             self._catalogue([name])
             found = sum(t.server == name for t in self.tools.values())
             self.journal.notify("tools", f"MCP server {name} started: {found} tools to find")
+
+    def _say_left_out(self, name: str) -> None:
+        for line in self.servers[name].left_out:
+            self.journal.notify("warning", f"MCP server {name}: {line}")
 
     def _direct(self, tool: McpTool) -> Callable[[McpArguments], Awaitable[Output]]:
         async def run(args: McpArguments) -> Output:

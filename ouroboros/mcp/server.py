@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from ouroboros.mcp.content import result_text
+from ouroboros.mcp.listing import Listing, checked
 from ouroboros.mcp.settings import McpServerSettings
 from ouroboros.mcp.stdio import Fault
 from ouroboros.tools.builtin import ToolFailed
@@ -60,6 +61,7 @@ class _Live:
     scope: anyio.CancelScope
     ended: anyio.Event
     fault: Fault
+    listing: Listing
 
 
 class McpServer:
@@ -67,6 +69,8 @@ class McpServer:
         self.name, self.settings, self.opener, self.tg = name, settings, opener, tg
         self.live: _Live | None = None
         self.last_fault = ""
+        self.left_out: list[str] = []
+        """The tools its last listing left out (malformed), one line each."""
 
     async def connect(self) -> list[types.Tool]:
         """Start the server, shake hands and list its tools, within `startup_timeout_s`."""
@@ -80,19 +84,22 @@ class McpServer:
             said = fault.reason or (f"did not start in {waited:g} s" if late else one_line(e))
             stderr = fault.last_error_line()
             raise ServerDown(f"{said} ({stderr})" if stderr else said) from None
+        self.left_out = list(self.live.listing.left_out)
         return self.live.tools
 
     async def _hold(self, fault: Fault, *, task_status: TaskStatus[_Live]) -> None:
-        ended, started = anyio.Event(), False
+        ended, started, listing = anyio.Event(), False, Listing()
         try:
             with anyio.CancelScope() as scope:
-                async with self.opener(fault) as (read, write), ClientSession(read, write) as s:
-                    with anyio.fail_after(self.settings.startup_timeout_s):
-                        await s.initialize()
-                        tools = await _all_tools(s)
-                    task_status.started(_Live(s, tools, scope, ended, fault))
-                    started = True
-                    await anyio.sleep_forever()
+                async with self.opener(fault) as streams:
+                    read, write = checked(streams, listing)
+                    async with ClientSession(read, write) as s:
+                        with anyio.fail_after(self.settings.startup_timeout_s):
+                            await s.initialize()
+                            tools = await _all_tools(s)
+                        task_status.started(_Live(s, tools, scope, ended, fault, listing))
+                        started = True
+                        await anyio.sleep_forever()
         except Exception as e:
             if not started:
                 raise

@@ -6,8 +6,9 @@ through the SDK's client."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from contextlib import AbstractAsyncContextManager
-from functools import partial
 from pathlib import Path
 
 from mcp.client._transport import TransportStreams
@@ -45,8 +46,18 @@ class Spawner:
         workspace = self.settings.paths.workspace
         cwd = workspace / server.cwd if server.cwd is not None else workspace
         env = {**command_env(os.environ, self.settings.tools.env, self.scratch), **server.env}
-        command = [server.command, *server.args]
-        return partial(confined_stdio, command, Path(cwd), env, self._for(network), self.limit)
+        program, args = server.command, server.args
+        processes, limit = self._for(network), self.limit
+
+        def stdio(fault: Fault) -> AbstractAsyncContextManager[TransportStreams]:
+            try:  # looked up at each start: a program installed since is found
+                command = [found(program, os.get_exec_path(env)), *args]
+            except NotFound as e:
+                fault.note(str(e))  # whole: where it looked may be longer than an error's line
+                raise
+            return confined_stdio(command, Path(cwd), env, processes, limit, fault)
+
+        return stdio
 
     def _for(self, network: bool) -> Processes:
         if network not in self._processes:
@@ -71,3 +82,23 @@ class Spawner:
         for processes in self._processes.values():
             processes.close()
         remove_scratch(self.scratch)
+
+
+class NotFound(Exception):
+    """A server's program is nowhere it was looked for: the message says where."""
+
+
+def found(program: str, path: list[str]) -> str:
+    """`program` as it will be run: with a slash, as it is (from the server's folder); without
+    one, its first executable file in the absolute folders of `path` (the server's PATH; a
+    relative one would be the workspace, where the agent writes), then beside the running
+    interpreter: the `[mcp]` extra installs servers into the venv's `bin/`, which is not on PATH
+    when the venv was not activated."""
+    if "/" in program:
+        return program
+    beside = str(Path(sys.executable).parent)
+    for folder in (*(f for f in path if os.path.isabs(f)), beside):
+        if (where := shutil.which(program, path=folder)) is not None:
+            return where
+    looked = f"PATH ({os.pathsep.join(path)}) nor in {beside}"
+    raise NotFound(f"{program} is not on {looked}: install it, or give `command` its path")
