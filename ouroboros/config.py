@@ -237,6 +237,15 @@ class HookSettings(_Section):
     (`skipped`), not run."""
     waiting_after_min: float = Field(10.0, ge=0)
     """Minutes of failed calls to the model server before the `waiting` event."""
+    env: list[str] = [
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM",
+        "COLUMNS", "LINES", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONIOENCODING",
+        "DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR",
+        "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    ]  # fmt: skip
+    """Variables of the harness's environment that hooks inherit (shell-style patterns, as
+    `tools.env`; with the desktop's for `notify-send` and the proxies for `curl`), besides
+    their own `OUROBOROS_*`; no others: the API key stays out unless named here."""
 
 
 class PathSettings(_Section):

@@ -258,3 +258,71 @@ def test_the_readme_examples_are_valid_hooks(project: Project) -> None:
     hooks = load_settings(config).hooks.on
     assert [hook.command[0] for hook in hooks] == ["sh", "curl"]
     assert "stuck" in hooks[0].events
+
+
+ENV_RECORDER = """
+import json, os, sys
+with open(sys.argv[1], "w") as f:
+    json.dump(dict(os.environ), f)
+"""
+"""A hook that writes its whole environment to the file named by its argument."""
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["default", "key listed"])
+def test_a_hook_gets_the_server_key_only_if_hooks_env_names_it(
+    project: Project, monkeypatch: pytest.MonkeyPatch, listed: bool
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("OUROBOROS_LLM__API_KEY", "sk-secret")
+    monkeypatch.setenv("LC_TIME", "C")
+    allowed = ["PATH", "LC_*", *(["OPENAI_API_KEY"] if listed else [])]
+    out = project.root / "env.json"
+    result = run_here(
+        project,
+        [Reply(tool_calls=[tool("finish", summary="done")])],
+        hooks={
+            "env": allowed,
+            "on": [
+                {"events": ["run_end"], "command": [sys.executable, "-c", ENV_RECORDER, str(out)]}
+            ],
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    env = json.loads(out.read_text())
+    own = {"OUROBOROS_EVENT": "run_end", "OUROBOROS_SUMMARY": "run ended: finish (done)"}
+    inherited = {"PATH": os.environ["PATH"], "LC_TIME": "C"}
+    key = {"OPENAI_API_KEY": "sk-secret"} if listed else {}
+    # Python may add LC_CTYPE itself (PEP 538) in the hook's own process.
+    env.pop("LC_CTYPE", None)
+    assert env == {**inherited, **key, **own}
+
+
+def test_a_hook_that_cannot_be_executed_is_a_warning_and_the_next_hooks_run(
+    project: Project,
+) -> None:
+    unexecutable = project.root / "notify.sh"
+    unexecutable.write_text("#!/bin/sh\nexit 0\n")  # not made executable
+    garbage = project.root / "garbage"
+    garbage.write_bytes(b"\x7fELF\x00\x00 not a program")
+    garbage.chmod(0o755)
+    out = project.root / "events.jsonl"
+    bad = [["echo", "nul\x00here"], [str(unexecutable)], [str(garbage)]]
+    result = run_here(
+        project,
+        [Reply(tool_calls=[tool("list_dir", path=".")])] * 2
+        + [Reply(tool_calls=[tool("finish", summary="done")])],
+        session={"max_turns": 1},
+        hooks={
+            "min_interval_s": 0,
+            "on": [
+                *({"events": ["restart", "run_end"], "command": command} for command in bad),
+                {"events": ["restart", "run_end"], "command": recorder(out)},
+            ],
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert [e["event"] for e in recorded(out)] == ["restart", "restart", "run_end"]
+    warnings = journal_warnings(project)
+    assert len(warnings) == 3 * 3, warnings  # each bad hook at each of the three events
+    assert all("cannot run: " in w and "\n" not in w for w in warnings), warnings
+    assert sum("embedded null byte" in w for w in warnings) == 3, warnings

@@ -16,6 +16,9 @@ from ouroboros.observe.plan_view import change_text
 from ouroboros.printable import printable
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
+SHOWN_CHARS = 1000
+"""The longest a text of a record is shown: a `finish` summary the agent wrote may be 300 KB
+(`tail --json` shows it whole)."""
 
 
 def bar(fraction: float, width: int = 24, lines: tuple[float, ...] = ()) -> str:
@@ -217,10 +220,17 @@ def _generic(r: dict[str, Any]) -> str:
     return f"{r.get('kind')} {fields}"
 
 
+def shown(text: str) -> str:
+    """A text of a record as a line shows it: printable, and cut at `SHOWN_CHARS` with a mark."""
+    if len(text) > SHOWN_CHARS:
+        text = f"{text[:SHOWN_CHARS]}… ({len(text) - SHOWN_CHARS:,} more characters: tail --json)"
+    return printable(text)
+
+
 def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
-    """The readable line of one record (its texts made printable, on one line); None for a
-    record not worth a line."""
-    record = {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
+    """The readable line of one record (its texts made printable, on one line, and cut at
+    `SHOWN_CHARS`); None for a record not worth a line."""
+    record = {k: shown(v) if isinstance(v, str) else v for k, v in record.items()}
     kind = str(record.get("kind"))
     stamp = Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
     if kind == "token_usage":

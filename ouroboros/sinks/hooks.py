@@ -2,6 +2,12 @@
 object on stdin, for telling a person that the run ended, failed, is stuck, waits for its
 server, restarted, loops, delivered a message or paused.
 
+Whatever the agent wrote, a hook runs: what it says (a `finish` summary of 300 KB, a NUL, an
+escape sequence) is whole in the JSON on stdin (a file, which a hook may leave unread), and in
+`OUROBOROS_SUMMARY` only printable and cut to `ENV_CHARS` (an exec refuses a NUL, or a variable
+over 128 KiB). A hook inherits only what `hooks.env` names of the harness's environment, as a
+command `tools.env`: the server's API key stays out.
+
 The journal's last sink: each record, once on disk and folded, may be an event. A hook runs in
 a thread of its own and is never waited for while the run goes on; at the end the run waits
 for the hooks still running, each at most its `timeout_s`. A hook that fails (not found, an
@@ -27,6 +33,7 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from ouroboros.config import HookCommand, HookEventName, HookSettings
+from ouroboros.printable import printable
 from ouroboros.run.journal import Journal
 from ouroboros.run.records import (
     EndReason,
@@ -42,9 +49,12 @@ from ouroboros.run.records import (
     Told,
 )
 from ouroboros.run.state import RunState
+from ouroboros.tools.environment import allowed_env
 
 ERROR_BYTES = 300
 """Of a failed hook's stderr, what its warning quotes."""
+ENV_CHARS = 4096
+"""The longest a hook's own variable (`OUROBOROS_SUMMARY`) is, before the marker of a cut."""
 LOOP_ACTIONS = {1: "nudged", 2: "restarted", 3: "stopped as stuck"}
 GRACE_S = 1.0
 """Past its timeout, how long the end of the run waits for a killed hook to be reaped."""
@@ -79,6 +89,16 @@ class Outage:
         self.said = True
         minutes = f"{waited / 60:.1f}"
         return Event("waiting", f"waiting for the model server for {minutes} min: {record.message}")
+
+
+def env_value(text: str) -> str:
+    """`text` for a hook's environment: printable on one line (no NUL, no escape sequence; a lone
+    surrogate as `?`), and cut to `ENV_CHARS` characters with a marker saying so."""
+    shown = printable(text).encode(errors="replace").decode()
+    if len(shown) <= ENV_CHARS:
+        return shown
+    cut = f"cut at {ENV_CHARS:,} of {len(shown):,} characters; the whole is in the JSON on stdin"
+    return f"{shown[:ENV_CHARS]}… [{cut}]"
 
 
 def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
@@ -184,13 +204,21 @@ class Hooks:
     def run(self, hook: HookCommand, event: Event, payload: bytes) -> None:
         """In the hook's thread: never raises, never writes the journal."""
         name = f"hook {hook.command[0]!r} on {event.name}"
-        env = {**os.environ, "OUROBOROS_EVENT": event.name, "OUROBOROS_SUMMARY": event.summary}
+        env = {
+            **allowed_env(os.environ, self.settings.env),
+            "OUROBOROS_EVENT": event.name,
+            "OUROBOROS_SUMMARY": env_value(event.summary),
+        }
         timeout = self.settings.timeout_s
         try:
-            with tempfile.TemporaryFile() as errors:
+            with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as errors:
+                # A file, not a pipe: a hook that never reads it, or leaves a child holding it,
+                # is done when it exits, whatever the payload's size.
+                stdin.write(payload)
+                stdin.seek(0)
                 process = subprocess.Popen(
                     hook.command,
-                    stdin=subprocess.PIPE,
+                    stdin=stdin,
                     stdout=subprocess.DEVNULL,
                     stderr=errors,
                     env=env,
@@ -198,7 +226,7 @@ class Hooks:
                     start_new_session=True,
                 )
                 try:
-                    process.communicate(payload, timeout=timeout)
+                    process.wait(timeout)
                 except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
@@ -206,11 +234,14 @@ class Hooks:
                     return
                 if process.returncode != 0:
                     errors.seek(0)
-                    said = errors.read(ERROR_BYTES).decode(errors="replace").strip()
+                    # One line: the warning is a line of the logs and of the terminal.
+                    said = " ".join(errors.read(ERROR_BYTES).decode(errors="replace").split())
                     status = f"exit status {process.returncode}"
                     self.failures.put(f"{name} failed ({status})" + (f": {said}" if said else ""))
         except OSError as e:
             self.failures.put(f"{name}: cannot run: {e.strerror or e}")
+        except ValueError as e:  # a NUL in the configured command (TOML has `\u0000`)
+            self.failures.put(f"{name}: cannot run: {e}")
 
     def report_failures(self) -> None:
         """The failed hooks' warnings, into the journal (from the run's thread only)."""
