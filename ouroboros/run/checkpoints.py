@@ -26,7 +26,16 @@ from ouroboros.errors import NEEDED_FREE_BYTES
 from ouroboros.run import checkpoint_cache
 from ouroboros.run.checkpoint_cache import Stamp
 from ouroboros.run.checkpoint_records import Checkpoint
-from ouroboros.run.git_store import LEFT_OUT, GitFailed, Repo, Tree, Unlisted, commit_header, quoted
+from ouroboros.run.git_store import (
+    LEFT_OUT,
+    GitFailed,
+    Repo,
+    Tree,
+    Unlisted,
+    commit_header,
+    is_rules,
+    quoted,
+)
 from ouroboros.run.journal import Journal
 from ouroboros.run.state_folder import CHECKPOINTS
 from ouroboros.run.workspace_files import (
@@ -68,18 +77,24 @@ def repo_of(settings: Settings) -> Repo:
 
 
 async def commit_workspace(
-    repo: Repo, ref: str, title: str, max_bytes: int, walk_if_unlisted: bool = True
+    repo: Repo,
+    ref: str,
+    title: str,
+    max_bytes: int,
+    walk_if_unlisted: bool = True,
+    also: frozenset[bytes] = frozenset(),
 ) -> Committed:
     """Commit the workspace as it is to `ref` (its files in path order while `max_bytes` holds
-    them, the rest left out and named in the commit's message). Where git cannot list it, it is
-    walked if `walk_if_unlisted`, else that failure is raised."""
+    them, the rest left out and named in the commit's message), and those of the paths `also`
+    there, ignored or not. Where git cannot list it, it is walked if `walk_if_unlisted`, else
+    that failure is raised."""
     await repo.ready()
     known, started_ns = checkpoint_cache.load(repo.git_dir), time.time_ns()
     read: list[tuple[bytes, Stamp, int | str]] = []
     root = os.open(repo.work_tree, FOLDER)
     try:
         try:
-            taken = Committed(listed=await repo.listing())
+            taken = Committed(listed=sorted(also.union(await repo.listing())))
         except Unlisted:
             if not walk_if_unlisted:
                 raise
@@ -241,6 +256,8 @@ class Rewind:
     """Files the checkpoint left out (past the size limit): they stay as they are."""
     today: Committed
     now: Tree
+    """Today's workspace: its files listed, and those of the checkpoint's paths that today's
+    ignore rules hide."""
 
 
 async def prepare(repo: Repo, commit: str, stamp: str, max_bytes: int) -> Rewind:
@@ -249,7 +266,8 @@ async def prepare(repo: Repo, commit: str, stamp: str, max_bytes: int) -> Rewind
     is not known."""
     target, keep = await repo.tree(commit), await repo.left_out(commit)
     ref, title = f"refs/rewinds/{stamp}", f"before {stamp}"
-    today = await commit_workspace(repo, ref, title, max_bytes, walk_if_unlisted=False)
+    also = frozenset(target)
+    today = await commit_workspace(repo, ref, title, max_bytes, walk_if_unlisted=False, also=also)
     return Rewind(target, keep, today, await repo.tree(today.commit))
 
 
@@ -261,28 +279,59 @@ class Restored:
 
 
 async def put_back(repo: Repo, rewind: Rewind, aside: Path, done: Restored) -> None:
-    """The workspace as the checkpoint holds it: the files of the day that differ, or that it
-    did not hold, moved beneath `aside`; its own written where they differ. `done` says what
-    was done so far, should it stop part way."""
+    """The workspace as the checkpoint holds it, whatever today's `.gitignore` files say: the
+    checkpoint's `.gitignore` files first, and only theirs kept, so that its ignore rules decide
+    what else goes; then the files they do not ignore that differ from the checkpoint's, or that
+    it did not hold, moved beneath `aside`, and its own written where they differ (a file the
+    rules ignore is left as it is). `done` says what was done so far, should it stop part way."""
     target, keep, now = rewind.target, rewind.keep, rewind.now
     root, away = os.open(repo.work_tree, FOLDER), os.open(aside, FOLDER)
     try:
-        for path in rewind.today.listed:
+        rules = {p: e for p, e in target.items() if is_rules(p)}
+        await _write(repo, root, away, rules, now, done)
+        now = {**now, **rules}
+        held = set(target) | keep
+        listed = await repo.listing()
+        while extra := _outermost([p for p in listed if is_rules(p) and p not in held]):
+            # Today's own rules: gone, what they hid is listed. A deeper one waits, as the rules
+            # above it may hide its folder once today's are gone (it is then left alone).
+            for path in extra:
+                if move_aside(root, path, away):
+                    done.moved.append(path)
+            listed = await repo.listing()
+        for path in listed:
             same = path in now and target.get(path) == now[path]
             if path not in keep and not same and move_aside(root, path, away):
                 done.moved.append(path)
-        writes = [p for p, e in target.items() if now.get(p) != e]
-        blobs = await repo.blobs(sorted({target[p].oid for p in writes}))
-        for path in writes:
-            done.moved += clear_way(root, path, away)
-            write_entry(root, path, target[path].mode, blobs[target[path].oid])
-            done.written += 1
-        # What the restored `.gitignore` files no longer hide, that the checkpoint did not hold.
-        for path in await repo.listing():
-            if path not in target and path not in keep and move_aside(root, path, away):
-                done.moved.append(path)
+        files = {p: e for p, e in target.items() if p not in rules}
+        await _write(repo, root, away, files, now, done)
         for path in done.moved:
             prune(root, path)
     finally:
         os.close(root)
         os.close(away)
+
+
+def _outermost(paths: list[bytes]) -> list[bytes]:
+    """The `.gitignore` files of `paths` beneath no folder of another: a deeper one is read
+    only where the rules above it leave its folder listed."""
+    folders = {p.rpartition(b"/")[0] for p in paths}
+    return [p for p in paths if not any(_beneath(p, f) for f in folders)]
+
+
+def _beneath(path: bytes, folder: bytes) -> bool:
+    """Whether `path` lies in a subfolder of `folder` ("" the top)."""
+    parent = path.rpartition(b"/")[0]
+    return parent != folder and (not folder or parent.startswith(folder + b"/"))
+
+
+async def _write(
+    repo: Repo, root: int, away: int, entries: Tree, now: Tree, done: Restored
+) -> None:
+    """The checkpoint's `entries` written where today's differ, what stands there moved aside."""
+    writes = [p for p, e in entries.items() if now.get(p) != e]
+    blobs = await repo.blobs(sorted({entries[p].oid for p in writes}))
+    for path in writes:
+        done.moved += clear_way(root, path, away)
+        write_entry(root, path, entries[path].mode, blobs[entries[path].oid])
+        done.written += 1

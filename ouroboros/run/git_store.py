@@ -29,6 +29,7 @@ LEFT_OUT = "left out: "
 OUTPUTS = b".outputs/"
 """The harness's own outputs in the workspace (`context/truncate.py` SAVED_FOLDER)."""
 EXCLUDED = f"/{OUTPUTS.decode()}\n"
+RULES = b".gitignore"
 OPTIONS = (
     *("-c", "core.hooksPath=/dev/null"),
     *("-c", "core.fsmonitor=false"),
@@ -136,18 +137,26 @@ class Repo:
 
     async def listing(self) -> list[bytes]:
         """The workspace's files and links that are not ignored (another repository inside it,
-        listed as its folder, left out: it is its own history), but the harness's outputs, which
-        a `.gitignore` line of the workspace could bring back past `info/exclude`."""
-        args = ("ls-files", "-z", "--others", "--exclude-standard")
+        listed as its folder, left out: it is its own history), and every `.gitignore` git
+        reads, one that ignores itself too (`.venv/.gitignore` of `*`): which rules held is part
+        of what the workspace was. But the harness's outputs, which a `.gitignore` line of the
+        workspace could bring back past `info/exclude`."""
+        listed = await self._list("--others", "--exclude-standard")
+        # An ignored folder's own `.gitignore` is never read: `--directory` names the folder.
+        ignored = ("--others", "--ignored", "--exclude-standard", "--directory")
+        rules = await self._list(*ignored, "--", f":(glob)**/{RULES.decode()}")
+        found = listed + [p for p in rules if is_rules(p)]
+        return sorted(p for p in found if not p.startswith(OUTPUTS))
+
+    async def _list(self, *args: str) -> list[bytes]:
         try:
-            out = await self.run(*args, timeout=LIST_TIMEOUT_S)
+            out = await self.run("ls-files", "-z", *args, timeout=LIST_TIMEOUT_S)
         except GitFailed as e:
             raise Unlisted(
                 f"git could not list the workspace ({e}): a FIFO where git reads, such as a "
                 ".gitignore, or a .gitignore of gigabytes?"
             ) from None
-        listed = (p for p in out.split(b"\0") if p and not p.endswith(b"/"))
-        return [p for p in listed if not p.startswith(OUTPUTS)]
+        return [p for p in out.split(b"\0") if p and not p.endswith(b"/")]
 
     async def fast_import(self, stream: AsyncIterator[bytes]) -> bytes:
         """Feed `stream` to `git fast-import`; what it printed (the marks asked for)."""
@@ -235,6 +244,11 @@ class Repo:
             found[oid] = out[end + 1 : end + 1 + int(size[0])]
             at = end + 1 + int(size[0]) + 1
         return found
+
+
+def is_rules(path: bytes) -> bool:
+    """A `.gitignore` file: what git leaves out of a listing beneath its folder."""
+    return path.rsplit(b"/", 1)[-1] == RULES
 
 
 def _said(stderr: bytes) -> str:
