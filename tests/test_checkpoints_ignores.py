@@ -6,6 +6,7 @@ what the rewound one held."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -152,3 +153,35 @@ def test_a_fifo_today_hides_from_git_stops_the_rewind_in_its_time(places: Places
     # Moved, not lost: the rewind says so, and a second one finds the FIFO where git reads.
     assert (state / "aside" / ".gitignore").read_text() == "sub/\n"
     assert os.path.exists(ws / "sub" / ".gitignore")
+
+
+def test_a_checkpoint_of_an_earlier_harness_leaves_todays_self_ignoring_rules(
+    places: Places,
+) -> None:
+    ws, state, _ = places
+    files(ws, {"a.txt": "A"})
+    repo = repo_of(places)
+    taken = take(repo)
+    # Its commit without the line saying it holds every `.gitignore`: such a file may have
+    # been there then, unheld, and what it hid with it.
+    tree_id = subprocess.run(
+        ["git", "rev-parse", f"{taken.commit}^{{tree}}"],
+        env=repo.env(),
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    earlier = (
+        subprocess.run(
+            ["git", "commit-tree", tree_id, "-m", "session 1"],
+            env=repo.env(),
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    venv = {".venv/.gitignore": "*\n", ".venv/lib/a.py": "a"}
+    files(ws, {**venv, "a.txt": "A2"})
+    rewind(repo, earlier, state / "aside")
+    assert sorted(tree(state / "aside")) == ["a.txt"]
+    assert {n: (ws / n).read_text() for n in venv} == venv

@@ -28,6 +28,7 @@ from ouroboros.run.checkpoint_cache import Stamp
 from ouroboros.run.checkpoint_records import Checkpoint
 from ouroboros.run.git_store import (
     LEFT_OUT,
+    RULES_HELD,
     GitFailed,
     Repo,
     Tree,
@@ -163,10 +164,10 @@ async def _stream(
             blobs.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, found.size, found.data))
         yield b"".join(blobs)
     taken.files = len(kept)
-    message = title
+    message = f"{title}\n\n{RULES_HELD}"
     if taken.left_out:
         named = [os.fsdecode(p) for p in taken.left_out]
-        message += f"\n\n{LEFT_OUT}{json.dumps(named)}"
+        message += f"\n{LEFT_OUT}{json.dumps(named)}"
     yield commit_header(ref, len(kept) + 1, message + "\n")
     for path, mode, data in kept:
         yield b"M %s %s %s\n" % (mode.encode(), data, quoted(path))
@@ -253,7 +254,9 @@ class Rewind:
 
     target: Tree
     keep: set[bytes]
-    """Files the checkpoint left out (past the size limit): they stay as they are."""
+    """Files the checkpoint left out (past the size limit), and today's `.gitignore` files
+    that ignore themselves where it is one of an earlier harness (it did not hold them): they
+    stay as they are."""
     today: Committed
     now: Tree
     """Today's workspace: its files listed, and those of the checkpoint's paths that today's
@@ -265,6 +268,8 @@ async def prepare(repo: Repo, commit: str, stamp: str, max_bytes: int) -> Rewind
     GitFailed where git cannot list the workspace, as then what its ignore rules leave alone
     is not known."""
     target, keep = await repo.tree(commit), await repo.left_out(commit)
+    if not await repo.holds_rules(commit):  # taken by a harness before `RULES_HELD`
+        keep |= set(await repo.ignored_rules())
     ref, title = f"refs/rewinds/{stamp}", f"before {stamp}"
     also = frozenset(target)
     today = await commit_workspace(repo, ref, title, max_bytes, walk_if_unlisted=False, also=also)

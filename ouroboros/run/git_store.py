@@ -30,6 +30,9 @@ OUTPUTS = b".outputs/"
 """The harness's own outputs in the workspace (`context/truncate.py` SAVED_FOLDER)."""
 EXCLUDED = f"/{OUTPUTS.decode()}\n"
 RULES = b".gitignore"
+RULES_HELD = "every .gitignore git reads held"
+"""A checkpoint's message line: it holds the `.gitignore` files that ignore themselves too (one
+of a harness before it does not: a rewind to it leaves such files of today as they are)."""
 OPTIONS = (
     *("-c", "core.hooksPath=/dev/null"),
     *("-c", "core.fsmonitor=false"),
@@ -142,11 +145,15 @@ class Repo:
         of what the workspace was. But the harness's outputs, which a `.gitignore` line of the
         workspace could bring back past `info/exclude`."""
         listed = await self._list("--others", "--exclude-standard")
-        # An ignored folder's own `.gitignore` is never read: `--directory` names the folder.
-        ignored = ("--others", "--ignored", "--exclude-standard", "--directory")
-        rules = await self._list(*ignored, "--", f":(glob)**/{RULES.decode()}")
-        found = listed + [p for p in rules if is_rules(p)]
+        found = listed + await self.ignored_rules()
         return sorted(p for p in found if not p.startswith(OUTPUTS))
+
+    async def ignored_rules(self) -> list[bytes]:
+        """The `.gitignore` files git reads that ignore themselves (or a rule above ignores);
+        an ignored folder's own are never read: `--directory` names the folder instead."""
+        ignored = ("--others", "--ignored", "--exclude-standard", "--directory")
+        found = await self._list(*ignored, "--", f":(glob)**/{RULES.decode()}")
+        return [p for p in found if is_rules(p)]
 
     async def _list(self, *args: str) -> list[bytes]:
         try:
@@ -229,6 +236,11 @@ class Repo:
             if line.startswith(LEFT_OUT):
                 return {os.fsencode(p) for p in json.loads(line[len(LEFT_OUT) :])}
         return set()
+
+    async def holds_rules(self, commit: str) -> bool:
+        """Whether a commit holds every `.gitignore` git read (`RULES_HELD`)."""
+        message = (await self.run("cat-file", "commit", commit)).decode(errors="replace")
+        return RULES_HELD in message.splitlines()
 
     async def blobs(self, oids: list[str]) -> dict[str, bytes]:
         """The contents of these objects, by id."""
