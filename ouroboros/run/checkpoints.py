@@ -2,10 +2,12 @@
 repository in the state folder (`checkpoints.git`, the workspace its work tree), and the rewind
 that puts one back (`python -m ouroboros rewind --session N`).
 
-A checkpoint holds the workspace's files and links but the harness's outputs (`.outputs/`), what
-the workspace's `.gitignore` files ignore, and another repository inside it (a folder with its
-own `.git`). A rewind moves the files of the day it replaces or removes to a folder of the state
-folder (never deleting one), and writes the checkpoint's: the workspace is then as it was.
+A checkpoint holds the workspace's files and links, and every `.gitignore` git reads (its rules
+are part of what the workspace was), but the harness's outputs (`.outputs/`), what the
+workspace's `.gitignore` files ignore, and another repository inside it (a folder with its own
+`.git`). A rewind puts the checkpoint's ignore rules back first, and by them, not today's, moves
+the files of the day it replaces or removes to a folder of the state folder (never deleting one)
+and writes the checkpoint's: the workspace is then as it was.
 """
 
 from __future__ import annotations
