@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from ouroboros.model.scripted import Reply
-from ouroboros.run.checkpoints import Committed, Restored, commit_workspace, prepare, put_back
+from ouroboros.run.checkpoint_rewind import Restored, prepare, put_back
+from ouroboros.run.checkpoints import Committed, commit_workspace
 from ouroboros.run.git_store import Repo
 from ouroboros.run.state_folder import CHECKPOINTS, LOCK
 from tests.conftest import Project

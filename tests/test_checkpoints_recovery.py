@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.checkpoints import prepare
+from ouroboros.run.checkpoint_rewind import prepare
 from ouroboros.run.git_store import GitFailed, Unlisted
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here

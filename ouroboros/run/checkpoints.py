@@ -1,11 +1,13 @@
 """Workspace checkpoints: a copy of the workspace at each session start, committed to a git
-repository in the state folder (`checkpoints.git`, the workspace its work tree), and the rewind
-that puts one back (`python -m ouroboros rewind --session N`).
+repository in the state folder (`checkpoints.git`, the workspace its work tree), which the rewind
+puts back (`checkpoint_rewind.py`, for `python -m ouroboros rewind --session N`).
 
-A checkpoint holds the workspace's files and links but the harness's outputs (`.outputs/`), what
-the workspace's `.gitignore` files ignore, and another repository inside it (a folder with its
-own `.git`). A rewind moves the files of the day it replaces or removes to a folder of the state
-folder (never deleting one), and writes the checkpoint's: the workspace is then as it was.
+A checkpoint holds the workspace's files and links, and every `.gitignore` git reads (its rules
+are part of what the workspace was), but the harness's outputs (`.outputs/`), what the
+workspace's `.gitignore` files ignore, and another repository inside it (a folder with its own
+`.git`). A rewind puts the checkpoint's ignore rules back first, and by them, not today's, moves
+the files of the day it replaces or removes to a folder of the state folder (never deleting one)
+and writes the checkpoint's: the workspace is then as it was.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
@@ -26,18 +27,18 @@ from ouroboros.errors import NEEDED_FREE_BYTES
 from ouroboros.run import checkpoint_cache
 from ouroboros.run.checkpoint_cache import Stamp
 from ouroboros.run.checkpoint_records import Checkpoint
-from ouroboros.run.git_store import LEFT_OUT, GitFailed, Repo, Tree, Unlisted, commit_header, quoted
+from ouroboros.run.git_store import (
+    LEFT_OUT,
+    RULES_HELD,
+    GitFailed,
+    Repo,
+    Unlisted,
+    commit_header,
+    quoted,
+)
 from ouroboros.run.journal import Journal
 from ouroboros.run.state_folder import CHECKPOINTS
-from ouroboros.run.workspace_files import (
-    FOLDER,
-    clear_way,
-    move_aside,
-    prune,
-    read_entries,
-    walk,
-    write_entry,
-)
+from ouroboros.run.workspace_files import FOLDER, read_entries, walk
 
 
 @dataclass
@@ -68,18 +69,24 @@ def repo_of(settings: Settings) -> Repo:
 
 
 async def commit_workspace(
-    repo: Repo, ref: str, title: str, max_bytes: int, walk_if_unlisted: bool = True
+    repo: Repo,
+    ref: str,
+    title: str,
+    max_bytes: int,
+    walk_if_unlisted: bool = True,
+    also: frozenset[bytes] = frozenset(),
 ) -> Committed:
     """Commit the workspace as it is to `ref` (its files in path order while `max_bytes` holds
-    them, the rest left out and named in the commit's message). Where git cannot list it, it is
-    walked if `walk_if_unlisted`, else that failure is raised."""
+    them, the rest left out and named in the commit's message), and those of the paths `also`
+    there, ignored or not. Where git cannot list it, it is walked if `walk_if_unlisted`, else
+    that failure is raised."""
     await repo.ready()
     known, started_ns = checkpoint_cache.load(repo.git_dir), time.time_ns()
     read: list[tuple[bytes, Stamp, int | str]] = []
     root = os.open(repo.work_tree, FOLDER)
     try:
         try:
-            taken = Committed(listed=await repo.listing())
+            taken = Committed(listed=sorted(also.union(await repo.listing())))
         except Unlisted:
             if not walk_if_unlisted:
                 raise
@@ -148,10 +155,10 @@ async def _stream(
             blobs.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, found.size, found.data))
         yield b"".join(blobs)
     taken.files = len(kept)
-    message = title
+    message = f"{title}\n\n{RULES_HELD}"
     if taken.left_out:
         named = [os.fsdecode(p) for p in taken.left_out]
-        message += f"\n\n{LEFT_OUT}{json.dumps(named)}"
+        message += f"\n{LEFT_OUT}{json.dumps(named)}"
     yield commit_header(ref, len(kept) + 1, message + "\n")
     for path, mode, data in kept:
         yield b"M %s %s %s\n" % (mode.encode(), data, quoted(path))
@@ -230,59 +237,3 @@ def failure(e: GitFailed | OSError | ValueError) -> str:
         return " ".join(str(e).split())[:300]
     where = f": {os.fsdecode(e.filename)}" if e.filename is not None else ""
     return f"{e.strerror or e}{where}"
-
-
-@dataclass
-class Rewind:
-    """What a rewind is to do, worked out before it changes anything."""
-
-    target: Tree
-    keep: set[bytes]
-    """Files the checkpoint left out (past the size limit): they stay as they are."""
-    today: Committed
-    now: Tree
-
-
-async def prepare(repo: Repo, commit: str, stamp: str, max_bytes: int) -> Rewind:
-    """The checkpoint `commit` read, and today's workspace committed (`refs/rewinds/<stamp>`):
-    GitFailed where git cannot list the workspace, as then what its ignore rules leave alone
-    is not known."""
-    target, keep = await repo.tree(commit), await repo.left_out(commit)
-    ref, title = f"refs/rewinds/{stamp}", f"before {stamp}"
-    today = await commit_workspace(repo, ref, title, max_bytes, walk_if_unlisted=False)
-    return Rewind(target, keep, today, await repo.tree(today.commit))
-
-
-@dataclass
-class Restored:
-    today: str
-    moved: list[bytes] = field(default_factory=list)
-    written: int = 0
-
-
-async def put_back(repo: Repo, rewind: Rewind, aside: Path, done: Restored) -> None:
-    """The workspace as the checkpoint holds it: the files of the day that differ, or that it
-    did not hold, moved beneath `aside`; its own written where they differ. `done` says what
-    was done so far, should it stop part way."""
-    target, keep, now = rewind.target, rewind.keep, rewind.now
-    root, away = os.open(repo.work_tree, FOLDER), os.open(aside, FOLDER)
-    try:
-        for path in rewind.today.listed:
-            same = path in now and target.get(path) == now[path]
-            if path not in keep and not same and move_aside(root, path, away):
-                done.moved.append(path)
-        writes = [p for p, e in target.items() if now.get(p) != e]
-        blobs = await repo.blobs(sorted({target[p].oid for p in writes}))
-        for path in writes:
-            done.moved += clear_way(root, path, away)
-            write_entry(root, path, target[path].mode, blobs[target[path].oid])
-            done.written += 1
-        # What the restored `.gitignore` files no longer hide, that the checkpoint did not hold.
-        for path in await repo.listing():
-            if path not in target and path not in keep and move_aside(root, path, away):
-                done.moved.append(path)
-        for path in done.moved:
-            prune(root, path)
-    finally:
-        os.close(root)
-        os.close(away)

@@ -29,6 +29,10 @@ LEFT_OUT = "left out: "
 OUTPUTS = b".outputs/"
 """The harness's own outputs in the workspace (`context/truncate.py` SAVED_FOLDER)."""
 EXCLUDED = f"/{OUTPUTS.decode()}\n"
+RULES = b".gitignore"
+RULES_HELD = "every .gitignore git reads held"
+"""A checkpoint's message line: it holds the `.gitignore` files that ignore themselves too (one
+of a harness before it does not: a rewind to it leaves such files of today as they are)."""
 OPTIONS = (
     *("-c", "core.hooksPath=/dev/null"),
     *("-c", "core.fsmonitor=false"),
@@ -136,18 +140,30 @@ class Repo:
 
     async def listing(self) -> list[bytes]:
         """The workspace's files and links that are not ignored (another repository inside it,
-        listed as its folder, left out: it is its own history), but the harness's outputs, which
-        a `.gitignore` line of the workspace could bring back past `info/exclude`."""
-        args = ("ls-files", "-z", "--others", "--exclude-standard")
+        listed as its folder, left out: it is its own history), and every `.gitignore` git
+        reads, one that ignores itself too (`.venv/.gitignore` of `*`): which rules held is part
+        of what the workspace was. But the harness's outputs, which a `.gitignore` line of the
+        workspace could bring back past `info/exclude`."""
+        listed = await self._list("--others", "--exclude-standard")
+        found = listed + await self.ignored_rules()
+        return sorted(p for p in found if not p.startswith(OUTPUTS))
+
+    async def ignored_rules(self) -> list[bytes]:
+        """The `.gitignore` files git reads that ignore themselves (or a rule above ignores);
+        an ignored folder's own are never read: `--directory` names the folder instead."""
+        ignored = ("--others", "--ignored", "--exclude-standard", "--directory")
+        found = await self._list(*ignored, "--", f":(glob)**/{RULES.decode()}")
+        return [p for p in found if is_rules(p)]
+
+    async def _list(self, *args: str) -> list[bytes]:
         try:
-            out = await self.run(*args, timeout=LIST_TIMEOUT_S)
+            out = await self.run("ls-files", "-z", *args, timeout=LIST_TIMEOUT_S)
         except GitFailed as e:
             raise Unlisted(
                 f"git could not list the workspace ({e}): a FIFO where git reads, such as a "
                 ".gitignore, or a .gitignore of gigabytes?"
             ) from None
-        listed = (p for p in out.split(b"\0") if p and not p.endswith(b"/"))
-        return [p for p in listed if not p.startswith(OUTPUTS)]
+        return [p for p in out.split(b"\0") if p and not p.endswith(b"/")]
 
     async def fast_import(self, stream: AsyncIterator[bytes]) -> bytes:
         """Feed `stream` to `git fast-import`; what it printed (the marks asked for)."""
@@ -221,6 +237,11 @@ class Repo:
                 return {os.fsencode(p) for p in json.loads(line[len(LEFT_OUT) :])}
         return set()
 
+    async def holds_rules(self, commit: str) -> bool:
+        """Whether a commit holds every `.gitignore` git read (`RULES_HELD`)."""
+        message = (await self.run("cat-file", "commit", commit)).decode(errors="replace")
+        return RULES_HELD in message.splitlines()
+
     async def blobs(self, oids: list[str]) -> dict[str, bytes]:
         """The contents of these objects, by id."""
         if not oids:
@@ -235,6 +256,11 @@ class Repo:
             found[oid] = out[end + 1 : end + 1 + int(size[0])]
             at = end + 1 + int(size[0]) + 1
         return found
+
+
+def is_rules(path: bytes) -> bool:
+    """A `.gitignore` file: what git leaves out of a listing beneath its folder."""
+    return path.rsplit(b"/", 1)[-1] == RULES
 
 
 def _said(stderr: bytes) -> str:

@@ -14,7 +14,8 @@ from ouroboros.config import Settings
 from ouroboros.errors import RunError
 from ouroboros.observe.describe import stdout_console
 from ouroboros.run.checkpoint_records import Checkpoints, Rewinding, Rewound
-from ouroboros.run.checkpoints import FAILURES, Restored, failure, prepare, put_back, repo_of
+from ouroboros.run.checkpoint_rewind import Restored, prepare, put_back
+from ouroboros.run.checkpoints import FAILURES, failure, repo_of
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import state_lock
 from ouroboros.run.state_folder import JOURNAL, REWOUND
