@@ -6,6 +6,7 @@ streams them, in one chunk as Ollama does), and in the text protocol (an action 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -106,6 +107,21 @@ def test_a_call_cut_on_the_wire_is_told_what_happened(
     told = tool_results(second)["shell_exec"]
     assert f"cut off at the output limit (256 tokens) {size:,} bytes into a shell_exec" in told
     assert not (project.workspace / "big.txt").exists()
+
+
+def test_a_call_the_byte_cap_falls_in_is_named(project: Project) -> None:
+    """A whole call in one chunk (as Ollama sends it) past `llm.max_reply_bytes`: the client
+    never reads the chunk whole, yet the call is named from its start, not lost."""
+    script = [Reply(tool_calls=[("shell_exec", shell_cut(400_000))]), FINISH]
+    with ScriptedServer(script) as server:
+        project.configure(server.url, llm={"max_reply_bytes": 100_000})
+        done = project.run("run")
+        second = server.chat_requests()[1]
+    assert done.returncode == 0, done.stderr
+    told = tool_results(second)["shell_exec"]
+    assert re.search(
+        r"cut off at the output limit \(256 tokens\) 9\d,\d{3} bytes into a shell_exec", told
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Literal
@@ -118,6 +119,12 @@ class Completion:
     (`run/tool_protocol.py`)."""
 
 
+CUT = "ouroboros_cut_bytes"
+"""The one key of the arguments that stand in for a call the reply was cut off in: one the byte
+cap fell in (`StreamState.cut_in`), one whose arguments stop mid-way (`run/reply_checks`)."""
+_NAMED_CALL = re.compile(rb'"tool_calls".{0,400}?"name"\s*:\s*"([\w.-]{1,64})"', re.DOTALL)
+
+
 @dataclass
 class _ToolCallBuilder:
     id: str = ""
@@ -185,6 +192,15 @@ class StreamState:
         name = _field(function, "name")
         builder.name = builder.name or (name if isinstance(name, str) else "")
         builder.arguments.append(_text(_field(function, "arguments")))
+
+    def cut_in(self, head: bytes, size: int) -> None:
+        """The byte cap fell `size` bytes into an event begun with `head`: one that starts a
+        tool call (a whole call in one chunk, as Ollama sends it) is kept as a call cut there."""
+        named = _NAMED_CALL.search(head)
+        if named is not None:
+            stand_in = json.dumps({CUT: size})
+            call = _ToolCallBuilder(name=named[1].decode(), arguments=[stand_in])
+            self.calls[max(self.calls, default=-1) + 1] = call
 
     def _usage(self, usage: object) -> None:
         raw_prompt = _field(usage, "prompt_tokens")

@@ -37,7 +37,7 @@ from ouroboros.config import LLMSettings
 from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.cache_check import reuse_warning, shared_tokens
-from ouroboros.model.chunks import above_window, refused_count, shown
+from ouroboros.model.chunks import CUT, above_window, refused_count, shown
 from ouroboros.model.chunks import warning as usage_warning
 from ouroboros.model.llm import Completion, ContextOverflow
 from ouroboros.run.call_figures import CallFigures, RawTally
@@ -48,8 +48,6 @@ MAX_ID_CHARS = 64
 """Longer ids are renamed: an id is sent back with every later request."""
 OMITTED = "ouroboros_omitted_bytes"
 """The one key of the arguments that stand in for ones too long to keep."""
-CUT = "ouroboros_cut_bytes"
-"""The one key of the arguments that stand in for ones the reply was cut off in."""
 
 
 @dataclass(frozen=True)

@@ -87,13 +87,13 @@ def answer_to(
     schemas: list[dict[str, Any]],
 ) -> str:
     """What a reply without a call is told: that it was cut off at the output limit inside a
-    call it was writing (which tool, how far in); else to go on; in the text protocol, that it
-    was cut off in reasoning, or what an action looks like and what this reply lacked."""
+    call it was writing (which tool, how far in), or at all (a server may drop a call it cut);
+    else to go on; in the text protocol, what an action looks like and what this reply lacked."""
     cut = open_call(reply.content) if at_max_tokens else None
     if cut is not None:
         return prompts.cut_in_call(cut.tool, cut.size, llm.max_output_tokens)
     if not text_in_force(llm.tool_protocol, state):
-        return prompts.CONTINUE
+        return prompts.cut_off(llm.max_output_tokens) if at_max_tokens else prompts.CONTINUE
     action = read_action(reply.content, names(schemas), at_max_tokens)
     if action == CUT_OFF:
         return prompts.cut_off(llm.max_output_tokens)
