@@ -132,6 +132,19 @@ class _ToolCallBuilder:
     arguments: list[str] = field(default_factory=list)
 
 
+def unfinished(arguments: str) -> bool:
+    """Arguments that stop mid-way: no JSON (none at all is an empty object, as the tools read
+    it). JSON that parses is whole; JSON too deep to read is not run anyway
+    (`run/reply_checks`)."""
+    try:
+        json.loads(arguments or "{}")
+    except ValueError:
+        return True
+    except RecursionError:
+        return False
+    return False
+
+
 def _field(value: object, key: str) -> object:
     return value.get(key) if isinstance(value, dict) else None
 
@@ -197,6 +210,9 @@ class StreamState:
         """The byte cap fell `size` bytes into an event begun with `head`: one that starts a
         tool call (a whole call in one chunk, as Ollama sends it) is kept as a call cut there."""
         named = _NAMED_CALL.search(head)
+        last = self.calls[max(self.calls)] if self.calls else None
+        if last is not None and unfinished("".join(last.arguments)):
+            return  # the cap fell in a call sent in parts: that call is the one cut
         if named is not None:
             stand_in = json.dumps({CUT: size})
             call = _ToolCallBuilder(name=named[1].decode(), arguments=[stand_in])

@@ -43,9 +43,9 @@ class _Event:
         self.head, self.size, self.newline = b"", 0, False
 
     def add(self, part: bytes) -> None:
-        end = part.rfind(b"\n\n")
+        end, width = max((part.rfind(blank), len(blank)) for blank in (b"\n\n", b"\r\n\r\n"))
         if end >= 0 or (self.newline and part.startswith(b"\n")):
-            part = part[end + 2 :] if end >= 0 else part[1:]
+            part = part[end + width :] if end >= 0 else part[1:]
             self.head, self.size = b"", 0
         self.head += part[: EVENT_HEAD - len(self.head)]
         self.size += len(part)

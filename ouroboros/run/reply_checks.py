@@ -37,7 +37,7 @@ from ouroboros.config import LLMSettings
 from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.cache_check import reuse_warning, shared_tokens
-from ouroboros.model.chunks import CUT, above_window, refused_count, shown
+from ouroboros.model.chunks import CUT, above_window, refused_count, shown, unfinished
 from ouroboros.model.chunks import warning as usage_warning
 from ouroboros.model.llm import Completion, ContextOverflow
 from ouroboros.run.call_figures import CallFigures, RawTally
@@ -102,8 +102,9 @@ def admit(
         used.add(call_id)
         arguments = call.arguments
         size = len(arguments.encode())
-        if cut_off and call is reply.tool_calls[-1] and _unfinished(arguments):
-            arguments = json.dumps({CUT: size})  # what happened first, however long
+        if cut_off and call is reply.tool_calls[-1] and unfinished(arguments):
+            # Only the last call can be cut; said first, whatever its length.
+            arguments = json.dumps({CUT: size})
         elif size > max_argument_bytes or _too_deep(arguments):
             arguments = json.dumps({OMITTED: size})
         calls.append(ToolCall(id=call_id, name=call.name, arguments=arguments))
@@ -123,18 +124,6 @@ def _too_deep(arguments: str) -> bool:
         return True
     except ValueError:
         return False  # not JSON: the tool runner says so, and nothing else reads it
-    return False
-
-
-def _unfinished(arguments: str) -> bool:
-    """Arguments that stop mid-way: no JSON (none at all is an empty object, as the tools read
-    it). Only the reply's last call can be cut, and JSON that parses is whole."""
-    try:
-        json.loads(arguments or "{}")
-    except ValueError:
-        return True
-    except RecursionError:
-        return False  # too deep to tell: not run either (`_too_deep`)
     return False
 
 
