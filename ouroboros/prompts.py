@@ -150,6 +150,22 @@ def cut_off(max_output_tokens: int) -> str:
     )
 
 
+def cut_in_call(tool: str | None, size: int, max_output_tokens: int) -> str:
+    """A reply cut off at the output limit inside a call (`tool`, if it was named) `size` bytes
+    into its arguments: what happened, and how to do it in smaller calls."""
+    if tool == "file_write":
+        smaller = "Write the file in parts: file_write the first, then `cat >> path` the others."
+    elif tool == "plan":
+        smaller = "Send fewer, shorter plan items."
+    else:
+        smaller = "Do it in smaller calls: write a long file or script in parts (`cat >> path`)."
+    return (
+        f"Your last reply was cut off at the output limit ({max_output_tokens:,} tokens) "
+        f"{size:,} bytes into {f'a {tool} call' if tool else 'an action'}, which was not run. "
+        f"{smaller}"
+    )
+
+
 CRASH_INTERRUPTED = (
     "error: this call was interrupted when the harness process died; whether it took effect is "
     "unknown. Check before repeating it."

@@ -79,10 +79,13 @@ class Scripted:
         self._responder = self.script if callable(self.script) else None
         self._queue: deque[Reply] = deque(() if callable(self.script) else self.script)
         self._renders_tools = True
+        self._max_tokens = 1 << 30
 
-    def model(self, window: int, renders_tools: bool) -> ScriptedModel:
-        """A model of `window` tokens answering from this script, for one run."""
+    def model(self, window: int, renders_tools: bool, max_tokens: int) -> ScriptedModel:
+        """A model of `window` tokens answering from this script, for one run; a reply said to
+        be `max_tokens` or more long (`Reply.completion_tokens`) ends "length", as the server's."""
         self._renders_tools = renders_tools
+        self._max_tokens = max_tokens
         return ScriptedModel(self, window, renders_tools, bodies=self.requests)
 
     def __call__(self, messages: list[Message]) -> AssistantMessage | Completion:
@@ -103,6 +106,8 @@ class Scripted:
         completion = reply.completion_tokens
         if completion is None:
             completion = count_tokens({"messages": [to_wire(message)]})
+        if completion >= self._max_tokens:
+            completion, finish = self._max_tokens, "length"
         return Completion(message, finish, Usage(prompt, completion, "server"))
 
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -137,10 +142,10 @@ def run_here(
     over them, against a model of `window` tokens (`info`: what discovery found, if not a
     llama-server that says so); a run error is returned (as the CLI prints it), not raised."""
     scripted = script if isinstance(script, Scripted) else Scripted(script)
-    model = scripted.model(window, renders_tools)
     config = project.root / "config.toml"
     config.write_text(quick_config("http://127.0.0.1:9/v1", **sections))
     settings = load_settings(config)
+    model = scripted.model(window, renders_tools, settings.llm.max_output_tokens)
     out = io.StringIO()
     log = EventLog(settings.paths.state_dir, Terminal(Console(file=out, width=200)))
     try:

@@ -560,6 +560,12 @@ def test_a_fifty_megabyte_argument_is_cut_with_its_reply_and_stored_nowhere(
     assert not (project.workspace / "huge.txt").exists()
     assert replies(project)[0]["usage"]["finish_reason"] == "length"
     assert (project.state / "journal.jsonl").stat().st_size < 100_000
+    (told,) = [
+        r["message"]["content"]
+        for r in journal(project)
+        if r["kind"] == "message" and r["message"]["kind"] == "tool"
+    ]
+    assert "bytes into a file_write call, which was not run" in told, "the call is named"
 
 
 def test_call_ids_no_id_looks_like_are_renamed(project: Project) -> None:

@@ -12,6 +12,7 @@ from ouroboros.context import policy
 from ouroboros.context.carryover import select_carryover
 from ouroboros.context.compact import RECAP_HEADER, RECAP_SYSTEM
 from ouroboros.context.mask import MaskPolicy, choose_masks
+from ouroboros.context.truncate import shown
 from ouroboros.messages import (
     AssistantMessage,
     Message,
@@ -135,7 +136,9 @@ def test_the_carry_over_never_masks_or_cuts_a_plan_result() -> None:
     ]
 
     def tokens(message: Message) -> int:
-        return len(str(getattr(message, "content", ""))) // 4 + 4
+        """Priced as shown (cut to its room), as the supervisor prices carry-over."""
+        shown_as = shown(message) if isinstance(message, ToolMessage) else message
+        return len(str(getattr(shown_as, "content", ""))) // 4 + 4
 
     # Room for both steps with the earlier one's shell result a placeholder.
     carried = select_carryover(history, 5, 4500, 4500, tokens, min_mask_tokens=0)

@@ -5,9 +5,10 @@ harness's messages that answered it (a "continue" after a text-only reply, a nud
 message never starts a step, so it is never carried alone. The last step is always carried,
 results included, also those the model never saw (the session may end right after the tools
 ran): they are the newest facts the agent has; when its reply has no tool call, the step whose
-results that reply reasons about is carried with it. Only a step that does not fit even with
-its results cut (thousands of calls) is left out, with all before it, so the next session can
-start.
+results that reply reasons about is carried with it. Its results are cut to fit, and masked
+where a cut cannot fit (a cut keeps at least its marker); only a step that does not fit even
+with every result a placeholder (thousands of calls) is left out, with all before it, so the
+next session can start.
 Earlier steps follow as room allows, their results as placeholders before a step is dropped.
 Every tool call keeps exactly its results.
 """
@@ -121,6 +122,37 @@ def fit_step(step: Step, room: int, tokens: Tokens) -> Step:
     return result
 
 
+def _masking(step: Step, ids: set[str]) -> Step:
+    return [masked(m) if isinstance(m, ToolMessage) and m.tool_call_id in ids else m for m in step]
+
+
+def fit_or_mask(step: Step, room: int, tokens: Tokens) -> Step:
+    """`fit_step`; where the step is still over `room` (a cut keeps at least its marker: a
+    result of a few hundred bytes cannot be cut at all), its results masked, those a placeholder
+    saves most on first, until it fits; then the others cut again to the room that frees. Fits
+    whenever the step with every result a placeholder fits."""
+    fitted = fit_step(step, room, tokens)
+    total = _size(fitted, tokens)
+    if total <= room:
+        return fitted
+    savings = sorted(
+        (
+            (tokens(m) - tokens(masked(m)), m.tool_call_id)
+            for m in fitted
+            if isinstance(m, ToolMessage) and not m.masked and not stays_whole(m)
+        ),
+        reverse=True,
+    )
+    ids: set[str] = set()
+    for saving, call_id in savings:
+        if total <= room or saving <= 0:
+            break
+        ids.add(call_id)
+        total -= saving
+    refitted = fit_step(_masking(step, ids), room, tokens)
+    return refitted if _size(refitted, tokens) <= room else _masking(fitted, ids)
+
+
 def _placeholders_oldest_first(
     earlier: list[Step], room: int, tokens: Tokens, min_tokens: int
 ) -> list[Message] | None:
@@ -144,7 +176,10 @@ def _acts(step: Step) -> bool:
 
 def _least(messages: Sequence[Message]) -> list[Message]:
     """The messages with every result a placeholder: the least they can be carried as."""
-    return [masked(m) if isinstance(m, ToolMessage) and not stays_whole(m) else m for m in messages]
+    return [
+        masked(m) if isinstance(m, ToolMessage) and not m.masked and not stays_whole(m) else m
+        for m in messages
+    ]
 
 
 def last_steps(done: list[Step], capacity: int, tokens: Tokens) -> tuple[int, Step] | None:
@@ -179,7 +214,8 @@ def select_carryover(
     min_mask_tokens: int = 100,
 ) -> list[Message]:
     """The last step (with the step a text-only last reply reasons about: `last_steps`), whole
-    if it fits `capacity` (else its results cut to fit, else nothing at all); then as many of
+    if it fits `capacity` (else its results cut to fit, masked where a cut cannot fit, else
+    nothing at all); then as many of
     the `max_steps - 1` steps before it as fit the room left of `share` (or of the last step's
     own size, if that is more), their results masked oldest first before a step is dropped.
 
@@ -193,7 +229,7 @@ def select_carryover(
         # its budget could never make a turn. The restart marker still names the last actions.
         return []
     first, unit = found
-    last = fit_step(unit, capacity, tokens)
+    last = fit_or_mask(unit, capacity, tokens)
     used = _size(last, tokens)
     left = min(capacity, max(share, used)) - used
     earlier = [[whole(m) for m in step] for step in done[max(first - max_steps + 1, 0) : first]]

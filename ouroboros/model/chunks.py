@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Literal
@@ -118,11 +119,30 @@ class Completion:
     (`run/tool_protocol.py`)."""
 
 
+CUT = "ouroboros_cut_bytes"
+"""The one key of the arguments that stand in for a call the reply was cut off in: one the byte
+cap fell in (`StreamState.cut_in`), one whose arguments stop mid-way (`run/reply_checks`)."""
+_NAMED_CALL = re.compile(rb'"tool_calls".{0,400}?"name"\s*:\s*"([\w.-]{1,64})"', re.DOTALL)
+
+
 @dataclass
 class _ToolCallBuilder:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+
+
+def unfinished(arguments: str) -> bool:
+    """Arguments that stop mid-way: no JSON (none at all is an empty object, as the tools read
+    it). JSON that parses is whole; JSON too deep to read is not run anyway
+    (`run/reply_checks`)."""
+    try:
+        json.loads(arguments or "{}")
+    except ValueError:
+        return True
+    except RecursionError:
+        return False
+    return False
 
 
 def _field(value: object, key: str) -> object:
@@ -185,6 +205,18 @@ class StreamState:
         name = _field(function, "name")
         builder.name = builder.name or (name if isinstance(name, str) else "")
         builder.arguments.append(_text(_field(function, "arguments")))
+
+    def cut_in(self, head: bytes, size: int) -> None:
+        """The byte cap fell `size` bytes into an event begun with `head`: one that starts a
+        tool call (a whole call in one chunk, as Ollama sends it) is kept as a call cut there."""
+        named = _NAMED_CALL.search(head)
+        last = self.calls[max(self.calls)] if self.calls else None
+        if last is not None and unfinished("".join(last.arguments)):
+            return  # the cap fell in a call sent in parts: that call is the one cut
+        if named is not None:
+            stand_in = json.dumps({CUT: size})
+            call = _ToolCallBuilder(name=named[1].decode(), arguments=[stand_in])
+            self.calls[max(self.calls, default=-1) + 1] = call
 
     def _usage(self, usage: object) -> None:
         raw_prompt = _field(usage, "prompt_tokens")

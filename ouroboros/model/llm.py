@@ -195,10 +195,11 @@ class LLMClient:
                 f"no whole reply within llm.reply_timeout_s ({s.reply_timeout_s:g} s): the "
                 "server is stuck, or too slow for it"
             ) from None
-        except ReplyTooLarge:
+        except ReplyTooLarge as e:
             # As a reply stopped at max_tokens: asking again would bring the same flood, while
             # a cut reply lets the run go on (its cut calls get error results, the agent is told).
             state.finish_reason = "length"
+            state.cut_in(e.event_head, e.event_bytes)
         if state.finish_reason is None:
             raise TransientError("the stream ended without a finish reason (cut or server error)")
         return state.completion(state.finish_reason)

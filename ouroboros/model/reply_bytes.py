@@ -21,12 +21,35 @@ _STEP = 1 << 16
 """Bytes decoded at a time: a bomb is never more than this past the limit in memory."""
 
 
-class ReplyTooLarge(Exception):
-    """A response went past the byte limit; reading stopped there."""
+EVENT_HEAD = 512
+"""Bytes kept of the event the limit falls in: enough to name the tool call it was."""
 
-    def __init__(self, limit: int):
+
+class ReplyTooLarge(Exception):
+    """A response went past the byte limit; reading stopped there, inside an event (a line of a
+    stream) begun with `event_head`, of which `event_bytes` were read."""
+
+    def __init__(self, limit: int, event_head: bytes = b"", event_bytes: int = 0):
         super().__init__(f"the response went past {limit:,} bytes")
         self.limit = limit
+        self.event_head = event_head
+        self.event_bytes = event_bytes
+
+
+class _Event:
+    """The start and size of the server-sent event being read (events end in a blank line)."""
+
+    def __init__(self) -> None:
+        self.head, self.size, self.newline = b"", 0, False
+
+    def add(self, part: bytes) -> None:
+        end, width = max((part.rfind(blank), len(blank)) for blank in (b"\n\n", b"\r\n\r\n"))
+        if end >= 0 or (self.newline and part.startswith(b"\n")):
+            part = part[end + width :] if end >= 0 else part[1:]
+            self.head, self.size = b"", 0
+        self.head += part[: EVENT_HEAD - len(self.head)]
+        self.size += len(part)
+        self.newline = part.endswith(b"\n")
 
 
 class _LimitedStream(httpx2.AsyncByteStream):
@@ -36,11 +59,13 @@ class _LimitedStream(httpx2.AsyncByteStream):
         self.encoding = encoding
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        read = 0
+        read, event = 0, _Event()
         async for part in self._decoded():
             read += len(part)
             if read > self.limit:
-                raise ReplyTooLarge(self.limit)
+                event.add(part[: len(part) - (read - self.limit)])
+                raise ReplyTooLarge(self.limit, event.head, event.size)
+            event.add(part)
             yield part
 
     async def _decoded(self) -> AsyncIterator[bytes]:

@@ -24,7 +24,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from ouroboros.model.reply_text import FENCE_LINE, Fence, fences, finished_part, reply_text
+from ouroboros.model.reply_text import (
+    FENCE_LINE,
+    OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    Fence,
+    fences,
+    finished_part,
+    reply_text,
+)
 
 RecoveryFormat = Literal["hermes", "json", "fenced_json", "mistral"]
 ActionFormat = Literal["bash", "json_action"]
@@ -230,6 +239,40 @@ def read_action(text: str, tools: Collection[str], cut_off: bool = False) -> Act
     if len(recovered.calls) > 1:
         return FormatProblem(f"{len(recovered.calls)} actions (none was run)")
     return Action(recovered.calls[0], recovered.format, recovered.start, len(readable))
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A call the reply was cut off in: its tool, if named yet, and the bytes written of it."""
+
+    tool: str | None
+    size: int
+
+
+_NAMED = re.compile(r'"(?:tool|name)"\s*+:\s*+"([\w.-]{1,64}+)"')
+
+
+def open_call(text: str) -> OpenCall | None:
+    """The call a reply cut off at the output limit ends inside: an action block left open (a
+    ```bash block is a shell call, a ```json one names its tool), or a `<tool_call>` tag; None
+    if it ends in reasoning or prose."""
+    text = reply_text(text)
+    if text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE):
+        return None
+    closed = fences(text)
+    block = OPEN.search(text, closed[-1].end if closed else 0)
+    if block is not None:
+        body = text[block.end() + 1 :]
+        shell = block[2].lower() in SHELL_LANGUAGES
+        named = None if shell else _NAMED.search(body, 0, 200)
+        tool = SHELL_TOOL if shell else named[1] if named else None
+        return OpenCall(tool, len(body.encode()))
+    start = text.rfind(HERMES_OPEN)
+    if start > text.rfind(HERMES_CLOSE):
+        body = text[start + len(HERMES_OPEN) :]
+        named = _NAMED.search(body, 0, 200)
+        return OpenCall(named[1] if named else None, len(body.encode()))
+    return None
 
 
 def _block_action(block: Fence, text: str, tools: Collection[str]) -> Action | FormatProblem:

@@ -16,6 +16,10 @@ Of a reply, the harness records and runs only what holds whatever the server sen
   parser, are not run, nor kept.** The recorded call holds a stand-in naming the size; its
   error result says why. Otherwise the arguments
   would be stored twice (in the call, and beside its result) and sent back every turn.
+- **A call the reply was cut off in is not run, nor kept.** At the output limit (`finish_reason`
+  "length") the last call's arguments may stop mid-way: when they are no JSON, the recorded call
+  holds a stand-in naming how many bytes came, and its error result says which tool, where it
+  was cut and how to do it in smaller calls (`prompts.cut_in_call`).
 - **Usage that cannot be true is not believed** (`chunks`), and is named once a run; so is a
   refused prompt's count far from its projection, a count that shows a silently cut prompt, and
   a server that processed again what its cache should have kept.
@@ -28,11 +32,12 @@ import secrets
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
+from ouroboros import prompts
 from ouroboros.config import LLMSettings
 from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.cache_check import reuse_warning, shared_tokens
-from ouroboros.model.chunks import above_window, refused_count, shown
+from ouroboros.model.chunks import CUT, above_window, refused_count, shown, unfinished
 from ouroboros.model.chunks import warning as usage_warning
 from ouroboros.model.llm import Completion, ContextOverflow
 from ouroboros.run.call_figures import CallFigures, RawTally
@@ -77,10 +82,15 @@ def _fresh(index: int, taken: Collection[str], also: Collection[str]) -> str:
 
 
 def admit(
-    reply: AssistantMessage, seen: Collection[str], max_calls: int, max_argument_bytes: int
+    reply: AssistantMessage,
+    seen: Collection[str],
+    max_calls: int,
+    max_argument_bytes: int,
+    cut_off: bool = False,
 ) -> Admitted:
-    """The reply with unique ids, at most `max_calls` calls, no argument over the size cap.
-    `seen`: every call id the run has recorded."""
+    """The reply with unique ids, at most `max_calls` calls, no argument over the size cap, and
+    no call it was `cut_off` (at the output limit) in. `seen`: every call id the run has
+    recorded."""
     calls: list[ToolCall] = []
     used: set[str] = set()
     renamed: dict[str, str] = {}
@@ -92,7 +102,10 @@ def admit(
         used.add(call_id)
         arguments = call.arguments
         size = len(arguments.encode())
-        if size > max_argument_bytes or _too_deep(arguments):
+        if cut_off and call is reply.tool_calls[-1] and unfinished(arguments):
+            # Only the last call can be cut; said first, whatever its length.
+            arguments = json.dumps({CUT: size})
+        elif size > max_argument_bytes or _too_deep(arguments):
             arguments = json.dumps({OMITTED: size})
         calls.append(ToolCall(id=call_id, name=call.name, arguments=arguments))
     dropped = max(0, len(reply.tool_calls) - max_calls)
@@ -114,15 +127,16 @@ def _too_deep(arguments: str) -> bool:
     return False
 
 
-def omitted_bytes(call: ToolCall) -> int | None:
-    """The size of the arguments this call was sent with, if they were too long to keep."""
-    if len(call.arguments) > 64 or OMITTED not in call.arguments:
+def omitted_bytes(call: ToolCall, key: str = OMITTED) -> int | None:
+    """The size of the arguments this call was sent with, if they were too long to keep (or,
+    with `key` `CUT`, if the reply was cut off in them)."""
+    if len(call.arguments) > 64 or key not in call.arguments:
         return None
     try:
         values = json.loads(call.arguments)
     except json.JSONDecodeError:
         return None
-    size = values.get(OMITTED) if isinstance(values, dict) and len(values) == 1 else None
+    size = values.get(key) if isinstance(values, dict) and len(values) == 1 else None
     return size if isinstance(size, int) else None
 
 
@@ -137,6 +151,19 @@ def too_long(size: int, cap: int) -> str:
         f"({cap:,}), and were not kept. Send less in one call: write a big file in parts "
         "(file_write a first part, then shell_exec to append the others)."
     )
+
+
+def was_cut(call: ToolCall) -> bool:
+    return omitted_bytes(call, CUT) is not None
+
+
+def not_run(call: ToolCall, llm: LLMSettings) -> str | None:
+    """The error result of a call that stands in for one not kept (too long, or cut off)."""
+    if (size := omitted_bytes(call)) is not None:
+        return too_long(size, llm.max_tool_argument_bytes)
+    if (size := omitted_bytes(call, CUT)) is not None:
+        return f"error: {prompts.cut_in_call(call.name, size, llm.max_output_tokens)}"
+    return None
 
 
 def dropped_calls(dropped: int, cap: int) -> str:
@@ -158,6 +185,7 @@ def admitted_reply(
         state.call_ids,
         llm.max_tool_calls_per_reply,
         llm.max_tool_argument_bytes,
+        cut_off=completion.finish_reason == "length",
     )
     if admitted.renamed:
         reused = ", ".join(sorted({shown(old) for old in admitted.renamed.values()})[:3])

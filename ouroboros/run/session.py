@@ -134,8 +134,8 @@ class Session:
             # thinking template a trailing assistant message is a refused "prefill".
             answer = tool_protocol.answer_to(reply, at_max_tokens, llm, self.state, self.schemas)
             told.append(UserMessage(content=answer, origin="continue"))
-        if at_max_tokens and reply.tool_calls:
-            # Its calls may be cut off mid-argument (they got an error result): say why.
+        if at_max_tokens and reply.tool_calls and not reply_checks.was_cut(reply.tool_calls[-1]):
+            # Its calls may be cut off mid-argument (a cut one's error result says so itself).
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
         return told
 
@@ -246,8 +246,7 @@ class Session:
         )
 
     async def run_tool(self, call: ToolCall, fits: Fit) -> None:
-        if (size := reply_checks.omitted_bytes(call)) is not None:
-            error = reply_checks.too_long(size, self.settings.llm.max_tool_argument_bytes)
+        if (error := reply_checks.not_run(call, self.settings.llm)) is not None:
             tool = ToolRun(duration_s=0, output_bytes=0, error=error)
             self.append(self.error_result(call, error), tool=tool)
             return

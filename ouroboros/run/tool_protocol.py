@@ -35,7 +35,14 @@ from ouroboros.context.tokens import tools_estimate
 from ouroboros.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.llm import Completion, FatalError, Model, TransientError
 from ouroboros.model.reply_text import reply_text
-from ouroboros.model.text_calls import CUT_OFF, FormatProblem, TextCall, read_action, recover
+from ouroboros.model.text_calls import (
+    CUT_OFF,
+    FormatProblem,
+    TextCall,
+    open_call,
+    read_action,
+    recover,
+)
 from ouroboros.model.text_prompt import (
     action_text,
     format_message,
@@ -79,11 +86,14 @@ def answer_to(
     state: RunState,
     schemas: list[dict[str, Any]],
 ) -> str:
-    """What a reply without a call is told: to go on; in the text protocol, that it was cut off
-    at the output limit in the middle of an action (or reasoning), or what an action looks like
-    and what this reply lacked."""
+    """What a reply without a call is told: that it was cut off at the output limit inside a
+    call it was writing (which tool, how far in), or at all (a server may drop a call it cut);
+    else to go on; in the text protocol, what an action looks like and what this reply lacked."""
+    cut = open_call(reply.content) if at_max_tokens else None
+    if cut is not None:
+        return prompts.cut_in_call(cut.tool, cut.size, llm.max_output_tokens)
     if not text_in_force(llm.tool_protocol, state):
-        return prompts.CONTINUE
+        return prompts.cut_off(llm.max_output_tokens) if at_max_tokens else prompts.CONTINUE
     action = read_action(reply.content, names(schemas), at_max_tokens)
     if action == CUT_OFF:
         return prompts.cut_off(llm.max_output_tokens)
