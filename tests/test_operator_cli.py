@@ -50,7 +50,7 @@ def test_tell_refuses_bad_input_in_one_line(project: Project, args: list[str], s
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert said in result.stderr
-    assert inbox.letters(project.state) == []
+    assert inbox.waiting(project.state) == []
 
 
 def test_tell_from_a_file_to_a_stopped_run_is_kept_until_it_starts(project: Project) -> None:
@@ -59,7 +59,7 @@ def test_tell_from_a_file_to_a_stopped_run_is_kept_until_it_starts(project: Proj
     result = project.run("tell", "--file", "note.txt")
     assert result.returncode == 0, result.stderr
     assert "when it starts" in result.stderr
-    assert [letter.text for letter in inbox.letters(project.state)] == [TOLD]
+    assert [inbox.read(project.state, i).text for i in inbox.waiting(project.state)] == [TOLD]
     with ScriptedServer(agent) as server:
         project.configure(server.url)
         status = project.run("status")
@@ -92,13 +92,13 @@ def test_tell_then_kill_9_before_delivery_delivers_it_once_after_restart(
         process.communicate(timeout=20)
         released.set()
         assert kinds(project, "told") == []
-        assert len(inbox.letters(project.state)) == 1
+        assert len(inbox.waiting(project.state)) == 1
         assert project.run("run", "--max-turns", "4").returncode == 0
         requests = server.chat_requests()
     assert kinds(project, "told") == ["told"]
     assert told_in(requests[-1]) == 1
     assert all(told_in(r) <= 1 for r in requests)
-    assert inbox.letters(project.state) == []
+    assert inbox.waiting(project.state) == []
 
 
 def test_a_pause_holds_across_kill_9_and_restart_with_no_model_call(project: Project) -> None:
