@@ -91,9 +91,10 @@ def waiting(state_dir: Path) -> list[str]:
     """The ids of the messages in the inbox, oldest first, unread (a half-written one, never
     renamed into place, is not one)."""
     try:
-        return sorted(p.stem for p in (state_dir / INBOX).iterdir() if p.suffix == SUFFIX)
+        names = os.listdir(state_dir / INBOX)  # not `Path`s: thousands may wait
     except OSError:
         return []
+    return sorted(name[: -len(SUFFIX)] for name in names if name.endswith(SUFFIX))
 
 
 def read_regular(path: Path, cap: int, follow: bool = False) -> bytes:
