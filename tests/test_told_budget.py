@@ -1,7 +1,7 @@
 """Told messages within a budget per step, delivered only by a request the server accepted: many
 messages at a small window make no request refused for them, each is delivered in exactly one
-accepted request, and one whose request is refused until its session ends is taken again by the
-next session (also after a kill -9 at any record). In process against the scripted model."""
+accepted request, and one whose request is refused until its session ends is carried over or taken
+again (also after a kill -9 at any record). In process against the scripted model."""
 
 from __future__ import annotations
 
@@ -44,17 +44,21 @@ def told_in(body: dict[str, Any]) -> bool:
     return any(m["role"] == "user" and TOLD in str(m["content"]) for m in body["messages"])
 
 
-def sessions_delivering(records: list[dict[str, Any]], message_id: str) -> list[int]:
-    """The sessions where the message was taken (`told`) and a reply the server accepted came
-    after it: each is one delivery."""
-    taken, delivering = None, []
+def deliveries(records: list[dict[str, Any]], message_id: str) -> list[int]:
+    """The sessions where a reply the server accepted came while the message sat in the view
+    (taken by a `told` record, or carried over by the session's start) and had not been
+    delivered before: each is one delivery, in exactly one accepted request."""
+    sits, found = None, []
     for r in records:
         if r["kind"] == "told" and r["message_id"] == message_id:
-            taken = r["session"]
-        elif r["kind"] == "message" and r.get("usage") and r["session"] == taken:
-            delivering.append(taken)
-            taken = None
-    return delivering
+            sits = r["session"]
+        elif r["kind"] == "session_start":
+            carried = sits is not None and TOLD in json.dumps(r["messages"])
+            sits = r["session"] if carried else None
+        elif r["kind"] == "message" and r.get("usage") and r["session"] == sits:
+            found.append(sits)
+            sits = None
+    return found
 
 
 def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(
@@ -110,16 +114,18 @@ def test_10000_messages_waiting_at_a_4k_window_never_stop_a_run(project: Project
     assert not project.events("context_overflow")
 
 
-def refused_until_a_restart(project: Project, refusals: list[dict[str, Any]]) -> Scripted:
-    """The message is left at step 2; the server refuses every request of the first session
-    that carries it (the session ends on the refusals), then accepts all."""
+def refused_in_two_sessions(project: Project, refusals: list[dict[str, Any]]) -> Scripted:
+    """The message is left at step 2; the server refuses every request that carries it in the
+    first two sessions: the first ends on the refusals after its turns, and carries it over to
+    the second, which ends on them with none, so the third carries nothing and must take it
+    again. Then all is accepted."""
 
     def agent(body: dict[str, Any]) -> Reply:
         steps = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if steps == 2 and not refusals and not told_in(body):
             inbox.post(project.state, TOLD)
-        first_session = "Session 1 of a new run" in body["messages"][1]["content"]
-        if told_in(body) and first_session:
+        opening = body["messages"][1]["content"]
+        if told_in(body) and opening.startswith(("Session 1 ", "Session 2.")):
             refusals.append(body)
             raise ContextOverflow("the request exceeds the available context size")
         return shell(steps)
@@ -127,21 +133,23 @@ def refused_until_a_restart(project: Project, refusals: list[dict[str, Any]]) ->
     return Scripted(agent)
 
 
-def test_a_message_whose_requests_were_refused_is_delivered_by_the_next_session(
+def test_a_message_whose_requests_were_refused_is_delivered_by_a_later_session(
     project: Project,
 ) -> None:
     refusals: list[dict[str, Any]] = []
-    model = refused_until_a_restart(project, refusals)
-    ran = run_here(project, model, supervisor={"max_total_turns": 5})
+    model = refused_in_two_sessions(project, refusals)
+    ran = run_here(project, model, supervisor={"max_total_turns": 6})
     assert ran.returncode == 0, ran.stderr
-    assert refusals
     records = project.records("journal.jsonl")
+    starts = [r for r in records if r["kind"] == "session_start"]
+    assert [TOLD in json.dumps(r["messages"]) for r in starts] == [False, True, False]
     told = [r for r in records if r["kind"] == "told"]
-    assert [r["session"] for r in told] == [1, 2]
+    assert [r["session"] for r in told] == [1, 3]
     assert len({r["message_id"] for r in told}) == 1
-    assert sessions_delivering(records, told[0]["message_id"]) == [2]
+    assert deliveries(records, told[0]["message_id"]) == [3]
     accepted = [b for b in model.requests if b not in refusals]
     assert any(told_in(b) for b in accepted)
+    assert all(json.dumps(b).count(TOLD) <= 1 for b in model.requests)
     summary = json.loads((project.state / "status.json").read_text())["run"]
     assert list(summary["delivered"]) == [told[0]["message_id"]]
     assert summary["undelivered"] == []
@@ -163,7 +171,7 @@ def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
 ) -> None:
     """Cut after each record from the message's first taking on; the run resumed against a
     server that accepts all delivers it in exactly one session."""
-    run_here(project, refused_until_a_restart(project, []), supervisor={"max_total_turns": 5})
+    run_here(project, refused_in_two_sessions(project, []), supervisor={"max_total_turns": 6})
     records = project.records("journal.jsonl")
     first = next(i for i, r in enumerate(records) if r["kind"] == "told")
     message_id = records[first]["message_id"]
@@ -172,4 +180,8 @@ def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
         model = Scripted(lambda body: shell(len(body["messages"])))
         ran = run_here(copy, model, supervisor={"max_total_turns": 6})
         assert ran.returncode == 0, (keep, ran.stderr)
-        assert len(sessions_delivering(copy.records("journal.jsonl"), message_id)) == 1, keep
+        records = copy.records("journal.jsonl")
+        assert len(deliveries(records, message_id)) == 1, keep
+        taken = [r["session"] for r in records if r["kind"] == "told"]
+        assert len(taken) == len(set(taken)), keep  # never twice in one session
+        assert all(json.dumps(body).count(TOLD) <= 1 for body in model.requests), keep

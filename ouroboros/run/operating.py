@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ouroboros.messages import UserMessage
+from ouroboros.messages import Message, UserMessage
 from ouroboros.run.reasons import LoopKind
 from ouroboros.run.record_base import Record
 
@@ -32,10 +32,16 @@ class Letters:
     delivered: dict[str, str] = field(default_factory=dict)
     """Carried by a request the server accepted: id -> when it replied."""
     undelivered: dict[str, Told] = field(default_factory=dict)
-    """Taken, and carried by no accepted request yet."""
+    """Taken, and carried by no accepted request yet; its `session` the one whose view holds it."""
 
     def taken(self, record: Told) -> None:
         self.undelivered[record.message_id] = record
+
+    def opened(self, session: int, opening: list[Message]) -> None:
+        """A session started: those its opening carried over sit in its view."""
+        for told in list(self.undelivered.values()):
+            if told.message in opening:
+                self.undelivered[told.message_id] = told.model_copy(update={"session": session})
 
     def carried(self, session: int, ts: str) -> None:
         """A request the server accepted carried `session`'s messages (they sit in its view)."""
@@ -44,7 +50,8 @@ class Letters:
             del self.undelivered[told.message_id]
 
     def again(self, session: int) -> list[Told]:
-        """Taken in a session before `session` that ended first: to be taken again."""
+        """Taken in a session before `session` that ended first, and not carried over: to be
+        taken again."""
         return [told for told in self.undelivered.values() if told.session != session]
 
 

@@ -280,6 +280,7 @@ class RunState:
                 setattr(self, f.name, getattr(fresh, f.name))
         self.session_open = True
         self.view = ContextView(record.messages)
+        self.letters.opened(record.session, record.messages)
 
     @apply.register
     def _(self, record: RunStart) -> None:
