@@ -98,15 +98,18 @@ def waiting(state_dir: Path) -> list[str]:
 
 
 def read_regular(path: Path, cap: int, follow: bool = False) -> bytes:
-    """At most `cap` bytes of the regular file at `path`: opened without blocking (a FIFO, a
-    device), through no link unless `follow`; `NotAMessage` says why not."""
+    """The regular file at `path`, of at most `cap` bytes (at most `cap` + 1 are read): opened
+    without blocking (a FIFO, a device), through no link unless `follow`. `NotAMessage` says
+    what it is instead; `FileNotFoundError` if nothing is there."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         handle = os.open(path, flags | (0 if follow else os.O_NOFOLLOW))
+    except FileNotFoundError:
+        raise
     except OSError as e:
         if not follow and os.path.islink(path):
             raise NotAMessage("a link") from None
-        raise NotAMessage(e.strerror or str(e)) from None
+        raise NotAMessage(f"unreadable ({e.strerror or e})") from None
     try:
         mode = os.fstat(handle).st_mode
         if not stat.S_ISREG(mode):
@@ -115,7 +118,7 @@ def read_regular(path: Path, cap: int, follow: bool = False) -> bytes:
         while len(data) <= cap and (chunk := os.read(handle, cap + 1 - len(data))):
             data += chunk
     except OSError as e:
-        raise NotAMessage(e.strerror or str(e)) from None
+        raise NotAMessage(f"unreadable ({e.strerror or e})") from None
     finally:
         os.close(handle)
     if len(data) > cap:
@@ -136,7 +139,8 @@ def _kind(mode: int) -> str:
 
 
 def read(state_dir: Path, message_id: str) -> Letter:
-    """The message `message_id`; `NotAMessage` if its file is anything else."""
+    """The message `message_id`; `NotAMessage` if its file is anything else, `FileNotFoundError`
+    if it is gone."""
     data = read_regular(state_dir / INBOX / f"{message_id}{SUFFIX}", MAX_FILE_BYTES)
     try:
         found = json.loads(data)

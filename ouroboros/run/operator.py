@@ -124,10 +124,12 @@ def deliver(state_dir: Path, journal: Journal, room_bytes: int) -> None:
 
 
 def _letter(state_dir: Path, journal: Journal, message_id: str) -> inbox.Letter | None:
-    """The inbox's message `message_id`; None (and the file set aside, with a warning) if its
-    file is not one."""
+    """The inbox's message `message_id`; None if it is gone, or its file is not one (then it is
+    set aside, with a warning)."""
     try:
         return inbox.read(state_dir, message_id)
+    except FileNotFoundError:
+        return None  # removed since it was listed
     except inbox.NotAMessage as e:
         aside = inbox.reject(state_dir, message_id)
         journal.notify("warning", f"inbox: {message_id}{inbox.SUFFIX} is {e}: renamed {aside.name}")
