@@ -7,6 +7,7 @@ lost), never a hang, a traceback or a run that cannot start."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -52,12 +53,23 @@ def garbage(path: Path) -> None:
     path.write_bytes(b"\xff{not json")
 
 
+def surrogate(path: Path) -> None:
+    path.write_text(json.dumps({"sent_at": "now", "text": "half a character: \udcff"}))
+
+
+def long_sent_at(path: Path) -> None:
+    """Shown to the agent with the text: a page of it would fill a small window."""
+    path.write_text(json.dumps({"sent_at": "x" * 100_000, "text": "hi"}))
+
+
 PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "FIFO": (fifo, "a FIFO"),
     "link to /dev/zero": (zero, "a link"),
     "folder": (folder, "a folder"),
     "8 GiB file": (huge, f"over {inbox.MAX_FILE_BYTES:,} bytes"),
     "garbage": (garbage, "not a message `tell` wrote"),
+    "lone surrogate": (surrogate, "not a message `tell` wrote"),
+    "100 KB sent_at": (long_sent_at, "not a message `tell` wrote"),
 }
 
 

@@ -31,6 +31,8 @@ MAX_MESSAGE_BYTES = 16_384
 agent a file in its workspace to read instead), so it never fills a small window at once."""
 MAX_FILE_BYTES = 8 * MAX_MESSAGE_BYTES
 """A message's file: JSON escapes a byte of text into at most six."""
+SENT_AT_BYTES = 64
+"""Room for the time a message was sent (`now_iso`)."""
 SUFFIX = ".json"
 REJECTED = ".rejected"
 """What a file that is not a message is renamed with (`<name>.rejected`, next to where it was)."""
@@ -144,9 +146,15 @@ def read(state_dir: Path, message_id: str) -> Letter:
     data = read_regular(state_dir / INBOX / f"{message_id}{SUFFIX}", MAX_FILE_BYTES)
     try:
         found = json.loads(data)
-        return Letter(message_id, str(found["text"]), str(found["sent_at"]))
-    except (ValueError, KeyError, TypeError):
+        letter = Letter(message_id, str(found["text"]), str(found["sent_at"]))
+        # What `post` writes, no more: the agent is shown both, so both must be UTF-8 and
+        # `sent_at` a time, not a page.
+        size = len(letter.text.encode()) + len(letter.sent_at.encode())
+    except (ValueError, KeyError, TypeError):  # UnicodeEncodeError is a ValueError
         raise NotAMessage("not a message `tell` wrote") from None
+    if size > MAX_MESSAGE_BYTES + SENT_AT_BYTES or len(letter.sent_at) > SENT_AT_BYTES:
+        raise NotAMessage("not a message `tell` wrote")
+    return letter
 
 
 def set_aside(path: Path) -> Path:

@@ -88,10 +88,10 @@ async def hold(state_dir: Path, journal: Journal, clock: Clock, enter: bool = Fa
 
 
 def deliver(state_dir: Path, journal: Journal, room_bytes: int) -> None:
-    """The messages waiting join the session, oldest first, while their text fits `room_bytes`
-    in all (a first one longer is shown cut): each journalled whole, then its inbox file
-    removed. Waiting are those in the inbox and those taken before whose session ended before
-    a request the server accepted carried them (`Letters.again`): offered again."""
+    """The messages waiting join the session, oldest first, while what the agent is shown of
+    them fits `room_bytes` in all (a first one longer is shown cut): each journalled whole,
+    then its inbox file removed. Waiting are those in the inbox, and those taken before whose
+    session ended before a request the server accepted carried them (`Letters.again`)."""
     state = journal.state
     known = state.letters.delivered.keys() | state.letters.undelivered.keys()
     offers: list[tuple[str, inbox.Letter | None]] = [
