@@ -14,7 +14,7 @@ class Told(Record):
     """A message from the operator (`python -m ouroboros tell`) joins the session: written
     before its inbox file is removed, so a kill between the two takes it once. It is delivered
     once a request the server accepted carried it (the reply's record); if the session ends
-    before, it is taken again, from this record, in the next (`operator.deliver`)."""
+    before, the next carries it over or takes it again from this record (`operator.deliver`)."""
 
     kind: Literal["told"] = "told"
     session: int
