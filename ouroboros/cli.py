@@ -137,19 +137,30 @@ def _when(state: Path) -> str:
 
 
 def _tell(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.run.inbox import post
+    from ouroboros.run import inbox
 
     if (args.text is None) == (args.file is None):
         raise RunError('say the message, or give --file: tell "text" or tell --file notes.txt')
     text = args.text
+    try:
+        (text or "").encode()
+    except UnicodeEncodeError:  # bytes the locale could not decode, kept as surrogates
+        console.print("[red]error:[/] the message is not UTF-8 text: write it in UTF-8")
+        return EXIT_CONFIG
     if args.file is not None:
+        # Read as a file of the agent's is: a FIFO or a device neither blocks nor fills memory.
         try:
-            text = args.file.read_text()
+            text = inbox.read_regular(args.file, inbox.MAX_MESSAGE_BYTES, follow=True).decode()
         except (OSError, UnicodeDecodeError) as e:
-            why = getattr(e, "strerror", None) or e
+            why = getattr(e, "strerror", None) or "not UTF-8 text"
             raise RunError(f"cannot read {args.file}: {why}") from None
+        except inbox.NotAMessage as e:
+            raise RunError(
+                f"cannot read {args.file}: it is {e}; give a regular file of at most "
+                f"{inbox.MAX_MESSAGE_BYTES:,} bytes"
+            ) from None
     state = load().paths.state_dir
-    letter = post(state, text)
+    letter = inbox.post(state, text)
     console.print(f"message {letter.message_id} kept: the run reads it {_when(state)}")
     return 0
 

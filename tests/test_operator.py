@@ -62,7 +62,7 @@ def test_a_message_left_for_a_stopped_run_opens_its_first_step(project: Project)
     told = [r for r in journal(project) if r["kind"] == "told"]
     assert [(t["message_id"], t["text"]) for t in told] == [(letter.message_id, TOLD)]
     assert requests[0]["messages"][-1]["content"].endswith(TOLD)
-    assert inbox.letters(project.state) == []
+    assert inbox.waiting(project.state) == []
     assert [e["text"] for e in project.events("told")] == [TOLD]
 
 
@@ -135,7 +135,7 @@ def test_a_kill_at_any_record_between_tell_and_delivery_delivers_it_once(
         told = [r for r in journal(copy) if r["kind"] == "told"]
         assert len(told) == 1, (keep, letter_file)
         assert all(told_in(r) == 1 for r in model.chat_requests()), (keep, letter_file)
-        assert inbox.letters(copy.state) == [], (keep, letter_file)
+        assert inbox.waiting(copy.state) == [], (keep, letter_file)
 
 
 def test_a_run_paused_before_it_starts_makes_no_call_until_resumed(project: Project) -> None:

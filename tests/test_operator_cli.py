@@ -50,7 +50,7 @@ def test_tell_refuses_bad_input_in_one_line(project: Project, args: list[str], s
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert said in result.stderr
-    assert inbox.letters(project.state) == []
+    assert inbox.waiting(project.state) == []
 
 
 def test_tell_from_a_file_to_a_stopped_run_is_kept_until_it_starts(project: Project) -> None:
@@ -59,7 +59,7 @@ def test_tell_from_a_file_to_a_stopped_run_is_kept_until_it_starts(project: Proj
     result = project.run("tell", "--file", "note.txt")
     assert result.returncode == 0, result.stderr
     assert "when it starts" in result.stderr
-    assert [letter.text for letter in inbox.letters(project.state)] == [TOLD]
+    assert [inbox.read(project.state, i).text for i in inbox.waiting(project.state)] == [TOLD]
     with ScriptedServer(agent) as server:
         project.configure(server.url)
         status = project.run("status")
@@ -92,13 +92,13 @@ def test_tell_then_kill_9_before_delivery_delivers_it_once_after_restart(
         process.communicate(timeout=20)
         released.set()
         assert kinds(project, "told") == []
-        assert len(inbox.letters(project.state)) == 1
+        assert len(inbox.waiting(project.state)) == 1
         assert project.run("run", "--max-turns", "4").returncode == 0
         requests = server.chat_requests()
     assert kinds(project, "told") == ["told"]
     assert told_in(requests[-1]) == 1
     assert all(told_in(r) <= 1 for r in requests)
-    assert inbox.letters(project.state) == []
+    assert inbox.waiting(project.state) == []
 
 
 def test_a_pause_holds_across_kill_9_and_restart_with_no_model_call(project: Project) -> None:
@@ -151,3 +151,47 @@ def test_a_stop_signal_ends_a_paused_run_at_once_and_it_stays_paused(
     assert process.returncode == 0, stderr
     assert project.events("run_end")[-1]["reason"] == "stopped"
     assert kinds(project, "paused", "resumed") == ["paused"]
+
+
+def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(
+    project: Project,
+) -> None:
+    """16 told before the run and 40 during it (two a step), through the CLI against a server
+    that refuses what does not fit its 4,096 tokens: the run makes its turns, and each message
+    first sits in one accepted request, never shown anew."""
+
+    def note(i: int) -> str:
+        return f"NOTE{i:03d} " + " ".join(f"k{j % 10}" for j in range(130))
+
+    project.configure(CLOSED)
+    assert project.run("tell", note(0)).returncode == 0
+    for i in range(1, 16):
+        inbox.post(project.state, note(i))  # as `tell` does, without starting Python each time
+    later = iter(range(16, 56))
+    accepted: list[set[str]] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if server.fit(body)[1] is not None:
+            return agent(body)  # refused: the server sends its error, not this
+        words = {w for m in body["messages"] if m["role"] == "user" for w in m["content"].split()}
+        accepted.append({w for w in words if w.startswith("NOTE")})
+        if len(set().union(*accepted)) == 56:
+            return Reply(tool_calls=[tool("finish", summary="read all 56")])
+        for _ in range(2):
+            if (i := next(later, None)) is not None:
+                inbox.post(project.state, note(i))
+        return replace(agent(body), delay_s=0)
+
+    with ScriptedServer(respond, dialect="llama", n_ctx=4096) as server:
+        project.configure(server.url)
+        ran = project.run("run", "--max-turns", "120")
+    assert ran.returncode == 0, ran.stderr
+    assert "run stopped: finish" in ran.stdout
+    shown: dict[str, int] = {}
+    before: set[str] = set()
+    for seen in accepted:
+        for word in seen - before:
+            shown[word] = shown.get(word, 0) + 1
+        before = seen
+    assert shown == {f"NOTE{i:03d}": 1 for i in range(56)}
+    assert "56 delivered" in project.run("status").stdout

@@ -172,8 +172,8 @@ def _inbox(state_dir: Path) -> list[str]:
 
 
 def _operator_rows(figures: StatusFigures) -> list[tuple[str, Text]]:
-    """A pause, and the messages `tell` left: those not yet delivered (still in the inbox), and
-    the newest delivered."""
+    """A pause, and the messages `tell` left: those not yet delivered (in the inbox, or taken
+    but carried by no request the server accepted), and the newest delivered."""
     rows = []
     paused = figures.run.get("paused")
     if paused:
@@ -181,7 +181,8 @@ def _operator_rows(figures: StatusFigures) -> list[tuple[str, Text]]:
         said = f"since {since}, by {paused.get('by')}: `python -m ouroboros resume` goes on"
         rows.append(("paused", Text(said, style="bold yellow")))
     delivered: dict[str, str] = figures.run.get("delivered") or {}
-    pending = [name for name in _inbox(figures.state_dir) if name not in delivered]
+    taken: list[str] = figures.run.get("undelivered") or []
+    pending = {name for name in _inbox(figures.state_dir) if name not in delivered} | set(taken)
     if pending:
         rows.append(("messages", Text(f"{len(pending)} pending (delivered at the next step)")))
     if delivered:

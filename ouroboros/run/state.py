@@ -18,6 +18,7 @@ from ouroboros.mcp.records import McpFault, McpOffered, McpTally
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.run.call_figures import PrefillTally, RunLimits, WindowFigures
 from ouroboros.run.checkpoint_records import Checkpoint, Checkpoints, Rewinding, Rewound
+from ouroboros.run.operating import Letters
 from ouroboros.run.plan import RunPlan
 from ouroboros.run.protocol_tally import ProtocolTally, is_switch
 from ouroboros.run.records import (
@@ -103,8 +104,7 @@ class RunState:
     loops: LoopTally = field(default_factory=LoopTally)
     session_loops: SessionLoops = field(default_factory=SessionLoops, metadata=SESSION)
 
-    delivered: dict[str, str] = field(default_factory=dict)
-    """Operator messages delivered (`Told`): id -> when; an inbox file of one is not again."""
+    letters: Letters = field(default_factory=Letters)
     paused: Paused | None = None
     """Since when and by whom the run is paused; None while it goes on."""
     resumed_between: bool = field(default=False, metadata=SESSION)
@@ -150,6 +150,7 @@ class RunState:
         self.protocol.message(record)
         if record.usage is not None:
             self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
+            self.letters.carried(self.session, record.ts)
             self.ledger.apply(record.usage)
             self.prefill.add(record.usage)
 
@@ -207,7 +208,7 @@ class RunState:
 
     @apply.register
     def _(self, record: Told) -> None:
-        self.delivered[record.message_id] = record.ts
+        self.letters.taken(record)
         self._message(record.message)
 
     @apply.register
@@ -279,6 +280,7 @@ class RunState:
                 setattr(self, f.name, getattr(fresh, f.name))
         self.session_open = True
         self.view = ContextView(record.messages)
+        self.letters.opened(record.session, record.messages)
 
     @apply.register
     def _(self, record: RunStart) -> None:

@@ -50,7 +50,8 @@ def of_state(state: RunState) -> dict[str, Any]:
         if end is None
         else {"reason": str(end.reason), "detail": end.detail, "ts": end.ts},
         "paused": None if state.paused is None else state.paused.model_dump(include={"by", "ts"}),
-        "delivered": state.delivered,
+        "delivered": state.letters.delivered,
+        "undelivered": sorted(state.letters.undelivered),
         "loops": {
             "detections": state.loops.detections,
             "restarts": state.loops.restarts,

@@ -1,0 +1,152 @@
+"""What is left for a run to take from the operator, read as hostile (issue 29): a FIFO, a link
+to /dev/zero, a folder, a huge file or garbage where `tell` leaves a message or `pause` and
+`resume` a request, and what `tell` itself is given (a non-UTF-8 argument, a `--file` that is
+not a regular file). Through the real CLI (a hang is a timeout, never a stuck test) against the
+scripted loopback server: a one-line warning or error, the thing renamed `.rejected` (nothing
+lost), never a hang, a traceback or a run that cannot start."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from ouroboros.run import inbox
+from ouroboros.run.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
+from tests.conftest import Project
+
+TOLD = "the tests live in tests/"
+CLOSED = "http://127.0.0.1:9/v1"
+HUGE = 8 << 30
+"""A sparse file's size: read whole, it would fill the memory."""
+
+
+def agent(body: dict[str, Any]) -> Reply:
+    step = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+    return Reply(tool_calls=[tool("shell_exec", command=f"echo step {step}")])
+
+
+def fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def folder(path: Path) -> None:
+    path.mkdir()
+    (path / "inside").write_text("kept")
+
+
+def huge(path: Path) -> None:
+    with path.open("wb") as f:
+        f.truncate(HUGE)
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(b"\xff{not json")
+
+
+def surrogate(path: Path) -> None:
+    path.write_text(json.dumps({"sent_at": "now", "text": "half a character: \udcff"}))
+
+
+def long_sent_at(path: Path) -> None:
+    """Shown to the agent with the text: a page of it would fill a small window."""
+    path.write_text(json.dumps({"sent_at": "x" * 100_000, "text": "hi"}))
+
+
+PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "FIFO": (fifo, "a FIFO"),
+    "link to /dev/zero": (zero, "a link"),
+    "folder": (folder, "a folder"),
+    "8 GiB file": (huge, f"over {inbox.MAX_FILE_BYTES:,} bytes"),
+    "garbage": (garbage, "not a message `tell` wrote"),
+    "lone surrogate": (surrogate, "not a message `tell` wrote"),
+    "100 KB sent_at": (long_sent_at, "not a message `tell` wrote"),
+}
+
+
+def warnings(output: str, word: str) -> list[str]:
+    return [line for line in output.splitlines() if "warning" in line and word in line]
+
+
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_what_is_no_message_in_the_inbox_is_set_aside_and_the_run_goes_on(
+    project: Project, plant: str
+) -> None:
+    """Planted before a message `tell` left: the message is delivered, the plant renamed."""
+    make, said = PLANTS[plant]
+    (project.state / INBOX).mkdir(parents=True)
+    planted = project.state / INBOX / "00000000000000000001-bad.json"
+    make(planted)
+    inbox.post(project.state, TOLD)
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        ran = project.run("run", "--max-turns", "2", timeout=60)
+        requests = server.chat_requests()
+    assert ran.returncode == 0, ran.stderr
+    assert "Traceback" not in ran.stderr + ran.stdout
+    assert TOLD in str(requests[0]["messages"][-1]["content"])
+    [warned] = warnings(ran.stdout, planted.name)
+    assert said in warned, warned
+    assert "renamed 00000000000000000001-bad.json.rejected" in warned
+    assert not os.path.lexists(planted)
+    assert os.path.lexists(planted.with_name(planted.name + ".rejected"))
+    assert inbox.waiting(project.state) == []
+
+
+@pytest.mark.parametrize("plant", ["FIFO", "link to /dev/zero", "folder"])
+@pytest.mark.parametrize("request_name", [PAUSE_REQUEST, RESUME_REQUEST])
+def test_a_request_that_is_no_regular_file_is_set_aside_and_asks_nothing(
+    project: Project, plant: str, request_name: str
+) -> None:
+    make, _ = PLANTS[plant]
+    project.state.mkdir()
+    make(project.state / request_name)
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        ran = project.run("run", "--max-turns", "2", timeout=60)
+        assert len(server.chat_requests()) == 2  # not paused
+    assert ran.returncode == 0, ran.stderr
+    [warned] = warnings(ran.stdout, request_name)
+    assert f"renamed {request_name}.rejected" in warned
+    assert not os.path.lexists(project.state / request_name)
+    assert os.path.lexists(project.state / f"{request_name}.rejected")
+
+
+@pytest.mark.parametrize(
+    ("plant", "said"),
+    [
+        ("FIFO", "it is a FIFO"),
+        ("link to /dev/zero", "it is a device"),
+        ("folder", "it is a folder"),
+        ("8 GiB file", f"it is over {inbox.MAX_MESSAGE_BYTES:,} bytes"),
+        ("garbage", "not UTF-8 text"),
+    ],
+)
+def test_tell_file_reads_only_a_regular_file_up_to_the_cap(
+    project: Project, plant: str, said: str
+) -> None:
+    PLANTS[plant][0](project.root / "note.txt")
+    project.configure(CLOSED)
+    ran = project.run("tell", "--file", "note.txt", timeout=30)
+    assert ran.returncode == 1
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert f"cannot read note.txt: {said}" in ran.stderr
+    assert inbox.waiting(project.state) == []
+
+
+def test_tell_with_a_non_utf8_argument_is_one_line_and_exit_2(project: Project) -> None:
+    project.configure(CLOSED)
+    ran = project.run("tell", os.fsdecode(b"use \xff pytest"))
+    assert ran.returncode == 2
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert "not UTF-8 text" in ran.stderr
+    assert inbox.waiting(project.state) == []
