@@ -1,5 +1,5 @@
 """The names settings have, and the known name closest to a mistyped one: a key of the config
-file, an `OUROBOROS_*` variable (the command names its own, in `cli_parser.py`)."""
+file, an `OUROBOROS_*` variable (`cli_parser.py` does the same for a command)."""
 
 from __future__ import annotations
 
