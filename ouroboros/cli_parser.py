@@ -40,6 +40,16 @@ class _Parser(argparse.ArgumentParser):
         super()._check_value(action, value)
 
 
+def _calls(text: str) -> int:
+    """`--max-turns`: a count of model calls, said wrong in one line naming the flag (as a
+    setting, it would be blamed on the config file)."""
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(
+            f"{printable(text)!r} is not a number of calls (0 or more)"
+        )
+    return int(text)
+
+
 def _command(
     commands: Any, name: str, summary: str, example: str, details: str = ""
 ) -> argparse.ArgumentParser:
@@ -70,7 +80,9 @@ def argument_parser() -> argparse.ArgumentParser:
         "It runs until a limit, the agent's finish, or Ctrl-C; running it again resumes "
         "without losing a completed turn.",
     )
-    run_cmd.add_argument("--max-turns", type=int, help="stop the run after N model calls in all")
+    run_cmd.add_argument(
+        "--max-turns", type=_calls, metavar="N", help="stop the run after N model calls in all"
+    )
     run_cmd.add_argument(
         "--fresh", action="store_true", help="move the old state aside and start anew"
     )
