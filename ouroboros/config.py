@@ -167,8 +167,8 @@ class ToolSettings(_Section):
     loopback and no socket but IP and netlink (Landlock ABI 4+ refuses TCP where there are no
     namespaces)."""
     readable: list[Path] = [Path("/")]
-    """What confined commands may read (and run): the programs too, so never empty; each one
-    there. The state folder never."""
+    """What confined commands may read (and run): their programs too, so not empty; each path
+    must exist. The state folder never."""
     blocklist: bool = True
     """Refuse known destructive commands before they run: a fast, clear first answer."""
     block_patterns: list[str] = []

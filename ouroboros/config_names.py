@@ -92,8 +92,8 @@ def _keys(root: type[BaseModel]) -> dict[str, tuple[str, ...]]:
 
 def suggestion(root: type[BaseModel], path: SettingPath) -> SettingPath | None:
     """The known setting an unknown `path` most likely meant: a close name in the same place
-    (`soft_treshold`: `soft_threshold`), else a key of that name, or close to it, in another
-    section (`llm.limit`: `context.limit`)."""
+    (`soft_treshold`: `soft_threshold`), else, for a key of a section or at the top, a key of
+    that name or close to it in another section (`llm.limit`: `context.limit`)."""
     bad = _first_unknown(root, path)
     if bad is None:
         return None
