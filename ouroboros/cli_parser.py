@@ -19,7 +19,35 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from ouroboros.config_names import closest
+from ouroboros.printable import printable
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors said in one line (not after the usage), a mistyped command with the
+    one meant."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (`{self.prog} --help` says more)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.dest == "command" and action.choices is not None and value not in action.choices:
+            meant = closest(value, action.choices)
+            hint = f"did you mean {meant}?" if meant else f"one of {', '.join(action.choices)}"
+            raise argparse.ArgumentError(None, f"{printable(value)}: unknown command; {hint}")
+        super()._check_value(action, value)
+
+
+def _calls(text: str) -> int:
+    """`--max-turns`: a count of model calls, said wrong in one line naming the flag (as a
+    setting, it would be blamed on the config file)."""
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(
+            f"{printable(text)!r} is not a number of calls (0 or more)"
+        )
+    return int(text)
 
 
 def _command(
@@ -37,7 +65,7 @@ def _command(
 
 def argument_parser() -> argparse.ArgumentParser:
     """Every command, its flags and its help."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m ouroboros",
         description=__doc__,  # this module's docstring is what `--help` says first
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -52,7 +80,9 @@ def argument_parser() -> argparse.ArgumentParser:
         "It runs until a limit, the agent's finish, or Ctrl-C; running it again resumes "
         "without losing a completed turn.",
     )
-    run_cmd.add_argument("--max-turns", type=int, help="stop the run after N model calls in all")
+    run_cmd.add_argument(
+        "--max-turns", type=_calls, metavar="N", help="stop the run after N model calls in all"
+    )
     run_cmd.add_argument(
         "--fresh", action="store_true", help="move the old state aside and start anew"
     )

@@ -62,7 +62,7 @@ class LLMSettings(_Section):
     """Tool calls of one reply that are run; the rest are dropped, and the agent told so."""
     max_tool_argument_bytes: int = Field(1 << 20, ge=1024)
     """A call whose arguments are longer is not run (an error result says so), nor stored whole."""
-    tool_protocol: ToolProtocol = "native"
+    tool_protocol: ToolProtocol = "auto"
     """How tool calls travel: `native` (the server's tool calls; a call the model wrote as text
     instead is recovered), `text` (tools described in the system prompt, one action block per
     reply, for models or servers without tool calls), `auto` (native until the server refuses
@@ -167,7 +167,8 @@ class ToolSettings(_Section):
     loopback and no socket but IP and netlink (Landlock ABI 4+ refuses TCP where there are no
     namespaces)."""
     readable: list[Path] = [Path("/")]
-    """What confined commands may read (and run); the state folder never."""
+    """What confined commands may read (and run): their programs too, so not empty; each path
+    must exist. The state folder never."""
     blocklist: bool = True
     """Refuse known destructive commands before they run: a fast, clear first answer."""
     block_patterns: list[str] = []
@@ -183,6 +184,17 @@ class ToolSettings(_Section):
     ]  # fmt: skip
     """Variables of the harness's environment that commands inherit (shell-style patterns,
     `LC_*`); no others: the API key, credentials and the SSH agent socket stay out."""
+
+    @field_validator("readable")
+    @classmethod
+    def _something_readable(cls, paths: list[Path]) -> list[Path]:
+        # Not "nothing more": what a command may read is all it may run, its shell included.
+        if not paths:
+            raise ValueError(
+                "tools.readable is empty: commands could run nothing, not even the shell; "
+                'name what they may read and run (the default is ["/"])'
+            )
+        return paths
 
     @field_validator("block_patterns")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ouroboros.config import PathSettings, Settings
+from ouroboros.config_names import unknown_key, unknown_variables
 from ouroboros.errors import ConfigError
 
 
@@ -55,9 +56,10 @@ def _describe(error: ValidationError, source: Path) -> str:
         if item["loc"] and variable in os.environ:
             key = variable
         if item["type"] == "extra_forbidden":
-            parts.append(f"{key}: unknown key")
+            parts.append(unknown_key(Settings, item["loc"]))
         elif item["type"] == "value_error":
-            parts.append(str(item["msg"]).removeprefix("Value error, "))
+            said = str(item["msg"]).removeprefix("Value error, ")
+            parts.append(f"{key}: {said}" if key.startswith("OUROBOROS_") else said)
         else:
             parts.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
     named = all(p.startswith("OUROBOROS_") for p in parts)
@@ -69,6 +71,11 @@ def load_settings(
 ) -> Settings:
     """Load and validate; paths come back absolute, resolved against the config file's folder."""
     data = _read_toml(config_path) if config_path.exists() else {}
+    # pydantic-settings reads the variables of known sections only: a mistyped section would
+    # be ignored.
+    unknown = unknown_variables(Settings, os.environ)
+    if unknown:
+        raise ConfigError("; ".join(unknown))
     try:
         settings = Settings(**data)
         # Command-line flags win over the environment, which wins over the file.
@@ -87,7 +94,21 @@ def load_settings(
     prompt = base / paths.system_prompt.expanduser()
     paths.system_prompt = prompt.parent.resolve() / prompt.name
     _keep_run_files_out_of_workspace(paths, config_path)
+    settings.tools.readable = _readable(settings.tools.readable, base)
     return settings
+
+
+def _readable(paths: list[Path], base: Path) -> list[Path]:
+    """`tools.readable` resolved as the other paths are; one that is not there is refused, as
+    it would grant nothing (a mistyped `/usr` leaves commands without their programs)."""
+    resolved = [base / path.expanduser() for path in paths]
+    missing = [str(path) for path in resolved if not os.path.exists(path)]
+    if missing:
+        raise ConfigError(
+            f"tools.readable: {', '.join(missing)}: no such file or folder: remove it, or "
+            "name one that is there"
+        )
+    return resolved
 
 
 def _keep_run_files_out_of_workspace(paths: PathSettings, config: Path) -> None:

@@ -165,7 +165,14 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
     for gap in processes.gaps:
         journal.notify("warning", f"shell commands: {gap}")
     env = command_env(os.environ, s.tools.env, tmp)
-    step = processes.probe(s.paths.workspace, env)
+    try:
+        step = processes.probe(s.paths.workspace, env)
+    except OSError as e:  # the program is not there for commands, or not theirs to run
+        processes.close()
+        raise RunError(
+            f"shell commands cannot run `true` ({e.strerror}): let them read and run the "
+            "system's programs (tools.readable, tools.env's PATH)"
+        ) from None
     if step is not None:
         processes.close()
         raise RunError(

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from ouroboros.model.scripted import Reply, ScriptedServer
+from ouroboros.tools import sandbox
 from tests.conftest import Project
 
 CLOSED = "http://127.0.0.1:9/v1"
@@ -127,3 +128,54 @@ def test_no_server_at_the_url_says_what_to_start(project: Project) -> None:
     assert f"cannot reach a model server at {CLOSED}" in last
     assert "start it (for Ollama: `ollama serve`) or set llm.base_url" in last
     assert "Traceback" not in result.stderr
+
+
+def test_a_mistyped_command_says_the_one_meant(project: Project) -> None:
+    result = project.run("stauts")
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert "stauts: unknown command; did you mean status?" in line
+
+
+@pytest.mark.parametrize("turns", ["many", "-5"])
+def test_a_bad_flag_is_one_line_not_the_usage(project: Project, turns: str) -> None:
+    project.configure(CLOSED)
+    result = project.run("run", "--max-turns", turns)
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert f"argument --max-turns: '{turns}' is not a number of calls (0 or more)" in line
+    assert "python -m ouroboros run --help" in line
+    assert "config.toml" not in line
+
+
+@pytest.mark.parametrize(
+    ("sections", "env", "said"),
+    [
+        ({}, {"OUROBOROS_TOOL__SANDBOX": "landlock"}, "did you mean OUROBOROS_TOOLS__SANDBOX?"),
+        ({"context": {"soft_treshold": 0.6}}, {}, "did you mean soft_threshold?"),
+        ({"tools": {"readable": []}}, {}, "tools.readable is empty"),
+        ({"tools": {"readable": ["/no/such/place"]}}, {}, "/no/such/place: no such file"),
+    ],
+)
+def test_a_setting_that_is_not_one_is_one_line_before_anything_starts(
+    project: Project, sections: dict[str, dict[str, object]], env: dict[str, str], said: str
+) -> None:
+    project.configure(CLOSED, **sections)
+    result = project.run("run", env=env)
+    assert result.returncode == 2
+    assert said in one_line(result.stderr)
+    assert not project.state.exists()
+
+
+@pytest.mark.skipif(not sandbox.abi_version(), reason="this kernel has no Landlock")
+def test_readable_paths_without_the_programs_are_one_line(project: Project) -> None:
+    """Commands may read only an empty folder: the shell is not theirs to run, which the probe
+    at start says (it was a traceback)."""
+    (project.root / "nothing").mkdir()
+    with ScriptedServer([Reply(text="hi")]) as server:
+        project.configure(server.url, tools={"readable": ["nothing"]})
+        result = project.run("run")
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert "shell commands cannot run `true`" in line
+    assert "tools.readable" in line

@@ -250,10 +250,13 @@ def test_silent_truncation_is_detected(project: Project) -> None:
 
 def test_template_without_tools_is_no_silent_truncation(project: Project) -> None:
     """Seen on the real llama-server with Gemma 3: the template drops the tool schemas, so the
-    server counts far fewer tokens than the harness would have estimated with them."""
+    server counts far fewer tokens than the harness would have estimated with them (in the
+    native protocol, which `auto` leaves for text at once on such a template)."""
     with ScriptedServer(reader(), dialect="llama", n_ctx=8192, renders_tools=False) as server:
         fill_workspace(project, files=12, words=80)
-        project.configure(server.url, supervisor={"max_total_turns": 60})
+        project.configure(
+            server.url, llm={"tool_protocol": "native"}, supervisor={"max_total_turns": 60}
+        )
         result = project.run("run")
     assert result.returncode == 0, result.stderr
     assert any("cannot render tools" in w["message"] for w in project.events("warning"))

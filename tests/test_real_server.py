@@ -270,6 +270,9 @@ def make_project(root: Path, base_url: str, **sections: dict[str, Any]) -> Proje
             "retry_max_s": 1.0,
             "retry_for_s": 90,
             "timeout_s": 60,
+            # The native wire (the schemas this template drops included), not the default
+            # `auto`'s switch to text: that tier is tests/test_real_text_protocol.py.
+            "tool_protocol": "native",
         },
         "context": {"limit": 0},
     }

@@ -14,9 +14,10 @@ ACTIONS = [
 
 
 def test_auto_goes_over_to_text_when_the_server_refuses_tools(project: Project) -> None:
+    """`auto` is the default: a newcomer's model without tools (Ollama's gemma3) runs."""
     replies = iter(ACTIONS)
     with ScriptedServer(without_tools(lambda body: next(replies))) as server:
-        project.configure(server.url, llm={"tool_protocol": "auto"})
+        project.configure(server.url)
         done = project.run("run")
         requests = server.chat_requests()
     assert done.returncode == 0, done.stderr
@@ -43,7 +44,7 @@ def test_auto_goes_over_to_text_when_the_server_refuses_tools(project: Project) 
 
 def test_native_stops_on_the_refusal_with_one_line_naming_the_setting(project: Project) -> None:
     with ScriptedServer(without_tools(lambda body: ACTIONS[0])) as server:
-        project.configure(server.url)
+        project.configure(server.url, llm={"tool_protocol": "native"})
         done = project.run("run")
     assert done.returncode != 0
     assert "does not support tools" in done.stderr

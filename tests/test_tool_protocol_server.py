@@ -57,7 +57,7 @@ def test_native_stops_on_each_servers_refusal_naming_text_and_auto(
     project: Project, server: str
 ) -> None:
     with ScriptedServer(refusing(server, lambda body: TEXT_FINISH)) as scripted:
-        project.configure(scripted.url)
+        project.configure(scripted.url, llm={"tool_protocol": "native"})
         done = project.run("run")
         requests = scripted.chat_requests()
     assert done.returncode != 0
