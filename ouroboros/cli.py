@@ -53,16 +53,17 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.instructions import PLACEHOLDER_WARNING, placeholder_purpose, read_instructions
     from ouroboros.run.lock import fresh_state
     from ouroboros.run.start import run_to_end
     from ouroboros.sinks.live import Terminal
 
     settings = load()
-    prompt = settings.paths.system_prompt
-    if not prompt.is_file():
-        raise RunError(
-            f"{prompt}: the agent's instructions are missing: write them there, "
-            "or set paths.system_prompt"
+    # Said now, not once the server answers: a run with no server yet waits before its session.
+    instructions, _ = read_instructions(settings.paths.system_prompt, 0)
+    if placeholder_purpose(instructions):
+        stderr_console().print(
+            f"warning: {escape(PLACEHOLDER_WARNING.format(path=settings.paths.system_prompt))}"
         )
     out = stdout_console()
     if args.fresh:

@@ -10,6 +10,7 @@ the file.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from ouroboros import prompts
@@ -35,9 +36,17 @@ def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
         with os.fdopen(fd, "rb") as f:
             data = f.read(limit + 1)
             size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        raise RunError(
+            f"{path}: the agent's instructions are missing: write them there, "
+            "or set paths.system_prompt"
+        ) from None
     except (OSError, PathRefused) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        if path.is_dir():
+            why = "it is a folder, not a file"
         raise RunError(f"cannot read paths.system_prompt {path}: {why}") from None
+    _refuse_unusable(path, data[:limit])
     if len(data) <= limit:
         return data.decode(errors="replace"), None
     shown = data[:limit]
@@ -48,6 +57,47 @@ def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
         "as a session can hold: shorten it]\n",
         size,
     )
+
+
+def _refuse_unusable(path: Path, data: bytes) -> None:
+    """Empty or binary instructions would start an agent with no rules at all."""
+    if not data.strip():
+        raise RunError(
+            f"paths.system_prompt {path} is empty: write in it what the agent is for "
+            "(the project's SYSTEM_PROMPT.md is a template)"
+        )
+    try:
+        data.decode()
+    except UnicodeDecodeError as e:
+        if e.start < len(data) - 3:  # not a character cut at the read's end
+            raise RunError(
+                f"paths.system_prompt {path} is not UTF-8 text (byte {e.start:,}): "
+                "save it as UTF-8"
+            ) from None
+    if b"\0" in data:
+        raise RunError(f"paths.system_prompt {path} is binary (a NUL byte): give it text")
+
+
+def placeholder_purpose(text: str) -> bool:
+    """Whether the `# Purpose` section says no more than the template's (its comment, and the
+    line that sends the agent exploring): the agent would start with no task of its own."""
+    found = PURPOSE.search(text)
+    if found is None:
+        return False
+    said = " ".join(COMMENT.sub("", found.group(1)).split())
+    return said in ("", TEMPLATE_PURPOSE)
+
+
+PURPOSE = re.compile(r"^# Purpose[ \t]*\n(.*?)(?=^# |\Z)", re.DOTALL | re.MULTILINE)
+COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+TEMPLATE_PURPOSE = (
+    "Explore the workspace, decide what is most worth doing towards the purpose above, and do it."
+)
+"""The project's SYSTEM_PROMPT.md says this under its purpose's comment (a test keeps them one)."""
+PLACEHOLDER_WARNING = (
+    "{path} still has the template's empty # Purpose: the agent has no task but to "
+    "explore; say there what it is for"
+)
 
 
 def system_message(

@@ -4,12 +4,14 @@ created or left behind that was not asked for."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from ouroboros.model.scripted import Reply, ScriptedServer
 from ouroboros.tools import sandbox
-from tests.conftest import Project
+from tests.conftest import PROJECT_ROOT, Project
 
 CLOSED = "http://127.0.0.1:9/v1"
 """Nothing listens there (port 9, discard): a run that got as far as the server would retry."""
@@ -34,6 +36,46 @@ def test_a_missing_system_prompt_is_said_before_any_call(project: Project) -> No
     assert "instructions are missing" in line
     assert "paths.system_prompt" in line
     assert requests == []  # not even discovery
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: p.write_text(" \n\n"), "is empty"),
+        (lambda p: p.write_bytes(b"# Purpose\n\x00\x01\x02"), "is binary"),
+        (lambda p: p.write_bytes(b"# Purpose\ncaf\xe9 au lait\n"), "not UTF-8 text"),
+        (lambda p: p.unlink() or p.mkdir(), "a folder, not a file"),
+    ],
+    ids=["empty", "binary", "latin-1", "folder"],
+)
+def test_unusable_instructions_are_one_line_before_any_call(
+    project: Project, make: Callable[[Path], object], said: str
+) -> None:
+    make(project.root / "SYSTEM_PROMPT.md")
+    with ScriptedServer([Reply(text="hi")]) as server:
+        project.configure(server.url)
+        result = project.run("run", timeout=60)
+        requests = server.requests
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert said in line, line
+    assert "paths.system_prompt" in line
+    assert requests == []
+
+
+def test_the_templates_placeholder_purpose_is_warned_about(project: Project) -> None:
+    template = (PROJECT_ROOT / "SYSTEM_PROMPT.md").read_text()
+    (project.root / "SYSTEM_PROMPT.md").write_text(template)
+    with ScriptedServer([Reply(text="hi")]) as server:
+        project.configure(server.url, supervisor={"max_total_turns": 1})
+        warned = project.run("run", timeout=60)
+        (project.root / "SYSTEM_PROMPT.md").write_text(
+            template.replace("# How you work", "Count the words in data/.\n\n# How you work")
+        )
+        filled = project.run("run", "--fresh", timeout=60)
+    assert "the template's empty # Purpose" in warned.stderr
+    assert filled.returncode == warned.returncode == 0, filled.stderr
+    assert "# Purpose" not in filled.stderr
 
 
 def test_an_unwritable_state_folder_is_one_line(project: Project) -> None:
