@@ -28,7 +28,7 @@ from ouroboros.observe.checkpoint_view import checkpoints_status
 from ouroboros.observe.describe import describe, loop_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
-from ouroboros.observe.status_rows import cache_text, context_text
+from ouroboros.observe.status_rows import cache_text, context_text, window_text
 from ouroboros.printable import printable
 from ouroboros.run.state_folder import INBOX, JOURNAL, SUMMARY
 from ouroboros.sinks import summary
@@ -209,6 +209,7 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
         grid.add_row("loops", Text(said + printable(loop_text(latest)), style="yellow"))
     grid.add_row("plan", plan_status(run.get("plan")))
     grid.add_row("context", context_text(figures.usage))
+    grid.add_row("window", window_text(run.get("window")))
     grid.add_row("checkpoints", checkpoints_status(run.get("checkpoints")))
     grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
     grid.add_row("mcp", printable(run.get("mcp") or "no servers"))

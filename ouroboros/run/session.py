@@ -21,8 +21,8 @@ from ouroboros.context.room import Rules
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import retrying
-from ouroboros.run import operator, reply_checks, tool_protocol
-from ouroboros.run.call_figures import CallFigures
+from ouroboros.run import operator, reply_checks, tool_protocol, window
+from ouroboros.run.call_figures import CallFigures, WindowFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.run.journal import Journal
 from ouroboros.run.plan import plan_saved
@@ -62,6 +62,13 @@ class Parts:
     counting: Counting
     policy: ContextPolicy = policy.MANAGED
     clock: Clock = SYSTEM_CLOCK
+
+    def fitted(self, figures: WindowFigures | None) -> Parts:
+        """These parts for the window in force (a refusal may have stated a smaller one)."""
+        if figures is None or figures.context_limit == self.rules.budget.limit:
+            return self
+        rules, counting = window.fit(self.rules, self.counting, figures)
+        return replace(self, rules=rules, counting=counting)
 
 
 class Session:
@@ -213,6 +220,9 @@ class Session:
             except ContextOverflow as e:
                 overflow(self.journal, e, room.projected(self.state, self.rules), attempt)
                 learn_refused(self.journal, e, raw_prompt)
+                if stated := window.take_stated(self.journal, self.settings, e):
+                    # From the next request on; the next session's carry-over is sized for it.
+                    self.rules, self.counting = window.fit(self.rules, self.counting, stated)
                 if attempt == 2:
                     raise SessionEnded(EndReason.CONTEXT_OVERFLOW, self.state.refusal[:200]) from e
                 await self.room_after_refusal()

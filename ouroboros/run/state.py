@@ -41,6 +41,7 @@ from ouroboros.run.records import (
     Told,
     ToolStarted,
     WindDown,
+    WindowChange,
 )
 
 RECENT = 200
@@ -92,7 +93,10 @@ class RunState:
     """How the supervisor last stopped; None while it runs."""
     window: WindowFigures | None = None
     limits: RunLimits | None = None
-    """As the latest start of the supervisor recorded them."""
+    """As the latest start of the supervisor recorded them (the window: or a change since)."""
+    window_change: WindowChange | None = None
+    """The newest change of the window in force since the run began (a refusal stated a smaller
+    one): a resume keeps working in it."""
     warned: set[str] = field(default_factory=set)
     """Warnings given once a run, by name (`Notice.once`)."""
     compaction_retry_above: int = field(default=0, metadata=SESSION)
@@ -231,6 +235,10 @@ class RunState:
         if record.message is not None:
             self._message(record.message)
         self.session_loops.caught(record, len(self.view.history))
+
+    @apply.register
+    def _(self, record: WindowChange) -> None:
+        self.window, self.window_change = record.window, record
 
     @apply.register
     def _(self, record: SessionEnd) -> None:
