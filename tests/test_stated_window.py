@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
+
+from ouroboros.config import LLMSettings, Settings
+from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import ScriptedServer
+from ouroboros.run.journal import Journal, fold
+from ouroboros.run.jsonl import JsonlReader
+from ouroboros.run.records import JOURNAL_RECORD, Notice, RunStart
+from ouroboros.run.state_folder import JOURNAL
+from ouroboros.run.window import figures, refused_window, take_stated
 from tests.conftest import Project, wait_for
 from tests.test_context_run import fill_workspace, reader
 
@@ -71,3 +80,31 @@ def test_a_resume_after_a_kill_keeps_the_stated_window(project: Project) -> None
     assert [e["context_limit"] for e in starts] == [CONFIGURED, SERVER]
     assert len(project.events("context_overflow")) == 1
     assert len([w for w in project.events("warning") if "3,000" in w["message"]]) == 1
+
+
+def refusal(n_ctx: int | None) -> ContextOverflow:
+    return ContextOverflow("request (5000 tokens) exceeds the available context size", 5000, n_ctx)
+
+
+def test_only_a_smaller_stated_window_is_taken_and_the_fold_keeps_it(tmp_path: Path) -> None:
+    """A refusal never proves a larger window, nor one it does not state; the change is a
+    record of the journal, so a fold (a resume) works in it."""
+    settings = Settings(llm=LLMSettings(base_url="", model="m", max_output_tokens=256))
+    journal = Journal(tmp_path / JOURNAL)
+    start = figures(settings, CONFIGURED, "llama-server", "llama-server /props n_ctx", 4)
+    journal.append(RunStart(model="m", base_url="", window=start))
+    for stated in (None, 0, CONFIGURED, 2 * CONFIGURED):
+        assert refused_window(journal.state, settings, refusal(stated)) is None
+    assert take_stated(journal, settings, refusal(SERVER)) is not None
+    assert take_stated(journal, settings, refusal(SERVER)) is None  # the same again: no change
+    journal.close()
+    state, _ = fold(tmp_path / JOURNAL)
+    assert state.window is not None
+    assert state.window_change is not None
+    assert (state.window_change.before, state.window.context_limit) == (CONFIGURED, SERVER)
+    assert state.window == figures(settings, SERVER, "llama-server", state.window.detail, 4)
+    assert state.window.prompt_budget < SERVER - 256
+    warned = [
+        r for r in JsonlReader(tmp_path / JOURNAL).records(JOURNAL_RECORD) if isinstance(r, Notice)
+    ]
+    assert len(warned) == 1
