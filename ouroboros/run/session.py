@@ -26,6 +26,7 @@ from ouroboros.run.call_figures import CallFigures, WindowFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.run.journal import Journal
 from ouroboros.run.plan import plan_saved
+from ouroboros.run.record_base import wall_time
 from ouroboros.run.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
 from ouroboros.run.reply_checks import (
     Admitted,
@@ -298,8 +299,7 @@ class Session:
             raise SessionEnded(EndReason.MAX_TOTAL_TURNS, f"{st.total_turns} turns in the run")
         if s.supervisor.max_total_tokens and st.total_tokens >= s.supervisor.max_total_tokens:
             raise SessionEnded(EndReason.MAX_TOTAL_TOKENS, f"{st.total_tokens:,} tokens in the run")
-        now = self.clock.now()
-        elapsed = now - (st.started_at or now)
+        elapsed = wall_time(st.started_at, self.clock.now())
         if s.supervisor.max_wall_time_s and elapsed >= s.supervisor.max_wall_time_s:
             raise SessionEnded(EndReason.MAX_WALL_TIME, f"{elapsed:.0f} s since the run started")
         # After the run's limits: a run at its end must not restart for a session limit.

@@ -57,6 +57,9 @@ class RunState:
     (those not marked `SESSION`) by this declaration."""
 
     started_at: float | None = None
+    last_ts: str | None = None
+    """When the newest record was written: where the wall clock of a run that stopped stopped
+    (`record_base.wall_time`)."""
     session: int = 0
     session_open: bool = field(default=False, metadata=SESSION)
     session_turns: int = field(default=0, metadata=SESSION)
@@ -136,11 +139,16 @@ class RunState:
         """The agent finished: nothing follows."""
         return self.run_end is not None and self.run_end.reason == EndReason.FINISH
 
-    @singledispatchmethod
     def apply(self, record: Record) -> None:
-        """Fold one record in (a kind not listed here changes nothing)."""
+        """Fold one record in."""
+        self.last_ts = record.ts
+        self._fold(record)
 
-    @apply.register
+    @singledispatchmethod
+    def _fold(self, record: Record) -> None:
+        """What one record changes (a kind not listed here changes nothing)."""
+
+    @_fold.register
     def _(self, record: MessageRecord) -> None:
         self.refused_unanswered = False
         if (usage := record.usage) is not None:
@@ -157,41 +165,41 @@ class RunState:
             self.ledger.apply(record.usage)
             self.prefill.add(record.usage)
 
-    @apply.register
+    @_fold.register
     def _(self, record: ToolStarted) -> None:
         self.started_calls.add(record.call_id)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Mask) -> None:
         self.view.mask(record.call_ids)
         self.refused_unanswered = False
 
-    @apply.register
+    @_fold.register
     def _(self, record: Cut) -> None:
         self.view.cut(record.cuts)
         self.refused_unanswered = False
 
-    @apply.register
+    @_fold.register
     def _(self, record: WindDown) -> None:
         if record.message is not None:
             self._message(record.message)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Refused) -> None:
         self.ledger.apply(record)  # an exact count of a refused prompt teaches; it is no turn
         self.refused_unanswered = True
 
-    @apply.register
+    @_fold.register
     def _(self, record: Compaction) -> None:
         self.view.compact(record.start, record.recap)
         # Not again before the history grows: a resume right after it decides as the run did.
         self.compaction_retry_above = self.view.raw_total + 1
 
-    @apply.register
+    @_fold.register
     def _(self, record: CompactionFailed) -> None:
         self.compaction_retry_above = record.retry_above
 
-    @apply.register
+    @_fold.register
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
@@ -201,7 +209,7 @@ class RunState:
             # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
             self.refusal, self.session_loops.refused = record.message, True
 
-    @apply.register
+    @_fold.register
     def _(self, record: SideCall) -> None:
         # Tokens spent outside the conversation: no turn, no anchor.
         self.last_request = None
@@ -209,38 +217,38 @@ class RunState:
         self.total_completion_tokens += record.usage.completion_tokens
         self.prefill.add(record.usage)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Told) -> None:
         self.delivered[record.message_id] = record.ts
         self._message(record.message)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Paused | Resumed) -> None:
         self.paused = record if isinstance(record, Paused) else None
         self.resumed_between = isinstance(record, Resumed) and not self.session_open
 
-    @apply.register
+    @_fold.register
     def _(self, record: Checkpoint | Rewinding | Rewound) -> None:
         self.checkpoints.apply(record)
         if isinstance(record, Rewinding) and record.ended_turns is not None:
-            self.apply(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
+            self._fold(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
 
-    @apply.register
+    @_fold.register
     def _(self, record: McpOffered | McpFault) -> None:
         self.mcp.apply(record)
 
-    @apply.register
+    @_fold.register
     def _(self, record: LoopDetected) -> None:
         self.loops.caught(record)
         if record.message is not None:
             self._message(record.message)
         self.session_loops.caught(record, len(self.view.history))
 
-    @apply.register
+    @_fold.register
     def _(self, record: WindowChange) -> None:
         self.window, self.window_change = record.window, record
 
-    @apply.register
+    @_fold.register
     def _(self, record: SessionEnd) -> None:
         self.session_open = False
         self.ended_reason = record.reason
@@ -251,7 +259,7 @@ class RunState:
         else:
             self.loops.overflows = 0
 
-    @apply.register
+    @_fold.register
     def _(self, record: RunEnd) -> None:
         self.run_end = record
 
@@ -275,7 +283,7 @@ class RunState:
         self.session_turns += 1
         self.total_turns += 1
 
-    @apply.register
+    @_fold.register
     def _(self, record: SessionStart) -> None:
         if self.session:
             self.restarts += 1
@@ -288,7 +296,7 @@ class RunState:
         self.session_open = True
         self.view = ContextView(record.messages)
 
-    @apply.register
+    @_fold.register
     def _(self, record: RunStart) -> None:
         if self.started_at is None:
             self.started_at = datetime.fromisoformat(record.ts).timestamp()
