@@ -24,7 +24,7 @@ from ouroboros.run.call_figures import WindowFigures
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import started_mark
 from ouroboros.run.session import Parts
-from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.environment import command_env
 from ouroboros.tools.processes import Processes
@@ -64,6 +64,15 @@ def output_cap(journal: Journal, tokens: int, text: str) -> int:
 def plan_price(journal: Journal, text: str) -> int:
     """Tokens of a plan, priced as the run prices content now (as `output_cap`)."""
     return content_tokens(journal.state.ledger.calibration, text)
+
+
+def tool_caps(settings: Settings, budget: Budget, journal: Journal) -> ToolCaps:
+    """The caps of tool results and of the plan, for the window whose lines are `budget`."""
+    return ToolCaps(
+        tool_output_cap(settings, budget),
+        partial(output_cap, journal, tool_output_tokens(settings, budget)),
+        PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
+    )
 
 
 async def discover_server(settings: Settings, client: LLMClient, journal: Journal) -> ServerInfo:
@@ -135,7 +144,13 @@ def build_parts(
     spoken = tool_protocol.ProtocolModel(
         model, journal, s.llm.tool_protocol, s.llm.max_tool_argument_bytes, renders
     )
-    return Parts(s, spoken, tools, journal, rules, counting, clock=clock), figures
+
+    def fit_tools(lines: Budget) -> None:
+        """A window a refusal states later sizes the results and the plan too."""
+        tools.fit(tool_caps(s, lines, journal))
+
+    parts = Parts(s, spoken, tools, journal, rules, counting, clock=clock, fit_tools=fit_tools)
+    return parts, figures
 
 
 def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRunner:
@@ -166,10 +181,11 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
         limits=processes.limited,
         tmp=str(tmp),
     )
+    caps = tool_caps(s, budget, journal)
     return ToolRunner(
         Workspace(s.paths.workspace, s.paths.system_prompt),
         s.session.shell_timeout_s,
-        tool_output_cap(s, budget),
+        caps.max_output_bytes,
         s.supervisor.allow_finish,
         s.paths.state_dir,
         processes,
@@ -181,8 +197,8 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
             [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
         ),
         scratch=tmp,
-        plan_cap=PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
-        token_cap=partial(output_cap, journal, tool_output_tokens(s, budget)),
+        plan_cap=caps.plan_cap,
+        token_cap=caps.token_cap,
     )
 
 

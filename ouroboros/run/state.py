@@ -92,6 +92,9 @@ class RunState:
     makes the room first, as the live run was doing, instead of asking again."""
     refusal: str = field(default="", metadata=SESSION)
     """What the server said when it last refused a prompt as too long."""
+    refusal_window: int | None = field(default=None, metadata=SESSION)
+    """The window the server stated refusing a prompt since the newest reply: the step before
+    was whole (a resume takes the window, and decides nothing again under it)."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
     window: WindowFigures | None = None
@@ -158,6 +161,7 @@ class RunState:
         self._message(record.message)
         if isinstance(record.message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
+            self.refusal_window = None
         self.plan.apply(record)
         self.protocol.message(record)
         if record.usage is not None:
@@ -208,6 +212,8 @@ class RunState:
         if record.event == "context_overflow":
             # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
             self.refusal, self.session_loops.refused = record.message, True
+            stated = record.details.get("n_ctx")
+            self.refusal_window = stated if isinstance(stated, int) else None
 
     @_fold.register
     def _(self, record: SideCall) -> None:

@@ -79,14 +79,15 @@ def refused_window(
 def take_stated(
     journal: Journal, settings: Settings, error: ContextOverflow
 ) -> WindowFigures | None:
-    """A refusal that states a smaller window than the one in force: journalled (the fold works
-    in it from now on), and a warning; what `fit` needs to make the rules for it."""
+    """A refusal that states a smaller window than the one in force: a warning, and the change
+    journalled (the fold works in it from now on); the window, for `fit`."""
     state = journal.state
     change = refused_window(state, settings, error)
     if change is None:
         return None
-    journal.append(change)
     new, before = change.window.context_limit, change.before
+    # The warning first: a kill between the two gives it once still (the resume takes the
+    # window again, and `once` keeps it from a second warning).
     journal.notify(
         "warning",
         f"the server refused a prompt and said its window is {new:,} tokens, not {before:,}: "
@@ -94,4 +95,5 @@ def take_stated(
         session=state.session,
         once=f"window_{new}",
     )
+    journal.append(change)
     return change.window
