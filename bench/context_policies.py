@@ -90,13 +90,14 @@ from ouroboros.run.records import Cut, EndReason, Mask, MaskReason, MessageRecor
 from ouroboros.run.session import Parts, Session
 from ouroboros.run.state import RunState
 from ouroboros.run.supervisor import Supervisor
+from ouroboros.run.window import mask_policy
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
 from ouroboros.tools import ToolOutcome, ToolRunner
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import Fit, shaped_result
 from ouroboros.tools.workspace import Workspace
-from ouroboros.wiring import mask_policy, tool_output_cap
+from ouroboros.wiring import tool_output_cap
 
 SEED = 20240611
 MIN_TOOL_CALLS = 330
@@ -587,7 +588,7 @@ class Replay:
         # What `build_harness` gives the tool runner and the session.
         self.cap = None if policy == "none" else tool_output_cap(s, budget)
         self.journal = Journal(None)
-        self.mask_policy = mask_policy(s, budget)
+        self.mask_policy = mask_policy(s.context, budget)
         self.out = Outcome(policy, limit)
         self.recent: deque[Observation] = deque(maxlen=RECENT)
         self.track_recent = True
@@ -681,7 +682,7 @@ def floor_keeping_recent(limit: int, script: list[Step], server: TokenServer) ->
     placeholders, word-level counts."""
     settings = default_settings()
     budget = budget_for(settings, limit)
-    cap, policy = tool_output_cap(settings, budget), mask_policy(settings, budget)
+    cap, policy = tool_output_cap(settings, budget), mask_policy(settings.context, budget)
     continue_tokens = server.message_tokens(UserMessage(content=prompts.CONTINUE))
 
     def figures(step: Step) -> StepTokens:

@@ -20,9 +20,9 @@ from ouroboros.messages import (
     ToolMessage,
     to_wire,
 )
+from ouroboros.run.window import mask_policy
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result
-from ouroboros.wiring import mask_policy
 
 
 def step_tokens(run: Run) -> tuple[int, list[StepTokens]]:
@@ -49,7 +49,7 @@ def floor(run: Run) -> int:
     """`floor.sessions_keeping_recent` with the real counts of the trajectory as served."""
     lines = budget(run.window)
     fixed, steps = step_tokens(run)
-    policy = mask_policy(DEFAULTS, lines)
+    policy = mask_policy(DEFAULTS.context, lines)
     return sessions_keeping_recent(steps, fixed, lines.prompt_budget, policy)
 
 
@@ -58,7 +58,7 @@ def equal_promises_floor(run: Run) -> int:
     replies are the wind-downs' replies."""
     lines = budget(run.window)
     fixed, steps = step_tokens(run)
-    policy = mask_policy(DEFAULTS, lines)
+    policy = mask_policy(DEFAULTS.context, lines)
     notice = run.trajectory.tokens.message(to_wire(LONGEST_WIND_DOWN))
     wind_down = WindDownTokens(DEFAULTS.session.wind_down_turns, notice)
     return sessions_with_promises(steps, fixed, lines.prompt_budget, policy, wind_down)

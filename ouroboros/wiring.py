@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from ouroboros.clock import SYSTEM_CLOCK, Clock
 from ouroboros.config import Settings
 from ouroboros.context.ledger import Counting
-from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
@@ -20,12 +19,12 @@ from ouroboros.errors import RunError
 from ouroboros.model.llm import LLMClient, Model
 from ouroboros.model.retry import retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
-from ouroboros.run import tool_protocol
+from ouroboros.run import tool_protocol, window
 from ouroboros.run.call_figures import WindowFigures
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import started_mark
 from ouroboros.run.session import Parts
-from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.environment import command_env
 from ouroboros.tools.processes import Processes
@@ -67,10 +66,13 @@ def plan_price(journal: Journal, text: str) -> int:
     return content_tokens(journal.state.ledger.calibration, text)
 
 
-def mask_policy(settings: Settings, budget: Budget) -> MaskPolicy:
-    c = settings.context
-    protected_tokens = int(c.protected_max_fraction * budget.prompt_budget)
-    return MaskPolicy(c.protected_observations, protected_tokens, c.mask_min_tokens)
+def tool_caps(settings: Settings, budget: Budget, journal: Journal) -> ToolCaps:
+    """The caps of tool results and of the plan, for the window whose lines are `budget`."""
+    return ToolCaps(
+        tool_output_cap(settings, budget),
+        partial(output_cap, journal, tool_output_tokens(settings, budget)),
+        PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
+    )
 
 
 async def discover_server(settings: Settings, client: LLMClient, journal: Journal) -> ServerInfo:
@@ -99,23 +101,16 @@ async def discover_server(settings: Settings, client: LLMClient, journal: Journa
 
 
 def window_for(settings: Settings, info: ServerInfo, journal: Journal) -> WindowFigures:
-    """The window the run works in, and its lines."""
-    c = settings.context
-    limit, warning = choose_window(c.limit, info)
+    """The window the run works in, and its lines: a resumed run keeps a smaller one a refusal
+    stated (it is in the fold)."""
+    limit, warning = choose_window(settings.context.limit, info)
+    detail, changed = info.detail, journal.state.window_change
+    if changed is not None and changed.window.context_limit < limit:
+        limit, detail, warning = changed.window.context_limit, changed.window.detail, None
     if warning:
         journal.notify("warning", warning)
-    budget = Budget.for_window(
-        limit, c.soft_threshold, c.hard_threshold, settings.llm.max_output_tokens, c.safety_margin
-    )
-    return WindowFigures(
-        server=info.kind,
-        detail=info.detail,
-        context_limit=limit,
-        prompt_budget=budget.prompt_budget,
-        soft_line=budget.soft_line,
-        hard_line=budget.hard_line,
-        frame_tokens=info.frame_tokens or MESSAGE_OVERHEAD,
-    )
+    frame = info.frame_tokens or MESSAGE_OVERHEAD
+    return window.figures(settings, limit, info.kind, detail, frame)
 
 
 def build_parts(
@@ -129,8 +124,8 @@ def build_parts(
     """What the run's sessions work with, from the settings and what the server is: the window
     and its lines, the rules of the context policy, the tools."""
     s = settings
-    window = window_for(s, info, journal)
-    budget = Budget(window.context_limit, window.prompt_budget, window.soft_line, window.hard_line)
+    figures = window_for(s, info, journal)
+    budget = window.budget_of(figures)
     counting = Counting(budget.limit, info.truncates_silently, info.counts_whole_prompt)
     tools = build_tools(s, budget, journal)
     if mcp is not None:  # before the schemas are counted: the servers' tools are among them
@@ -139,7 +134,7 @@ def build_parts(
     schema_raw = tool_protocol.schema_raw(s.llm.tool_protocol, tools.schemas(), renders)
     rules = Rules(
         budget,
-        mask_policy(s, budget),
+        window.mask_policy(s.context, budget),
         s.context,
         s.session.wind_down_turns,
         s.llm.max_output_tokens,
@@ -149,7 +144,13 @@ def build_parts(
     spoken = tool_protocol.ProtocolModel(
         model, journal, s.llm.tool_protocol, s.llm.max_tool_argument_bytes, renders
     )
-    return Parts(s, spoken, tools, journal, rules, counting, clock=clock), window
+
+    def fit_tools(lines: Budget) -> None:
+        """A window a refusal states later sizes the results and the plan too."""
+        tools.fit(tool_caps(s, lines, journal))
+
+    parts = Parts(s, spoken, tools, journal, rules, counting, clock=clock, fit_tools=fit_tools)
+    return parts, figures
 
 
 def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRunner:
@@ -187,10 +188,11 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
         limits=processes.limited,
         tmp=str(tmp),
     )
+    caps = tool_caps(s, budget, journal)
     return ToolRunner(
         Workspace(s.paths.workspace, s.paths.system_prompt),
         s.session.shell_timeout_s,
-        tool_output_cap(s, budget),
+        caps.max_output_bytes,
         s.supervisor.allow_finish,
         s.paths.state_dir,
         processes,
@@ -202,8 +204,8 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
             [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
         ),
         scratch=tmp,
-        plan_cap=PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
-        token_cap=partial(output_cap, journal, tool_output_tokens(s, budget)),
+        plan_cap=caps.plan_cap,
+        token_cap=caps.token_cap,
     )
 
 

@@ -685,3 +685,24 @@ def test_a_reply_in_an_encoding_the_harness_does_not_read_is_a_transient_error()
     with listener, pytest.raises(TransientError) as caught:
         complete_at(url)
     assert "'br'" in str(caught.value)
+
+
+def test_a_refusal_that_states_a_tiny_window_stops_the_run_with_one_line(project: Project) -> None:
+    """A server that says its window is 1 token: the run takes it (a refusal never proves a
+    larger one), cannot open a session in it, and says so in one line; nothing is lost."""
+    refusal = {
+        "code": 400,
+        "type": "exceed_context_size_error",
+        "message": "request (900 tokens) exceeds the available context size (1 tokens)",
+        "n_prompt_tokens": 900,
+        "n_ctx": 1,
+    }
+    with ScriptedServer(lambda body: Reply(status=400, error_body=refusal)) as server:
+        project.configure(server.url, context={"limit": 8192})
+        result = project.run("run")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "a fresh session does not fit the context window" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    (change,) = [e for e in project.events("context_window") if e.get("source") == "refusal"]
+    assert change["context_limit"] == 1

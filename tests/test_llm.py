@@ -17,6 +17,7 @@ from ouroboros.model.llm import (
     LLMClient,
     TransientError,
     overflow_from,
+    stated_window,
 )
 from ouroboros.model.retry import retrying
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
@@ -93,76 +94,156 @@ def test_errors_are_classified(reply: Reply, error: type[Exception]) -> None:
         complete(s)
 
 
+OVERFLOWS: list[tuple[int | None, object, str, int | None]] = [
+    (
+        400,
+        {
+            "code": 400,
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": 5024,
+            "n_ctx": 4096,
+            "message": "request (5024 tokens) exceeds the available context "
+            "size (4096 tokens), try increasing it",
+        },
+        "",
+        4096,
+    ),
+    (
+        400,
+        {
+            "message": "You passed 9000 input tokens and requested 512 output tokens. However,"
+            " the model's context length is only 8192 tokens, resulting in a maximum input "
+            "length of 7680 tokens.",
+            "type": "BadRequestError",
+            "param": "input_tokens",
+        },
+        "",
+        8192,
+    ),
+    (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 4096 tokens."
+            " However, you requested 5000 tokens",
+            "type": "BadRequestError",
+        },
+        "",
+        4096,
+    ),
+    (
+        400,
+        "The number of tokens to keep from the initial prompt is greater than the context "
+        "length (n_keep: 13055>= n_ctx: 4096).",
+        "",
+        4096,
+    ),
+    (
+        400,
+        "Trying to keep the first 5000 tokens when context the overflows. However, the model"
+        " is loaded with context length of only 4096 tokens",
+        "",
+        4096,
+    ),
+    (
+        400,
+        {
+            "message": "the prompt is longer than the context length currently available to "
+            "the model; shorten the prompt",
+            "type": "invalid_request_error",
+        },
+        "",
+        None,  # Ollama names no figure: its window comes from /api/ps
+    ),
+    (400, {"code": "context_length_exceeded", "message": "too long"}, "", None),
+    (
+        None,
+        {
+            "message": "Reached context length of 4096 tokens with model (arch: gemma3) that "
+            "does not currently support mid-generation context overflow"
+        },
+        "",
+        4096,
+    ),
+    (
+        500,
+        {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"},
+        "",
+        None,
+    ),
+    (
+        400,
+        {
+            "message": "input (5000 tokens) is larger than the max context size (2048 tokens). "
+            "skipping"
+        },
+        "",
+        2048,
+    ),
+    (
+        400,
+        {  # vLLM ~0.15, in the client's message rather than the body
+            "message": "too long",
+        },
+        "Error code: 400 - This model's maximum context length is 3000 tokens. However, your "
+        "request has 3500 input tokens. Please reduce the length of the input messages.",
+        3000,
+    ),
+]
+
+
+@pytest.mark.parametrize(("status", "body", "message", "window"), OVERFLOWS)
+def test_overflow_wordings_of_every_server(
+    status: int | None, body: object, message: str, window: int | None
+) -> None:
+    found = overflow_from(status, body, message)
+    assert found is not None
+    assert found.n_ctx == window
+
+
 @pytest.mark.parametrize(
-    ("status", "body", "message"),
+    ("status", "body"),
     [
+        # A figure that is no window: zero, not a number, too long to be one, in other words.
+        (400, {"type": "exceed_context_size_error", "n_ctx": 0, "message": "x"}),
+        (400, {"type": "exceed_context_size_error", "n_ctx": True, "message": "x"}),
+        (400, {"type": "exceed_context_size_error", "n_ctx": "3000", "message": "x"}),
         (
             400,
             {
-                "code": 400,
-                "type": "exceed_context_size_error",
-                "n_prompt_tokens": 5024,
-                "n_ctx": 4096,
-                "message": "request (5024 tokens) exceeds the available context "
-                "size (4096 tokens), try increasing it",
+                "message": "You passed 9 input tokens. However, the model's context length is "
+                "only 0 tokens"
             },
-            "",
         ),
-        (
-            400,
-            {
-                "message": "You passed 9000 input tokens and requested 512 output tokens. However,"
-                " the model's context length is only 8192 tokens, resulting in a maximum input "
-                "length of 7680 tokens.",
-                "type": "BadRequestError",
-                "param": "input_tokens",
-            },
-            "",
-        ),
-        (
-            400,
-            {
-                "object": "error",
-                "message": "This model's maximum context length is 4096 tokens."
-                " However, you requested 5000 tokens",
-                "type": "BadRequestError",
-            },
-            "",
-        ),
-        (
-            400,
-            "The number of tokens to keep from the initial prompt is greater than the context "
-            "length (n_keep: 13055>= n_ctx: 4096).",
-            "",
-        ),
-        (
-            400,
-            "Trying to keep the first 5000 tokens when context the overflows. However, the model"
-            " is loaded with context length of only 4096 tokens",
-            "",
-        ),
-        (
-            400,
-            {
-                "message": "the prompt is longer than the context length currently available to "
-                "the model; shorten the prompt",
-                "type": "invalid_request_error",
-            },
-            "",
-        ),
-        (400, {"code": "context_length_exceeded", "message": "too long"}, ""),
-        (
-            None,
-            {
-                "message": "Reached context length of 4096 tokens with model (arch: gemma3) that "
-                "does not currently support mid-generation context overflow"
-            },
-            "",
-        ),
+        (400, {"message": "This model's maximum context length is 4k tokens"}),
+        (400, {"message": "This model's maximum context length is -3000 tokens"}),
+        (400, {"message": f"This model's maximum context length is {'9' * 5000} tokens"}),
+        (400, {"message": "maximum context length is 3000 characters"}),
+        (400, "The number of tokens to keep (n_keep: 13055>= n_ctx: 40960000000)."),
+        (400, {"message": "You passed 9000 input tokens; n_ctx: 3000"}),
     ],
 )
-def test_overflow_wordings_of_every_server(status: int | None, body: object, message: str) -> None:
-    assert overflow_from(status, body, message) is not None
+def test_near_misses_state_no_window(status: int, body: object) -> None:
+    found = overflow_from(status, body, "")
+    assert found is not None, "each is still an overflow"
+    assert found.n_ctx is None
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        # Not a refusal for length: a window in its words is not taken from it.
+        (401, {"message": "This model's maximum context length is 3000 tokens"}),
+        (400, {"message": "max_tokens must be at most 3000 tokens"}),
+    ],
+)
+def test_a_window_is_read_only_from_a_refusal(status: int, body: object) -> None:
+    assert overflow_from(status, body, "") is None
+
+
+def test_a_stated_window_is_read_whatever_the_case_and_spacing() -> None:
+    assert stated_window("N_KEEP: 10 >=  N_CTX: 2048)") == 2048
+    assert stated_window("no figure here") is None
 
 
 def test_exact_counts_read_from_llama_server_message() -> None:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from ouroboros.config import LoopSettings
 from ouroboros.context import loops, policy, room
-from ouroboros.context.policy import End
+from ouroboros.context.policy import End, FreeRoom
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ouroboros.run.records import (
     EndReason,
@@ -155,7 +155,7 @@ def escalate(state: RunState, max_loops: int = 3) -> list[policy.Decision]:
     rules = room.Rules(**{**rules.__dict__, "loops": LoopSettings(max_loops=max_loops)})
     decisions = policy.loops_caught(state, rules, room.step_figures(state, rules))
     for decision in decisions:
-        if not isinstance(decision, End):
+        if not isinstance(decision, End | FreeRoom):  # records: what the session journals
             state.apply(decision)
     return decisions
 

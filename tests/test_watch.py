@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,10 @@ from ouroboros.model.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, read_status, render_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
-from ouroboros.run.journal import Journal
+from ouroboros.run.journal import Journal, fold
 from ouroboros.run.jsonl import JsonlReader
 from ouroboros.run.lock import state_lock
-from ouroboros.run.records import JOURNAL_RECORD
+from ouroboros.run.records import JOURNAL_RECORD, RunStart
 from ouroboros.run.start import run
 from ouroboros.run.state import RunState
 from ouroboros.run.state_folder import JOURNAL
@@ -551,3 +553,76 @@ def test_both_logs_are_the_journals_records_as_lines(recorded: Project) -> None:
     assert [{k: v for k, v in line.items() if k != "seq"} for line in written] == json.loads(
         json.dumps(made, default=str)
     )
+
+
+@pytest.fixture
+def stopped_after_resuming(recorded: Project, tmp_path: Path) -> Path:
+    """The recorded run resumed, its summary kept by the run, then no end: a supervisor holds
+    its lock (running), or its pid is gone (killed)."""
+    state = tmp_path / ".ouroboros"
+    shutil.copytree(recorded.state, state)
+    log = EventLog(state, Terminal(Console(file=io.StringIO())))
+    journal = Journal(state / JOURNAL)
+    journal.sinks.extend(log.sinks())
+    journal.append(RunStart(model="scripted", base_url="http://127.0.0.1:9/v1", resumed=True))
+    journal.notify("warning", "the last record before the kill")
+    journal.close()
+    log.close()
+    return state
+
+
+def wall_times(
+    state: Path, later: float, running: bool = False, ahead: float = 0
+) -> tuple[float, float, float]:
+    """The wall time `status` says of a run: from its `status.json` `ahead` seconds from now,
+    from its journal alone `later` seconds after that (each copy's lock held while it is read:
+    `running`); and the newest record's time less the run's start."""
+    now, copies = time.time() + ahead, []
+    for name in ("kept", "fold"):
+        copy = state.parent / name / ".ouroboros"
+        shutil.copytree(state, copy)
+        if name == "fold":
+            (copy / "status.json").unlink()
+        copies.append(copy)
+    with state_lock(copies[0]) if running else contextlib.nullcontext():
+        kept = read_status(copies[0], now)
+    with state_lock(copies[1]) if running else contextlib.nullcontext():
+        folded = read_status(copies[1], now + later)
+    assert kept.live.alive == folded.live.alive == running
+    assert "last_ts" in json.loads((copies[0] / "status.json").read_text())["run"]
+    state_then, _ = fold(state / JOURNAL)
+    assert state_then.started_at is not None
+    assert state_then.last_ts is not None
+    last = datetime.fromisoformat(state_then.last_ts).timestamp() - state_then.started_at
+    return _elapsed(kept), _elapsed(folded), last
+
+
+def test_status_of_an_ended_run_says_one_wall_time_from_its_summary_and_its_journal(
+    recorded: Project, tmp_path: Path
+) -> None:
+    state = tmp_path / ".ouroboros"
+    shutil.copytree(recorded.state, state)
+    kept, folded, last = wall_times(state, later=4)
+    assert kept == folded == pytest.approx(last)
+
+
+def test_status_of_a_killed_run_says_one_wall_time_from_its_summary_and_its_journal(
+    stopped_after_resuming: Path,
+) -> None:
+    """Killed, its clock stopped at its newest record: read from `status.json`, and 4 s later
+    from the journal alone, it says the same (it said 5 s, then 9 s)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (stopped_after_resuming / "lock").write_text(str(dead.pid))
+    assert "killed" in liveness(stopped_after_resuming).detail
+    kept, folded, last = wall_times(stopped_after_resuming, later=4)
+    assert kept == folded == pytest.approx(last)
+
+
+def test_status_of_a_running_run_says_one_wall_time_from_its_summary_and_its_journal(
+    stopped_after_resuming: Path,
+) -> None:
+    """Running, its clock runs on: read at one moment (a minute from now), the same from
+    either, to that moment."""
+    kept, folded, last = wall_times(stopped_after_resuming, later=0, running=True, ahead=60)
+    assert kept == folded > last + 59

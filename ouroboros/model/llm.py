@@ -34,6 +34,7 @@ __all__ = [
     "Usage",
     "classify",
     "overflow_from",
+    "stated_window",
 ]
 
 
@@ -61,6 +62,7 @@ class ContextOverflow(LLMError):
         super().__init__(message)
         self.n_prompt_tokens = n_prompt_tokens
         self.n_ctx = n_ctx
+        """The window the server said it runs with (`stated_window`), if it said."""
 
 
 class Model(Protocol):
@@ -96,6 +98,33 @@ _OVERFLOW_PATTERNS = re.compile(
 )
 
 
+# The window a refusal states, in each server's words (servers.md, sections 2 to 4): llama-server
+# (and its embedding variant), vLLM now and before, LM Studio's n_ctx, its older wording and its
+# mid-generation one. Ollama's refusal names no figure: its window comes from `/api/ps`.
+_STATED_WINDOW = re.compile(
+    "|".join(
+        [
+            r"exceeds the available context size \((\d{1,9}) tokens\)",
+            r"larger than the max context size \((\d{1,9}) tokens\)",
+            r"the model's context length is only (\d{1,9}) tokens",
+            r"maximum context length is (\d{1,9}) tokens",
+            r"n_keep: \d+\s*>=\s*n_ctx: (\d{1,9})\)",
+            r"loaded with context length of only (\d{1,9}) tokens",
+            r"reached context length of (\d{1,9}) tokens",
+        ]
+    ),
+    re.IGNORECASE,
+)
+
+
+def stated_window(text: str) -> int | None:
+    """The window (tokens) a refusal's text says the server runs with, or None (at most nine
+    digits: a longer figure is no window, and would not even convert)."""
+    found = _STATED_WINDOW.search(text)
+    window = int(next(group for group in found.groups() if group)) if found else 0
+    return window or None
+
+
 def _body_text(body: object) -> str:
     return body if isinstance(body, str) else json.dumps(body, default=str)
 
@@ -109,16 +138,12 @@ def overflow_from(status: int | None, body: object, message: str) -> ContextOver
             return ContextOverflow(
                 str(body.get("message") or message),
                 count(body.get("n_prompt_tokens")),
-                count(body.get("n_ctx")),
+                count(body.get("n_ctx")) or stated_window(text),
             )
     if status not in (None, 200, 400, 413, 422, 500) or not _OVERFLOW_PATTERNS.search(text):
         return None
-    numbers = re.search(
-        r"request \((\d+) tokens\) exceeds the available context size \((\d+)", text
-    )
-    if numbers:
-        return ContextOverflow(message, int(numbers[1]), int(numbers[2]))
-    return ContextOverflow(message)
+    prompt = re.search(r"request \((\d{1,9}) tokens\) exceeds the available context size", text)
+    return ContextOverflow(message, int(prompt[1]) if prompt else None, stated_window(text))
 
 
 def classify(error: Exception) -> LLMError:

@@ -128,8 +128,12 @@ class ScriptedServer:
         counter: Counter | None = None,
         endpoints: Endpoints | None = None,
         swa_full: bool = True,
+        hides_window: bool = False,
     ):
         self.dialect = dialect
+        self.hides_window = hides_window
+        """True: the discovery endpoints leave the window out (a proxy in front, an old build),
+        so only a refusal says it."""
         self.swa_full = swa_full
         """False: as llama-server runs a sliding-window model without `--swa-full`, a request
         that changes an earlier message is processed again from the start."""
@@ -259,7 +263,7 @@ class ScriptedServer:
 
     def native(self, path: str) -> dict[str, Any] | None:
         """The non-OpenAI endpoints each server has (context discovery), as servers.md has them."""
-        window = self.n_ctx or 4096
+        window = None if self.hides_window else self.n_ctx or 4096
         if path == "/v1/models":
             entry: dict[str, Any] = {"id": self.model, "object": "model"}
             if self.dialect == "vllm":

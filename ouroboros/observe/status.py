@@ -28,8 +28,9 @@ from ouroboros.observe.checkpoint_view import checkpoints_status
 from ouroboros.observe.describe import describe, loop_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
-from ouroboros.observe.status_rows import cache_text, context_text
+from ouroboros.observe.status_rows import cache_text, context_text, window_text
 from ouroboros.printable import printable
+from ouroboros.run.record_base import wall_time
 from ouroboros.run.state_folder import INBOX, JOURNAL, SUMMARY
 from ouroboros.sinks import summary
 
@@ -131,14 +132,14 @@ def _left(limit: float | None, used: float, show: Callable[[float], str]) -> str
 
 
 def _elapsed(figures: StatusFigures) -> float:
-    """The run's wall time: up to now while it runs, up to its end once it ended."""
-    started = figures.run.get("started_at")
-    if not started:
-        return 0.0
-    end = figures.run.get("run_end")
-    if not figures.live.alive and end is not None:
-        return datetime.fromisoformat(end["ts"]).timestamp() - float(started)
-    return figures.now - float(started)
+    """The run's wall time (`record_base.wall_time`): up to now while it runs; up to its newest
+    record once it ended or is not running (killed): the same from `status.json` and the
+    journal, whenever it is read."""
+    run = figures.run
+    running = figures.live.alive and run.get("run_end") is None
+    stopped = None if running else run.get("last_ts")
+    started = run.get("started_at")
+    return wall_time(None if started is None else float(started), figures.now, stopped)
 
 
 def _limits_left(limits: dict[str, Any], figures: StatusFigures) -> list[tuple[str, str]]:
@@ -210,6 +211,7 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
         grid.add_row("loops", Text(said + printable(loop_text(latest)), style="yellow"))
     grid.add_row("plan", plan_status(run.get("plan")))
     grid.add_row("context", context_text(figures.usage))
+    grid.add_row("window", window_text(run.get("window")))
     grid.add_row("checkpoints", checkpoints_status(run.get("checkpoints")))
     grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
     grid.add_row("mcp", printable(run.get("mcp") or "no servers"))

@@ -1,5 +1,5 @@
-"""Two rows of `status`: the context of the newest model call against its lines, and what the
-server's prompt cache did over the run."""
+"""Rows of `status`: the context of the newest model call against its lines, the window in
+force, and what the server's prompt cache did over the run."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from ouroboros.observe.describe import ZONE_STYLE, bar, figure, line_marks
+from ouroboros.printable import printable
 
 
 def context_text(usage: dict[str, Any] | None) -> Text:
@@ -24,6 +25,14 @@ def context_text(usage: dict[str, Any] | None) -> Text:
         f"(session {usage.get('session')}, turn {usage.get('turn')}, {usage.get('source')})"
     )
     return text
+
+
+def window_text(window: dict[str, Any] | None) -> Text:
+    """The window in force: the start's, or a smaller one a refusal stated since."""
+    if window is None:
+        return Text("not known yet", style="dim")
+    said = f"{figure(window.get('context_limit'))} tokens ({window.get('server')}: "
+    return Text(printable(f"{said}{window.get('detail')})"))
 
 
 def cache_text(prefill: dict[str, Any]) -> Text:

@@ -200,6 +200,23 @@ class CompactionFailed(Record):
     retry_above: int = 0
 
 
+class WindowChange(Record):
+    """The window in force changed while the run went on: the next request is budgeted for it,
+    and the next session's carry-over; a resume keeps it."""
+
+    kind: Literal["window"] = "window"
+    session: int
+    before: int
+    """The window in force until this record, in tokens."""
+    window: WindowFigures
+    """The window from here on, with its lines; its `detail` says where the figure came from."""
+    source: Literal["refusal"]
+    """What said it: a refused prompt's error (only a smaller window is taken from one: a
+    refusal never proves a larger)."""
+    said: str = ""
+    """The server's words."""
+
+
 class SessionEnd(Record):
     kind: Literal["session_end"] = "session_end"
     session: int
@@ -239,6 +256,7 @@ JournalRecord = Annotated[
     | Rewound
     | McpOffered
     | McpFault
+    | WindowChange
     | SessionEnd
     | RunEnd,
     Field(discriminator="kind"),

@@ -8,6 +8,7 @@ What to do as the window fills is decided by the pure `context.policy`; `carry_o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -18,14 +19,16 @@ from ouroboros.context import policy, result_room, room
 from ouroboros.context.ledger import Counting
 from ouroboros.context.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.context.room import Rules
+from ouroboros.context.tokens import Budget
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import retrying
-from ouroboros.run import operator, reply_checks, tool_protocol
-from ouroboros.run.call_figures import CallFigures
+from ouroboros.run import operator, reply_checks, tool_protocol, window
+from ouroboros.run.call_figures import CallFigures, WindowFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.run.journal import Journal
 from ouroboros.run.plan import plan_saved
+from ouroboros.run.record_base import wall_time
 from ouroboros.run.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
 from ouroboros.run.reply_checks import (
     Admitted,
@@ -62,10 +65,22 @@ class Parts:
     counting: Counting
     policy: ContextPolicy = policy.MANAGED
     clock: Clock = SYSTEM_CLOCK
+    fit_tools: Callable[[Budget], None] | None = None
+    """Sizes the tools' caps for a window's lines (None: tools whose caps are fixed)."""
+
+    def fitted(self, figures: WindowFigures | None) -> Parts:
+        """These parts for the window in force (a refusal may have stated a smaller one)."""
+        if figures is None or figures.context_limit == self.rules.budget.limit:
+            return self
+        rules, counting = window.fit(self.rules, self.counting, figures)
+        if self.fit_tools is not None:
+            self.fit_tools(rules.budget)
+        return replace(self, rules=rules, counting=counting)
 
 
 class Session:
     def __init__(self, parts: Parts):
+        self.parts = parts
         self.settings, self.model, self.tools = parts.settings, parts.model, parts.tools
         self.journal, self.rules, self.policy = parts.journal, parts.rules, parts.policy
         self.counting, self.clock = parts.counting, parts.clock
@@ -74,8 +89,14 @@ class Session:
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
-        await self.finish_interrupted_step()
-        if self.state.refused_unanswered:
+        st = self.state
+        if st.refusal_window is not None:
+            # The step before the refused call was whole: the kill may have come before the
+            # window the refusal stated was taken, and the step's policy decided in the old one.
+            self.take_window(ContextOverflow(st.refusal, n_ctx=st.refusal_window))
+        else:
+            await self.finish_interrupted_step()
+        if st.refused_unanswered:
             await self.room_after_refusal()
         while True:
             self.check_limits()
@@ -213,6 +234,7 @@ class Session:
             except ContextOverflow as e:
                 overflow(self.journal, e, room.projected(self.state, self.rules), attempt)
                 learn_refused(self.journal, e, raw_prompt)
+                self.take_window(e)
                 if attempt == 2:
                     raise SessionEnded(EndReason.CONTEXT_OVERFLOW, self.state.refusal[:200]) from e
                 await self.room_after_refusal()
@@ -227,6 +249,13 @@ class Session:
             silent_truncation(self.journal, figures, self.rules.budget.limit)
             return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")
+
+    def take_window(self, refusal: ContextOverflow) -> None:
+        """The smaller window a refusal stated, from the next request on (and for the next
+        session's carry-over)."""
+        if stated := window.take_stated(self.journal, self.settings, refusal):
+            self.parts = self.parts.fitted(stated)
+            self.rules, self.counting = self.parts.rules, self.parts.counting
 
     async def room_after_refusal(self) -> None:
         """The policy's answer to a refused prompt, carried out; none ends the session."""
@@ -287,8 +316,7 @@ class Session:
             raise SessionEnded(EndReason.MAX_TOTAL_TURNS, f"{st.total_turns} turns in the run")
         if s.supervisor.max_total_tokens and st.total_tokens >= s.supervisor.max_total_tokens:
             raise SessionEnded(EndReason.MAX_TOTAL_TOKENS, f"{st.total_tokens:,} tokens in the run")
-        now = self.clock.now()
-        elapsed = now - (st.started_at or now)
+        elapsed = wall_time(st.started_at, self.clock.now())
         if s.supervisor.max_wall_time_s and elapsed >= s.supervisor.max_wall_time_s:
             raise SessionEnded(EndReason.MAX_WALL_TIME, f"{elapsed:.0f} s since the run started")
         # After the run's limits: a run at its end must not restart for a session limit.

@@ -42,6 +42,7 @@ from ouroboros.run.records import (
     Told,
     ToolStarted,
     WindDown,
+    WindowChange,
 )
 
 RECENT = 200
@@ -57,6 +58,9 @@ class RunState:
     (those not marked `SESSION`) by this declaration."""
 
     started_at: float | None = None
+    last_ts: str | None = None
+    """When the newest record was written: where the wall clock of a run that stopped stopped
+    (`record_base.wall_time`)."""
     session: int = 0
     session_open: bool = field(default=False, metadata=SESSION)
     session_turns: int = field(default=0, metadata=SESSION)
@@ -89,11 +93,17 @@ class RunState:
     makes the room first, as the live run was doing, instead of asking again."""
     refusal: str = field(default="", metadata=SESSION)
     """What the server said when it last refused a prompt as too long."""
+    refusal_window: int | None = field(default=None, metadata=SESSION)
+    """The window the server stated refusing a prompt since the newest reply: the step before
+    was whole (a resume takes the window, and decides nothing again under it)."""
     run_end: RunEnd | None = None
     """How the supervisor last stopped; None while it runs."""
     window: WindowFigures | None = None
     limits: RunLimits | None = None
-    """As the latest start of the supervisor recorded them."""
+    """As the latest start of the supervisor recorded them (the window: or a change since)."""
+    window_change: WindowChange | None = None
+    """The newest change of the window in force since the run began (a refusal stated a smaller
+    one): a resume keeps working in it."""
     warned: set[str] = field(default_factory=set)
     """Warnings given once a run, by name (`Notice.once`)."""
     compaction_retry_above: int = field(default=0, metadata=SESSION)
@@ -132,11 +142,16 @@ class RunState:
         """The agent finished: nothing follows."""
         return self.run_end is not None and self.run_end.reason == EndReason.FINISH
 
-    @singledispatchmethod
     def apply(self, record: Record) -> None:
-        """Fold one record in (a kind not listed here changes nothing)."""
+        """Fold one record in."""
+        self.last_ts = record.ts
+        self._fold(record)
 
-    @apply.register
+    @singledispatchmethod
+    def _fold(self, record: Record) -> None:
+        """What one record changes (a kind not listed here changes nothing)."""
+
+    @_fold.register
     def _(self, record: MessageRecord) -> None:
         self.refused_unanswered = False
         if (usage := record.usage) is not None:
@@ -146,6 +161,7 @@ class RunState:
         self._message(record.message)
         if isinstance(record.message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
+            self.refusal_window = None
         self.plan.apply(record)
         self.protocol.message(record)
         if record.usage is not None:
@@ -154,41 +170,41 @@ class RunState:
             self.ledger.apply(record.usage)
             self.prefill.add(record.usage)
 
-    @apply.register
+    @_fold.register
     def _(self, record: ToolStarted) -> None:
         self.started_calls.add(record.call_id)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Mask) -> None:
         self.view.mask(record.call_ids)
         self.refused_unanswered = False
 
-    @apply.register
+    @_fold.register
     def _(self, record: Cut) -> None:
         self.view.cut(record.cuts)
         self.refused_unanswered = False
 
-    @apply.register
+    @_fold.register
     def _(self, record: WindDown) -> None:
         if record.message is not None:
             self._message(record.message)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Refused) -> None:
         self.ledger.apply(record)  # an exact count of a refused prompt teaches; it is no turn
         self.refused_unanswered = True
 
-    @apply.register
+    @_fold.register
     def _(self, record: Compaction) -> None:
         self.view.compact(record.start, record.recap)
         # Not again before the history grows: a resume right after it decides as the run did.
         self.compaction_retry_above = self.view.raw_total + 1
 
-    @apply.register
+    @_fold.register
     def _(self, record: CompactionFailed) -> None:
         self.compaction_retry_above = record.retry_above
 
-    @apply.register
+    @_fold.register
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
@@ -197,8 +213,10 @@ class RunState:
         if record.event == "context_overflow":
             # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
             self.refusal, self.session_loops.refused = record.message, True
+            stated = record.details.get("n_ctx")
+            self.refusal_window = stated if isinstance(stated, int) else None
 
-    @apply.register
+    @_fold.register
     def _(self, record: SideCall) -> None:
         # Tokens spent outside the conversation: no turn, no anchor.
         self.last_request = None
@@ -206,34 +224,38 @@ class RunState:
         self.total_completion_tokens += record.usage.completion_tokens
         self.prefill.add(record.usage)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Told) -> None:
         self.letters.taken(record)
         self._message(record.message)
 
-    @apply.register
+    @_fold.register
     def _(self, record: Paused | Resumed) -> None:
         self.paused = record if isinstance(record, Paused) else None
         self.resumed_between = isinstance(record, Resumed) and not self.session_open
 
-    @apply.register
+    @_fold.register
     def _(self, record: Checkpoint | Rewinding | Rewound) -> None:
         self.checkpoints.apply(record)
         if isinstance(record, Rewinding) and record.ended_turns is not None:
-            self.apply(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
+            self._fold(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
 
-    @apply.register
+    @_fold.register
     def _(self, record: McpOffered | McpFault) -> None:
         self.mcp.apply(record)
 
-    @apply.register
+    @_fold.register
     def _(self, record: LoopDetected) -> None:
         self.loops.caught(record)
         if record.message is not None:
             self._message(record.message)
         self.session_loops.caught(record, len(self.view.history))
 
-    @apply.register
+    @_fold.register
+    def _(self, record: WindowChange) -> None:
+        self.window, self.window_change = record.window, record
+
+    @_fold.register
     def _(self, record: SessionEnd) -> None:
         self.session_open = False
         self.ended_reason = record.reason
@@ -244,7 +266,7 @@ class RunState:
         else:
             self.loops.overflows = 0
 
-    @apply.register
+    @_fold.register
     def _(self, record: RunEnd) -> None:
         self.run_end = record
 
@@ -268,7 +290,7 @@ class RunState:
         self.session_turns += 1
         self.total_turns += 1
 
-    @apply.register
+    @_fold.register
     def _(self, record: SessionStart) -> None:
         if self.session:
             self.restarts += 1
@@ -282,7 +304,7 @@ class RunState:
         self.view = ContextView(record.messages)
         self.letters.opened(record.session, record.messages)
 
-    @apply.register
+    @_fold.register
     def _(self, record: RunStart) -> None:
         if self.started_at is None:
             self.started_at = datetime.fromisoformat(record.ts).timestamp()

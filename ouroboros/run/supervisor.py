@@ -48,6 +48,7 @@ class Supervisor:
         if not resumed:  # only once the run start is on disk: a run that began can resume
             mark_started(self.settings.paths.state_dir)
         while True:
+            self.parts = self.parts.fitted(state.window)  # a refusal may have stated a smaller
             if not state.session_open and state.ended_reason == EndReason.FINISH:
                 # It stopped between the finish's session end and the run's.
                 return self.finished(EndReason.FINISH, state.ended_detail)

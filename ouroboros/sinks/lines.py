@@ -36,6 +36,7 @@ from ouroboros.run.records import (
     Told,
     ToolRun,
     WindDown,
+    WindowChange,
 )
 from ouroboros.run.state import RunState
 
@@ -206,6 +207,12 @@ def _(record: RunStart, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     if record.window is not None:
         made.append(("context_window", record.window.model_dump()))
     return made
+
+
+@_lines.register
+def _(record: WindowChange, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    changed = {"session": record.session, "before": record.before, "source": record.source}
+    return [("context_window", {**record.window.model_dump(), **changed})]
 
 
 @_lines.register

@@ -21,7 +21,8 @@ from ouroboros.run.state_folder import JOURNAL, SUMMARY
 if TYPE_CHECKING:
     from ouroboros.run.state import RunState
 
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3
+"""3: with the newest record's time (`last_ts`), where a stopped run's wall time ends."""
 MAX_WARNINGS = 3
 
 
@@ -31,6 +32,7 @@ def of_state(state: RunState) -> dict[str, Any]:
     prefill = state.prefill
     return {
         "started_at": state.started_at,
+        "last_ts": state.last_ts,
         "session": state.session,
         "session_open": state.session_open,
         "ended_reason": None if state.ended_reason is None else str(state.ended_reason),

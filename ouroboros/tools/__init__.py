@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -58,6 +58,14 @@ class Tools(Protocol):
     def close(self) -> None: ...
 
 
+class ToolCaps(NamedTuple):
+    """What a result and the plan may take, sized from the window in force."""
+
+    max_output_bytes: int
+    token_cap: Fit | None
+    plan_cap: PlanCap
+
+
 @dataclass(frozen=True)
 class _Tool:
     args: type[BaseModel]
@@ -87,6 +95,7 @@ class ToolRunner:
         self.max_output_bytes = max_output_bytes
         self.token_cap = token_cap
         """Bytes of an output (within `max_output_bytes`) the cap in tokens keeps."""
+        self.plan_cap = plan_cap or PlanCap()
         self.processes = processes or Processes(None, use_cgroup=False)
         self.blocklist = blocklist or Blocklist(workspace=str(workspace.root))
         """Every process a tool starts (confined, where the harness was given a sandbox)."""
@@ -106,7 +115,7 @@ class ToolRunner:
 
         async def plan(args: PlanArgs) -> Output:
             # Checked here, kept by the session: the result's record carries the plan.
-            if (wrong := problem(args.items, plan_cap or PlanCap())) is not None:
+            if (wrong := problem(args.items, self.plan_cap)) is not None:
                 raise ToolFailed(f"{wrong}. Nothing was changed")
             return Output(saved(args.items))
 
@@ -126,6 +135,10 @@ class ToolRunner:
             self.tools["search_context"] = _Tool(SearchContextArgs, threaded(search))
         if allow_finish:
             self.tools["finish"] = _Tool(builtin.FinishArgs, finish)
+
+    def fit(self, caps: ToolCaps) -> None:
+        """The caps for the window in force: a refusal may state a smaller one mid-run."""
+        self.max_output_bytes, self.token_cap, self.plan_cap = caps
 
     def end_session(self) -> None:
         """Background jobs the session's commands left are killed."""
