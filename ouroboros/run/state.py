@@ -38,6 +38,7 @@ from ouroboros.run.records import (
     SessionEnd,
     SessionStart,
     SideCall,
+    Starting,
     Told,
     ToolStarted,
     WindDown,
@@ -279,6 +280,10 @@ class RunState:
                 setattr(self, f.name, getattr(fresh, f.name))
         self.session_open = True
         self.view = ContextView(record.messages)
+
+    @apply.register
+    def _(self, record: Starting) -> None:
+        self.limits = record.limits
 
     @apply.register
     def _(self, record: RunStart) -> None:
