@@ -40,14 +40,15 @@ def test_replies_measured_before_a_restart_and_a_resume_keep_their_room(project:
     """Replies of 700 tokens in session 1: session 2's first call, and a resumed run's (a new
     process folding the journal), keep room for two of them, as no fresh run's first call does."""
     (project.root / "SYSTEM_PROMPT.md").write_text("List the files of the workspace.\n")
-    short: dict[str, Any] = {"session": {"max_turns": 2}, **OLLAMA_DEFAULTS}
-    ran = run_here(project, long_replies(3), supervisor={"max_total_turns": 3}, **short)
+    # One turn a session: no reply answers a wind-down (those keep room of their own).
+    short: dict[str, Any] = {"session": {"max_turns": 1}, **OLLAMA_DEFAULTS}
+    ran = run_here(project, long_replies(2), supervisor={"max_total_turns": 2}, **short)
     assert ran.returncode == 0, ran.stderr
     usage = project.usage()
     assert room_kept(usage[0]) < 2 * 700
     restarted = next(u for u in usage if u["session"] == 2)
     assert room_kept(restarted) >= 2 * 700
-    ran = run_here(project, long_replies(1), supervisor={"max_total_turns": 4}, **short)
+    ran = run_here(project, long_replies(1), supervisor={"max_total_turns": 3}, **short)
     assert ran.returncode == 0, ran.stderr
     resumed = project.usage()[len(usage)]
     assert room_kept(resumed) >= 2 * 700
