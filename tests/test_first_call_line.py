@@ -10,14 +10,14 @@ from ouroboros.model.scripted import Reply, tool
 from tests.conftest import Project
 from tests.inprocess import run_here
 
-OLLAMA_DEFAULTS = {"llm": {"max_output_tokens": 1024}}
+OLLAMA_DEFAULTS = {"max_output_tokens": 1024}
 """Ollama's default window is 4,096 tokens (`run_here`'s), and replies of 1,024 the default."""
 
 
 def test_the_first_call_of_a_4k_run_is_not_past_the_hard_line(project: Project) -> None:
     (project.root / "SYSTEM_PROMPT.md").write_text("List the files of the workspace.\n")
     ran = run_here(
-        project, [Reply(text="Done.")], supervisor={"max_total_turns": 1}, **OLLAMA_DEFAULTS
+        project, [Reply(text="Done.")], supervisor={"max_total_turns": 1}, llm=OLLAMA_DEFAULTS
     )
     assert ran.returncode == 0, ran.stderr
     (first,) = project.usage()
@@ -41,14 +41,26 @@ def test_replies_measured_before_a_restart_and_a_resume_keep_their_room(project:
     process folding the journal), keep room for two of them, as no fresh run's first call does."""
     (project.root / "SYSTEM_PROMPT.md").write_text("List the files of the workspace.\n")
     # One turn a session: no reply answers a wind-down (those keep room of their own).
-    short: dict[str, Any] = {"session": {"max_turns": 1}, **OLLAMA_DEFAULTS}
-    ran = run_here(project, long_replies(2), supervisor={"max_total_turns": 2}, **short)
+    one_turn = {"max_turns": 1}
+    ran = run_here(
+        project,
+        long_replies(2),
+        supervisor={"max_total_turns": 2},
+        session=one_turn,
+        llm=OLLAMA_DEFAULTS,
+    )
     assert ran.returncode == 0, ran.stderr
     usage = project.usage()
     assert room_kept(usage[0]) < 2 * 700
     restarted = next(u for u in usage if u["session"] == 2)
     assert room_kept(restarted) >= 2 * 700
-    ran = run_here(project, long_replies(1), supervisor={"max_total_turns": 3}, **short)
+    ran = run_here(
+        project,
+        long_replies(1),
+        supervisor={"max_total_turns": 3},
+        session=one_turn,
+        llm=OLLAMA_DEFAULTS,
+    )
     assert ran.returncode == 0, ran.stderr
     resumed = project.usage()[len(usage)]
     assert room_kept(resumed) >= 2 * 700
