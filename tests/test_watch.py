@@ -135,7 +135,7 @@ def test_tail_shows_calls_and_events_in_time_order(
         < first(r"restart 1: session 2 after \d+ turns \(context_full\)")
     )
     assert first("restart 1: session 2") < first(r" s2 t1 ") < first("restart 2: session 3")
-    assert first(r"blocked \(") < first("retry 1 in")
+    assert first(r"blocked \(") < first(r"waiting for http://127\.0\.0\.1:\d+/v1 \(not running\?")
     assert "run ended: max_restarts" in out
     assert "error: gave up on the model server" in out
     assert "file_read 1," not in out, "tool calls are left out unless --tools"

@@ -169,10 +169,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
             f"{figure(r.get('n_ctx'))} (attempt {r.get('attempt')})"
         ),
     ),
-    "retry": (
-        "yellow",
-        lambda r: f"retry {r.get('attempt')} in {r.get('wait_s')} s: {r.get('message')}",
-    ),
+    "retry": ("yellow", lambda r: retry_text(r)),
     "blocked_command": (
         "red",
         lambda r: f"blocked ({r.get('rule')}): {r.get('arguments')}",
@@ -204,6 +201,30 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
 }
 
 
+WAITING_CHARS = 120 - len("00:00:00 ")
+"""A wait's lines fit 120 columns with their time: the cause is cut to what is left."""
+NOT_RUNNING = "not running? Ollama: `ollama serve`"
+
+
+def retry_text(r: dict[str, Any]) -> str:
+    """The wait for the server: what it waits for, until when, and how to stop it, with why;
+    later, how long it has waited (a line of a log older than these fields: as it was)."""
+    server, attempt = r.get("server"), r.get("attempt")
+    if server is None:
+        return f"retry {attempt} in {r.get('wait_s')} s: {r.get('message')}"
+    limit = float(r.get("retry_for_s") or 0)
+    if attempt != 1:
+        waited = f"{int(r.get('waited_s') or 0) // 60} min"
+        ends = f" (gives up at {limit / 60:g} min)" if limit else ""
+        return f"still waiting for {server}, try {attempt}, {waited}{ends}"
+    horizon = f"for {limit / 60:g} min" if limit >= 60 else f"for {limit:g} s"
+    head = f"waiting for {server} ("
+    tail = f"): trying {horizon if limit else 'for ever'}, Ctrl-C stops"
+    cause = NOT_RUNNING if r.get("unreachable") else " ".join(str(r.get("message")).split())
+    room = max(10, WAITING_CHARS - len(head) - len(tail))
+    return head + (cause if len(cause) <= room else cause[: room - 1] + "…") + tail
+
+
 LOOP_ACTIONS = {1: "nudge", 2: "restart", 3: "stuck"}
 """What each level of a loop (`LoopDetected`) does."""
 
@@ -229,7 +250,8 @@ def shown(text: str) -> str:
 
 def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
     """The readable line of one record (its texts made printable, on one line, and cut at
-    `SHOWN_CHARS`); None for a record not worth a line."""
+    `SHOWN_CHARS`); None for a record not worth a line. `tools`: also a line for each tool
+    call, and for each try of a wait for the server."""
     record = {k: shown(v) if isinstance(v, str) else v for k, v in record.items()}
     kind = str(record.get("kind"))
     stamp = Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
@@ -237,6 +259,8 @@ def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
         return stamp + usage_text(record)
     if kind == "tool_call" and not tools and not record.get("error"):
         return None
+    if kind == "retry" and record.get("told") is False and not tools:
+        return None  # the wait was told, not long ago
     style, text = _DESCRIBE.get(kind, ("cyan", _generic))
     return stamp + Text(text(record).rstrip(), style=style)
 

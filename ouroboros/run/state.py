@@ -39,6 +39,7 @@ from ouroboros.run.records import (
     SessionEnd,
     SessionStart,
     SideCall,
+    Starting,
     Told,
     ToolStarted,
     WindDown,
@@ -303,6 +304,10 @@ class RunState:
         self.session_open = True
         self.view = ContextView(record.messages)
         self.letters.opened(record.session, record.messages)
+
+    @_fold.register
+    def _(self, record: Starting) -> None:
+        self.limits = record.limits
 
     @_fold.register
     def _(self, record: RunStart) -> None:

@@ -17,7 +17,10 @@ from rich.text import Text
 from ouroboros.observe.describe import describe
 from ouroboros.printable import printable
 
-QUIET_KINDS = frozenset({"error", "warning", "run_end", "wind_down_missed", "context_overflow"})
+QUIET_KINDS = frozenset(
+    {"error", "warning", "run_end", "wind_down_missed", "context_overflow", "retry"}
+)
+"""What `--quiet` keeps; a wait for the server among them: a run that waits says so."""
 
 
 def outcome(line: dict[str, Any]) -> str:
