@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,19 @@ def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
         taken = [r["session"] for r in records if r["kind"] == "told"]
         assert len(taken) == len(set(taken)), keep  # never twice in one session
         assert all(json.dumps(body).count(TOLD) <= 1 for body in model.requests), keep
+
+
+def test_the_told_hook_runs_once_a_message_though_it_is_taken_again(project: Project) -> None:
+    """Taken in session 1, refused until it ends, taken again in session 3: one notification."""
+    out = project.root / "hooked.jsonl"
+    record = f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read())"
+    hook = {"events": ["told"], "command": [sys.executable, "-c", record]}
+    model = refused_in_two_sessions(project, [])
+    ran = run_here(
+        project, model, supervisor={"max_total_turns": 6}, hooks={"min_interval_s": 0, "on": [hook]}
+    )
+    assert ran.returncode == 0, ran.stderr
+    taken = [r["session"] for r in project.records("journal.jsonl") if r["kind"] == "told"]
+    assert taken == [1, 3]
+    told = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [e["record"]["session"] for e in told] == [1]
