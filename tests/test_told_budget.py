@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from ouroboros.run import inbox
 from ouroboros.run.state_folder import INBOX
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
+from tests.test_operator import _copy_cut
 
 TOLD = "the data is in data.csv, not in data.json"
 
@@ -156,17 +156,6 @@ def test_a_message_whose_requests_were_refused_is_delivered_by_a_later_session(
     assert summary["undelivered"] == []
 
 
-def _cut_copy(source: Project, root: Path, keep: int) -> Project:
-    """The project as a kill -9 after the journal's first `keep` records leaves it."""
-    shutil.copytree(source.root, root)
-    copy = Project(root)
-    path = copy.state / "journal.jsonl"
-    path.write_text("".join(path.read_text().splitlines(keepends=True)[:keep]))
-    for derived in ("events.jsonl", "token_usage.jsonl", "status.json", "journal.jsonl.snapshot"):
-        (copy.state / derived).unlink(missing_ok=True)
-    return copy
-
-
 def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
     project: Project, tmp_path: Path
 ) -> None:
@@ -177,7 +166,7 @@ def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
     first = next(i for i, r in enumerate(records) if r["kind"] == "told")
     message_id = records[first]["message_id"]
     for keep in range(first + 1, len(records) + 1):
-        copy = _cut_copy(project, tmp_path / f"cut-{keep}", keep)
+        copy = _copy_cut(project, tmp_path / f"cut-{keep}", keep, letter_file=True)
         model = Scripted(lambda body: shell(len(body["messages"])))
         ran = run_here(copy, model, supervisor={"max_total_turns": 6})
         assert ran.returncode == 0, (keep, ran.stderr)
