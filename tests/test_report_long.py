@@ -129,3 +129,18 @@ def test_a_page_on_a_session_that_is_not_there(long_run: Path) -> None:
     from ouroboros.cli import main
 
     assert main(["report", "--state", str(long_run), "--session", "9999"]) == 1
+
+
+@pytest.mark.parametrize("figure", ["overview-chart", "context-chart"])
+def test_the_labels_of_the_lines_do_not_overlap(long_run: Path, figure: str) -> None:
+    """The window, prompt budget, hard and soft lines are close together in a small window:
+    their labels are pushed apart, the 11-px text a line apart."""
+    chart = svg(report(long_run), figure)
+    ns = "{http://www.w3.org/2000/svg}"
+    ys = sorted(
+        float(t.attrib["y"])
+        for t in chart.iter(f"{ns}text")
+        if "threshold" in t.attrib.get("class", "")
+    )
+    assert len(ys) == 4
+    assert all(b - a >= 13 for a, b in zip(ys, ys[1:], strict=False))
