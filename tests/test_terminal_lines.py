@@ -16,6 +16,7 @@ import pytest
 
 from ouroboros.cli import main
 from ouroboros.observe.describe import call_line
+from tests.conftest import Project
 
 STAMPED = re.compile(r"^\d\d:\d\d:\d\d ")
 
@@ -60,6 +61,10 @@ def test_the_demo_fits_the_terminal_and_tail_prints_the_same_lines(
     assert tail == [line for line in shown if STAMPED.match(line)]
     status = printed(["status", "--state", str(state)])
     assert max(len(line) for line in status) <= columns
+    # What the lines leave out is in `status`: how tool commands run, in full.
+    tools = next(e for e in Project(short_dir).events("tools") if "sandbox" in e)
+    words = " ".join(w for line in status for w in line.split() if w not in "│╭╮╰╯")
+    assert f"tools sandbox {tools['sandbox']}; network on; {tools['processes']};" in words
     # The end is said once.
     assert sum("run stopped" in line or "run ended" in line for line in shown) == 1
 

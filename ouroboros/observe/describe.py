@@ -299,10 +299,15 @@ def tools_text(r: dict[str, Any]) -> list[str]:
     is in `tail --json` and `events.jsonl`."""
     if r.get("message"):
         return [f"tools: {r['message']}"]
-    sandbox = str(r.get("sandbox"))
     network = "on" if r.get("network") else "off"
-    full = f"tools: sandbox {sandbox}; network {network}; {r.get('processes')}; {r.get('limits')}"
-    return [full, f"tools: sandbox {sandbox.split(';')[0]}, network {network}"]
+    short = f"tools: sandbox {str(r.get('sandbox')).split(';')[0]}, network {network}"
+    return [f"tools: {sandbox_text(r)}", short]
+
+
+def sandbox_text(r: dict[str, Any]) -> str:
+    """How tool commands run, in full (`status`'s row)."""
+    network = "on" if r.get("network") else "off"
+    return f"sandbox {r.get('sandbox')}; network {network}; {r.get('processes')}; {r.get('limits')}"
 
 
 def _generic(r: dict[str, Any]) -> str:
