@@ -44,11 +44,14 @@ def line_marks(usage: dict[str, Any]) -> tuple[float, ...]:
     return tuple(mark / budget for mark in marks if budget and mark is not None)
 
 
+DROP_ORDER = ("time", "processed", "source", "half the bar", "cache", "bar", "words")
+"""What a call's line gives up, first to last, to fit a narrower terminal: the prefill time,
+the tokens processed, the count's source (where it is the server's), half the bar, the cache
+share, the bar, the words around the counts. `status` and the logs keep them all."""
+
+
 def usage_levels(r: dict[str, Any]) -> list[Text]:
-    """A call's line (less its tools), from the fullest to the shortest: each drops
-    the figure that matters least of those left (the prefill time, the tokens processed, a
-    count's source where it is the server's, half the bar, the cache share, the bar, the
-    words). What is dropped is in `status` and the logs."""
+    """A call's line (less its tools), from the fullest to the shortest (`DROP_ORDER`)."""
     zone = str(r.get("zone", "normal"))
     fraction = float(r.get("fraction", 0.0))
     source = str(r.get("source"))
@@ -57,35 +60,27 @@ def usage_levels(r: dict[str, Any]) -> list[Text]:
     prompt, out = figure(r.get("prompt_tokens")), figure(r.get("completion_tokens"))
     budget = figure(r.get("prompt_budget", r.get("context_limit")))
 
-    def level(timed: bool, counted: bool, said: bool, cells: int, cache: bool, words: bool) -> Text:
+    def level(gone: tuple[str, ...]) -> Text:
         text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
         if r.get("purpose"):  # a call outside the conversation (a compaction's recap): no turn
             text.append(f"[{r['purpose']}] ", style="cyan")
+        cells = 0 if "bar" in gone else 12 if "half the bar" in gone else 24
         filled = bar(fraction, cells, line_marks(r)) + " " if cells else ""
         text.append(f"{filled}{fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
-        shown = (
+        words = "words" not in gone
+        text.append(
             f" prompt {prompt} + out {out} of {budget}" if words else f" {prompt}+{out}/{budget}"
         )
-        text.append(shown)
-        if said or source != "server":
+        if "source" not in gone or source != "server":
             text.append(f" ({source})", style="dim")
-        if cache and cached is not None and processed is not None:
+        if "cache" not in gone and cached is not None and processed is not None:
             share = cached / (cached + processed) if cached + processed else 0.0
-            more = f", processed {figure(processed)}" if counted else ""
-            timed_s = f" in {ms / 1000:.1f} s" if timed and ms is not None else ""
-            text.append(f" cache {share:.0%}{more}{timed_s}", style="dim")
+            more = f", processed {figure(processed)}" if "processed" not in gone else ""
+            timed = f" in {ms / 1000:.1f} s" if "time" not in gone and ms is not None else ""
+            text.append(f" cache {share:.0%}{more}{timed}", style="dim")
         return text
 
-    return [
-        level(True, True, True, 24, True, True),
-        level(False, True, True, 24, True, True),
-        level(False, False, True, 24, True, True),
-        level(False, False, False, 24, True, True),
-        level(False, False, False, 12, True, True),
-        level(False, False, False, 12, False, True),
-        level(False, False, False, 0, False, True),
-        level(False, False, False, 0, False, False),
-    ]
+    return [level(DROP_ORDER[:n]) for n in range(len(DROP_ORDER) + 1)]
 
 
 def outcome(line: dict[str, Any]) -> str:

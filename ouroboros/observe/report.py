@@ -39,7 +39,7 @@ MAX_SESSION_ROWS = 50
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px; }
-svg { max-width: 100%; height: auto; }
+svg { width: 100%; max-width: 1800px; height: auto; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
 .meta { color: #555; } .meta b { color: #222; }
 svg text { font: 11px system-ui, sans-serif; fill: #444; }
@@ -50,7 +50,7 @@ svg .grid { stroke: #dde1e7; } svg .axis { stroke: #444; }
 svg .series { fill: none; stroke: #2a5caa; stroke-width: 1.6; }
 table { border-collapse: collapse; margin-top: 8px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: right; }
-#sessions td { white-space: nowrap; }
+#sessions td:not(:last-child) { white-space: nowrap; }
 th { background: #f3f5f8; } td.text, th.text { text-align: left; }
 .zone-normal { color: #2e9e44; } .zone-soft { color: #b08600; }
 .zone-hard { color: #d62728; } .zone-over { color: #7a0010; font-weight: 700; }
