@@ -25,7 +25,7 @@ from rich.text import Text
 
 from ouroboros.errors import ConfigError
 from ouroboros.observe.checkpoint_view import checkpoints_status
-from ouroboros.observe.describe import describe, loop_text
+from ouroboros.observe.describe import describe, loop_text, sandbox_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.status_rows import cache_text, context_text, window_text
@@ -209,6 +209,8 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     grid.add_row("checkpoints", checkpoints_status(run.get("checkpoints")))
     grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
     grid.add_row("mcp", printable(run.get("mcp") or "no servers"))
+    if tools := run.get("tools"):  # the terminal's line has the sandbox's kind only
+        grid.add_row("tools", printable(sandbox_text(tools)))
     tokens = run["prompt_tokens"] + run["completion_tokens"]
     grid.add_row(
         "tokens",
