@@ -37,7 +37,10 @@ def test_the_first_request_spends_little_on_the_harness(project: Project) -> Non
 def test_the_text_protocol_spends_little_on_the_harness(project: Project) -> None:
     (project.root / "SYSTEM_PROMPT.md").write_text("Keep a log of the weather in NOTES.md.\n")
     ran = run_here(
-        project, [Reply(text="hi")], llm={"tool_protocol": "text"}, supervisor={"max_total_turns": 1}
+        project,
+        [Reply(text="hi")],
+        llm={"tool_protocol": "text"},
+        supervisor={"max_total_turns": 1},
     )
     first = ran.chat_requests()[0]
     assert "tools" not in first
