@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ouroboros.context.tokens import tools_estimate
 from ouroboros.model.scripted import Reply, tool
 from tests.conftest import Project
 from tests.inprocess import run_here
@@ -62,3 +63,9 @@ def test_search_context_is_offered_once_a_session_has_ended(project: Project) ->
     assert offered[0] == offered[1]
     assert "search_context" not in offered[0]
     assert offered[2] == offered[3] == [*offered[0][:-1], "search_context", offered[0][-1]]
+    # The window's figures count the schemas each session sends, not the run's largest set.
+    counted = [r["usage"]["raw_kinds"]["tools"] for r in project.records("journal.jsonl")
+               if r.get("usage")]  # fmt: skip
+    sent = [tools_estimate(body["tools"]) for body in ran.chat_requests()]
+    assert counted == sent
+    assert sent[0] < sent[2]
