@@ -31,30 +31,32 @@ PROBLEMS_SAID = 5
 would be a result as large as the list, which only the first few help to fix."""
 
 
-UNSENT = {"title", "description", "default", "minimum", "maximum", "maxLength", "maxItems"}
-"""What a built-in tool's parameters are sent without: the tool's description (the model's
-docstring) is the function's already, and defaults and bounds are the harness's to apply and
-check (a value out of bounds gets an error that says what to do). Every character of a schema is
-in every request."""
+UNSENT = {"title", "default", "minimum", "maximum", "maxLength", "maxItems"}
+"""What a built-in tool's parameters are sent without: defaults and bounds are the harness's to
+apply and check (a value out of bounds gets an error that says what to do). Every character of a
+schema is in every request."""
 
 
 def offered(schema: dict[str, Any]) -> dict[str, Any]:
-    """A parameters' JSON schema (pydantic's) as offered: without `UNSENT`, an optional value's
-    null left out (it is never needed: the parameter is), and a property's own description kept."""
-    kept = {key: value for key, value in schema.items() if key not in UNSENT}
-    if "properties" in kept:
-        kept["properties"] = {name: _property(value) for name, value in kept["properties"].items()}
-    if isinstance(kept.get("items"), dict):
-        kept["items"] = offered(kept["items"])
-    return kept
+    """The parameters' JSON schema (pydantic's, from the arguments' model) as offered: without
+    the model's docstring, which is the function's description already, nor `UNSENT`."""
+    parameters = _bare(schema)
+    parameters.pop("description", None)
+    return parameters
 
 
-def _property(schema: dict[str, Any]) -> dict[str, Any]:
+def _bare(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` and the schemas in it without `UNSENT`, an optional value's null left out (a
+    parameter left out says the same)."""
     options = [o for o in schema.get("anyOf", []) if o.get("type") != "null"]
     if len(options) == 1:
         schema = {**{k: v for k, v in schema.items() if k != "anyOf"}, **options[0]}
-    said = schema.get("description")
-    return {**offered(schema), **({"description": said} if said else {})}
+    kept = {key: value for key, value in schema.items() if key not in UNSENT}
+    if "properties" in kept:
+        kept["properties"] = {name: _bare(value) for name, value in kept["properties"].items()}
+    if isinstance(kept.get("items"), dict):
+        kept["items"] = _bare(kept["items"])
+    return kept
 
 
 @dataclass(frozen=True)
