@@ -64,12 +64,12 @@ SCRIPT: list[Step] = [
     [shell("seq 1 600")],
     [read("data.txt")],
 ]
-FINISH_AT = 22
+FINISH_AT = 34
 """The reply that finishes the run."""
 OVERFLOW_AT = 16
 """The reply whose first request the server refuses as too long (`Server`): the harness learns
 the count, masks and asks again."""
-MUSING = "Reasoning about the counts so far. " * 40
+MUSING = "Reasoning about the counts so far. " * 20
 """In some of the run's first replies only: the wind-down line follows the run's reply sizes,
 so a resume that forgot them would place it elsewhere."""
 
