@@ -476,8 +476,8 @@ class ScriptedTools:
         self.cap = cap
         self.observations = {o.call.id: o for s in replay.script for o in s.observations}
 
-    def schemas(self) -> list[dict[str, Any]]:
-        return self.runner.schemas()
+    def schemas(self, session: int | None = None) -> list[dict[str, Any]]:
+        return self.runner.schemas(session)
 
     async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
         if call.name == "finish":
@@ -572,9 +572,7 @@ def budget_for(settings: Settings, limit: int) -> Budget:
 
 
 def system_message(limit: int) -> SystemMessage:
-    return SystemMessage(
-        content=prompts.system_prompt(INSTRUCTIONS, WORKSPACE, PROMPT_PATH, limit, True)
-    )
+    return SystemMessage(content=prompts.system_prompt(INSTRUCTIONS, WORKSPACE, PROMPT_PATH, limit))
 
 
 class Replay:

@@ -9,14 +9,19 @@ restart goes on with the trajectory and a step the harness lost is served again;
 one, `finish`.
 A reply is the step's thought and a `shell_exec` call of its recorded command; a `BASH_ENV` script
 prints the recorded output and exits with the recorded code before the command can run. A reply
-that would not fit `llm.max_output_tokens` keeps the head of its thought (a call that alone does
-not fit is cut there, as a server stops). The server counts tokens with llama-server's
+that would not fit `llm.max_output_tokens` is first served as a server stops it: the head of its
+thought, `finish_reason: "length"`, its call (written after the thought) lost; the model, told to
+go on, then writes the step again keeping the head of its thought that fits with the call (a call
+that alone does not fit is cut there, as a server stops). With --uncut only the second form is
+served, as before issue 32. The floors and the unmanaged agent hold the stopped replies too:
+every agent gets them from this model. The server counts tokens with llama-server's
 `/apply-template` and `/tokenize` (Gemma 3 270M; calls and tool schemas rendered as JSON), else
 (or with --bytes4) bytes/4 + 4 per message, and refuses a request whose prompt plus reply exceeds
 the window (HTTP 400 `exceed_context_size_error`). The harness runs with its defaults: the window
 set, `shell_timeout_s` 30, and 3 x steps + 30 turns at most (a guard).
 
 Run:  .venv/bin/python bench/replay.py [PATHS...] [--windows 8192 32768] [--bytes4] [--keep DIR]
+      [--uncut]
 About 35 s for the three trajectories at two windows on 2 cores; exit status 1 if a target fails.
 --keep DIR keeps each run's project (`python -m ouroboros tail --state DIR/NAME/.ouroboros`);
 its path is in the system prompt, so another folder can move the figures a little.
@@ -62,7 +67,9 @@ Columns, per trajectory and window:
 - placeholders naming all: distinct placeholders sent that name every part of the second table: the
   command (30 chars), `exit N`, lines, bytes, the output's first and last non-blank lines
   (20 chars), where to read it again; and the share that quote an empty line (`""`);
-- served again: replies for a step already served; shortened: replies cut to fit.
+- served again: replies for a step already served; shortened: replies cut to fit;
+- stopped at the limit: replies served as a server stops them at max_output_tokens (in brackets:
+  the calls lost in them).
 
 Its parts: replay_tokens.py (token counts), replay_model.py (the trajectory as the model),
 replay_run.py (one replay), replay_floors.py and replay_measures.py (the figures),
@@ -125,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes4", action="store_true", help="count bytes/4, not real tokens")
     parser.add_argument("--keep", type=Path, help="keep each run's project folder in this one")
     parser.add_argument(
+        "--uncut",
+        action="store_true",
+        help="never stop a reply at max_output_tokens: shorten it to fit (as before issue 32)",
+    )
+    parser.add_argument(
         "--context",
         type=setting,
         action="append",
@@ -137,10 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     paths = trajectories(args.paths or [TRAJECTORIES])
     with tokenizer(args.bytes4) as tokens:
-        print(f"Token counts: {tokens.source}. Harness: {ouroboros.__path__[0]}\n")
+        replies = "shortened to fit" if args.uncut else "stopped at"
+        print(f"Token counts: {tokens.source}. Harness: {ouroboros.__path__[0]}")
+        print(f"Replies longer than max_output_tokens: {replies} the limit.\n")
         for path in paths:
             for window in args.windows:
-                run = replay(path, window, tokens, args.keep, dict(args.context))
+                run = replay(path, window, tokens, args.keep, dict(args.context), not args.uncut)
                 results.append(measure(run))
                 print(f"  {results[-1].label}: {results[-1].n['seconds']} s", file=sys.stderr)
     overall = total(results)

@@ -30,19 +30,28 @@ def step_tokens(run: Run) -> tuple[int, list[StepTokens]]:
     t, tokens = run.trajectory, run.trajectory.tokens
     again = tokens.message({"role": "user", "content": prompts.CONTINUE})
 
-    def figures(index: int, step: Step) -> StepTokens:
-        served = t.reply(index)
+    def figures(index: int, step: Step) -> list[StepTokens]:
+        """The step; first, where a server stops its reply at the limit, that reply (the
+        model's, whatever the harness: every agent holds it)."""
+        stopped = t.at_limit(index)
+        first = (
+            [StepTokens(tokens.message(stopped.wire()) + again, stopped.completion)]
+            if stopped is not None and step.action is not None
+            else []
+        )
+        served = stopped if stopped is not None and step.action is None else t.reply(index)
         if step.action is None:
-            return StepTokens(tokens.message(served.wire()) + again, served.completion)
+            return [StepTokens(tokens.message(served.wire()) + again, served.completion)]
         result = result_at_cap(step, cap(run.window))
         pair = (tokens.message(to_wire(result)), tokens.message(to_wire(masked(result))))
         cut = shown(result_at_cap(step, cap(run.window), MIN_OUTPUT_BYTES))
         least = tokens.message(to_wire(cut))
-        return StepTokens(tokens.message(served.wire()), served.completion, (pair,), (least,))
+        whole = StepTokens(tokens.message(served.wire()), served.completion, (pair,), (least,))
+        return [*first, whole]
 
     first = run.requests[0]
     fixed = tokens.prompt({"tools": first["tools"], "messages": first["messages"][:2]})
-    return fixed, [figures(i, s) for i, s in enumerate(t.steps)]
+    return fixed, [f for i, s in enumerate(t.steps) for f in figures(i, s)]
 
 
 def floor(run: Run) -> int:

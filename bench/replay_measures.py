@@ -205,6 +205,8 @@ def measure(run: Run) -> Result:
         again=sum(k - 1 for k in t.serves.values()),
         shortened=sum(s.completion != s.whole_completion for s in t.served.values()),
         cut=sum(s.call_cut for s in t.served.values()),
+        stopped=len(t.stopped),
+        **{"calls lost": sum(t.steps[i].action is not None for i in t.stopped)},
         requests=t.requests,
         seconds=round(run.seconds),
         runs=1,

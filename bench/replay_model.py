@@ -58,6 +58,9 @@ class Served:
     """Before the reply was shortened to fit `max_output_tokens`."""
     call_cut: bool = False
     """The call alone did not fit, so it stops at max_output_tokens, as a server stops."""
+    at_limit: bool = False
+    """Stopped at max_output_tokens as a server stops a reply: its call, after the thought,
+    lost (`finish_reason: "length"`)."""
 
     def wire(self, call_id: str = "c") -> dict[str, Any]:
         function = {"name": "shell_exec", "arguments": self.arguments}
@@ -69,9 +72,18 @@ class Served:
 class Trajectory:
     """The model: serves the first step not yet delivered; refuses what does not fit."""
 
-    def __init__(self, steps: list[Step], tokens: ByteTokens, window: int, folder: Path):
+    def __init__(
+        self, steps: list[Step], tokens: ByteTokens, window: int, folder: Path, cut: bool = True
+    ):
         self.steps, self.tokens, self.window, self.folder = steps, tokens, window, folder
+        self.cut = cut
+        """Serve a step too long for max_output_tokens first as a server stops it (`at_limit`);
+        False: only ever shortened to fit, as the bench did before."""
         self.served: dict[int, Served] = {}
+        self.limited: dict[int, Served] = {}
+        """`at_limit`'s replies."""
+        self.stopped: set[int] = set()
+        """Steps served stopped at max_output_tokens (once each)."""
         self.serves: Counter[int] = Counter()
         self.call_steps: dict[str, int] = {}
         self.text_steps: dict[str, int] = {}
@@ -99,6 +111,24 @@ class Trajectory:
             self.served[index] = Served(step.thought[:keep], arguments, completion, whole)
         return self.served[index]
 
+    def at_limit(self, index: int) -> Served | None:
+        """The step's reply as a server stops it at max_output_tokens, where the whole reply
+        does not fit (cut mode): the thought's head (all of it where only the call does not
+        fit), the call lost. Served once: told to go on, the model writes the step again within
+        the limit (`reply`), not stopping at the same place twice."""
+        whole = self.reply(index)
+        if not self.cut or whole.whole_completion < MAX_OUTPUT or whole.call_cut:
+            return None  # a call alone longer than the limit is stopped in it by `reply`
+        if index not in self.limited:
+            thought, count = self.steps[index].thought, self.tokens.text
+            keep = len(thought)
+            while keep and count(thought[:keep]) > MAX_OUTPUT:
+                keep = int(keep * min(0.95, MAX_OUTPUT / count(thought[:keep])))
+            self.limited[index] = Served(
+                thought[:keep], None, MAX_OUTPUT, whole.whole_completion, at_limit=True
+            )
+        return self.limited[index]
+
     def step_of(self, message: AssistantMessage) -> int | None:
         if message.tool_calls:
             return self.call_steps.get(message.tool_calls[0].id)
@@ -123,7 +153,8 @@ class Trajectory:
             summary = {"summary": f"replayed all {len(self.steps)} steps"}
             reply = Reply(tool_calls=[("finish", summary)], completion_tokens=20)
         else:
-            served = self.reply(index)
+            stopped = None if index in self.stopped else self.at_limit(index)
+            served = stopped or self.reply(index)
             call = [] if served.arguments is None else [("shell_exec", served.arguments)]
             reply = Reply(served.text, list(call), completion_tokens=served.completion)
             reply.call_ids = (f"call_{index + 1}_{self.serves[index] + 1}",)
@@ -137,9 +168,11 @@ class Trajectory:
         if index is not None:
             self.serves[index] += 1
             (self.folder / "current").write_text(str(index))
+            if served.at_limit:
+                self.stopped.add(index)
             if self.steps[index].action is None:
                 self.text_steps[reply.text] = index
-            else:
+            elif reply.tool_calls:  # else stopped at the limit: the step is still to come
                 self.call_steps[reply.call_ids[0]] = index
         return reply
 

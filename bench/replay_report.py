@@ -41,6 +41,7 @@ MAIN: list[Column] = [
     ("Placeholders naming all", lambda r: share(r.n["all"], r.n["placeholders"])),
     ("Served again", lambda r: str(r.n["again"])),
     ("Shortened (calls cut)", lambda r: f"{r.n['shortened']} ({r.n['cut']})"),
+    ("Stopped at the limit (calls lost)", lambda r: f"{r.n['stopped']} ({r.n['calls lost']})"),
     ("Requests", lambda r: str(r.n["requests"])),
     ("Seconds", lambda r: str(r.n["seconds"])),
 ]

@@ -87,6 +87,7 @@ def replay(
     tokens: ByteTokens,
     keep: Path | None,
     context: dict[str, Any] | None = None,
+    cut: bool = True,
 ) -> Run:
     steps = load_steps(path)
     task = path.with_name(path.name.removesuffix(".jsonl") + ".task.md")
@@ -95,7 +96,7 @@ def replay(
         (root / "workspace").mkdir()
         (root / "SYSTEM_PROMPT.md").write_text(task.read_text() if task.exists() else "Go on.")
         (root / "bash_env.sh").write_text(BASH_ENV.format(folder=recorded))
-        trajectory = Trajectory(steps, tokens, window, recorded)
+        trajectory = Trajectory(steps, tokens, window, recorded, cut)
         server = ScriptedServer(
             trajectory, "llama", window, counter=tokens.prompt, endpoints=tokens.endpoint
         )

@@ -120,10 +120,6 @@ def system_message(
             "hold: the agent is shown its start and told to shorten it",
         )
     text = prompts.system_prompt(
-        instructions,
-        s.paths.workspace,
-        s.paths.system_prompt,
-        budget.limit,
-        s.supervisor.allow_finish,
+        instructions, s.paths.workspace, s.paths.system_prompt, budget.limit
     )
     return SystemMessage(content=text)

@@ -5,41 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 PREAMBLE = """\
-You are an autonomous agent running unattended under the ouroboros harness. Nobody is watching \
-in real time: keep working towards your purpose, one tool call at a time.
+You are an autonomous agent running unattended under the ouroboros harness: nobody watches, so \
+keep working on your purpose, one tool call at a time. Relative paths start in your workspace, \
+{workspace}; nothing outside it is reachable but your instructions file, {system_prompt}, which \
+you may improve.
 
-Tools: file_read, file_write, list_dir and shell_exec work inside your workspace ({workspace}); \
-relative paths start there and nothing outside it is reachable, except your own instructions \
-file {system_prompt}, which you may read and improve. search_context finds what earlier \
-sessions saw, ran and logged, including results that were masked. plan saves your list of \
-steps (todo, doing, done): the harness keeps it and shows it at the start of every session.{finish}
-
-Your context window is small ({limit:,} tokens). Old tool results are replaced by short \
-placeholders when it fills up (read the file again if you need it), and when it is nearly full \
-the session ends and a fresh one starts with only your last few turns. Keep your progress and \
-findings in workspace files (for example NOTES.md) and your plan with the plan tool as you go, so \
-a restart loses nothing.
+Your context window is small ({limit:,} tokens): old tool results become placeholders (read \
+again what you need), and when it is full a new session starts with only your plan and last \
+turns. Keep progress and findings in workspace files (e.g. NOTES.md) as you go, so a restart \
+loses nothing.
 
 Your instructions follow.
 
 """
-
-FINISH_SENTENCE = (
-    " When the whole task is done, call finish with a summary: it ends the run for good."
-)
+"""What the tools do, their descriptions say (in every request too): said once."""
 
 
-def system_prompt(
-    instructions: str, workspace: Path, prompt_path: Path, limit: int, finish: bool
-) -> str:
+def system_prompt(instructions: str, workspace: Path, prompt_path: Path, limit: int) -> str:
     return (
-        PREAMBLE.format(
-            workspace=workspace,
-            system_prompt=prompt_path,
-            limit=limit,
-            finish=FINISH_SENTENCE if finish else "",
-        )
-        + instructions
+        PREAMBLE.format(workspace=workspace, system_prompt=prompt_path, limit=limit) + instructions
     )
 
 

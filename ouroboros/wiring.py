@@ -131,15 +131,16 @@ def build_parts(
     if mcp is not None:  # before the schemas are counted: the servers' tools are among them
         mcp.offer(tools, budget.prompt_budget)
     renders = info.renders_tools is not False
-    schema_raw = tool_protocol.schema_raw(s.llm.tool_protocol, tools.schemas(), renders)
+    protocol = s.llm.tool_protocol
     rules = Rules(
         budget,
         window.mask_policy(s.context, budget),
         s.context,
         s.session.wind_down_turns,
         s.llm.max_output_tokens,
-        schema_raw,
+        tool_protocol.schema_raw(protocol, tools.schemas(), renders),
         s.loops,
+        tool_protocol.schema_raw(protocol, tools.schemas(1), renders),
     )
     spoken = tool_protocol.ProtocolModel(
         model, journal, s.llm.tool_protocol, s.llm.max_tool_argument_bytes, renders

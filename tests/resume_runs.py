@@ -64,7 +64,7 @@ SCRIPT: list[Step] = [
     [shell("seq 1 600")],
     [read("data.txt")],
 ]
-FINISH_AT = 22
+FINISH_AT = 34
 """The reply that finishes the run."""
 OVERFLOW_AT = 16
 """The reply whose first request the server refuses as too long (`Server`): the harness learns

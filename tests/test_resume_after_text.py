@@ -10,7 +10,7 @@ from tests.conftest import Project
 from tests.inprocess import run_here
 
 WINDOW = 4096
-MUSING = "Reading the numbers over once more before I decide. " * 60
+MUSING = "Reading the numbers over once more before I decide. " * 150
 """A text-only reply long enough to carry the prompt past the hard line by itself."""
 
 

@@ -110,7 +110,7 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
     for before, after in zip(bodies, bodies[1:], strict=False):
         assert after["messages"][: len(before["messages"])] == before["messages"]
     system = bodies[0]["messages"][0]["content"]
-    for name in ("file_read", "file_write", "list_dir", "shell_exec", "search_context", "finish"):
+    for name in ("file_read", "file_write", "list_dir", "shell_exec", "finish"):
         assert f"## {name}\n" in system
     assert system.count("Example:\n```") == system.count("\n## ")  # every tool has one
     # The reply as written, its result as the next user message.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,40 +40,22 @@ def stays_whole(message: Message) -> bool:
     return isinstance(message, ToolMessage) and message.name == PLAN_TOOL and not message.error
 
 
-def _most(chars: int) -> dict[str, Any]:
-    """A length the schema announces (a server that constrains replies by it keeps to it); the
-    check itself is `problem`'s, which says what to do."""
-    return {"maxLength": chars}
-
-
 class PlanItem(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
 
-    text: str = Field(json_schema_extra=_most(TEXT_CHARS))
+    text: str
     status: Status
-    note: str = Field("", json_schema_extra=_most(NOTE_CHARS))
-
-
-def _item_schema() -> dict[str, Any]:
-    """An item's schema written out in the tool's (no `$ref`: small models and some servers'
-    grammars read a flat schema better), without pydantic's titles and defaults: every token of
-    it is in every request."""
-    schema = PlanItem.model_json_schema()
-    schema.pop("title", None)
-    for field in schema["properties"].values():
-        field.pop("title", None)
-        field.pop("default", None)
-    return schema
+    note: str = ""
 
 
 class PlanArgs(BaseModel):
-    """Save your whole plan: steps todo, doing (one) or done. Every session opens with it."""
+    """Save your whole plan, its steps todo, doing (one) or done: every session opens with it."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    items: list[PlanItem] = Field(
-        json_schema_extra={"items": _item_schema(), "maxItems": MAX_ITEMS}
-    )
+    # An item's schema written out (no `$ref`: small models and some servers' grammars read a
+    # flat schema better); the tools' runner leaves out titles and defaults.
+    items: list[PlanItem] = Field(json_schema_extra={"items": PlanItem.model_json_schema()})
 
 
 def plan_tokens(prompt_budget: int) -> int:

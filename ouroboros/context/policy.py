@@ -29,6 +29,7 @@ from ouroboros.run.records import (
     Cut,
     EndReason,
     LoopDetected,
+    LoopKind,
     Mask,
     MaskReason,
     Notice,
@@ -149,7 +150,9 @@ def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decis
     such restarts stops the run as `stuck`."""
     winding = state.session_loops.winding
     if winding is not None:
-        used = (state.wind_down_replies or 0) >= rules.wind_down_turns
+        if state.wind_down_replies is None:  # killed between the loop's record and its wind-down
+            return [loop_wind_down(state, rules, step, winding.loop, winding.evidence)]
+        used = state.wind_down_replies >= rules.wind_down_turns
         named = prompts.loop_named(winding.loop, winding.evidence)
         return [End(EndReason.LOOP, named)] if used else []
     loop = loops.detect(state, rules.loops)
@@ -164,13 +167,17 @@ def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decis
         return [caught.model_copy(update={"message": nudge})]
     if level == 3:
         return [caught, End(EndReason.STUCK, named)]
-    turns, now = rules.wind_down_turns, projected(state, rules)
-    if turns == 0 or state.wind_down_replies is not None:
+    if rules.wind_down_turns == 0 or state.wind_down_replies is not None:
         return [caught, End(EndReason.LOOP, named)]
-    notice = UserMessage(
-        content=prompts.loop_wind_down(loop.kind, loop.evidence, turns), origin="wind_down"
-    )
-    wind_down = WindDown(
+    return [caught, loop_wind_down(state, rules, step, loop.kind, loop.evidence)]
+
+
+def loop_wind_down(
+    state: RunState, rules: Rules, step: StepFigures, kind: LoopKind, evidence: list[str]
+) -> WindDown:
+    turns, now = rules.wind_down_turns, projected(state, rules)
+    notice = UserMessage(content=prompts.loop_wind_down(kind, evidence, turns), origin="wind_down")
+    return WindDown(
         session=state.session,
         projected=now,
         hard_line=step.hard_line,
@@ -179,7 +186,6 @@ def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decis
         turns_left=turns,
         message=notice,
     )
-    return [caught, wind_down]
 
 
 def spent(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:

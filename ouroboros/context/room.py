@@ -148,6 +148,13 @@ class Rules:
     schema_raw: int
     """Raw tokens of the tool schemas every request carries (0 when the server drops them)."""
     loops: LoopSettings = field(default_factory=LoopSettings)
+    first_schema_raw: int | None = None
+    """The same in the run's first session, which is offered fewer tools (None: as later)."""
+
+    def schema_raw_in(self, session: int) -> int:
+        if session <= 1 and self.first_schema_raw is not None:
+            return self.first_schema_raw
+        return self.schema_raw
 
 
 @dataclass(frozen=True)
@@ -164,7 +171,8 @@ class StepFigures:
 
 def raw_prompt(state: RunState, rules: Rules, view: RawTally | None = None) -> RawTally:
     """Raw tokens of the next request (this view, else the current one), per kind."""
-    return {**(state.view.raw_kinds if view is None else view), SCHEMA_KIND: rules.schema_raw}
+    schemas = rules.schema_raw_in(state.session)
+    return {**(state.view.raw_kinds if view is None else view), SCHEMA_KIND: schemas}
 
 
 def projected(state: RunState, rules: Rules, view: RawTally | None = None) -> int:

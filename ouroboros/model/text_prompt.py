@@ -34,14 +34,12 @@ SAMPLE_STRINGS = {
 HEADING = """\
 # How you act
 
-You have no function-calling interface: you act by writing exactly one action in your reply, \
-as a fenced block. Nothing else in the reply is run; the action's result comes back to you in \
-the next message. A reply with no action block, or more than one, runs nothing.
-
-- To run a shell command, write it in a ```bash block.
-- To use any other tool, write a ```json block holding {"tool": NAME, "arguments": {...}}.
-- An action that itself holds a ``` line (a heredoc writing Markdown) needs a longer fence: \
-````bash, closed by ````. Or write the file with file_write.
+You have no function-calling interface: act by writing one action a reply, as a fenced block; \
+its result comes back in the next message. A reply with no action, or more than one, runs nothing.
+- A shell command: a ```bash block.
+- Another tool: a ```json block holding {"tool": NAME, "arguments": {...}}.
+- An action holding a ``` line (a heredoc of Markdown) needs a longer fence, ````bash closed by \
+````; or use file_write.
 
 The tools:
 """
@@ -96,9 +94,9 @@ def _parameters(parameters: dict[str, Any]) -> str:
         kind = schema.get("type") or "/".join(
             str(option.get("type")) for option in schema.get("anyOf", []) if option.get("type")
         )
-        need = "required" if name in required else "optional"
+        need = "" if name in required else ", optional"
         text = schema.get("description", "")
-        lines.append(f"  - {name} ({kind or 'any'}, {need}){': ' + text if text else ''}")
+        lines.append(f"- {name} ({kind or 'any'}{need}){': ' + text if text else ''}")
     return "\n".join(lines)
 
 

@@ -85,7 +85,8 @@ class Session:
         self.journal, self.rules, self.policy = parts.journal, parts.rules, parts.policy
         self.counting, self.clock = parts.counting, parts.clock
         self.state = parts.journal.state
-        self.schemas = parts.tools.schemas()
+        # Decided once: every request of the session starts the same (the server's cache holds).
+        self.schemas = parts.tools.schemas(self.state.session)
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""

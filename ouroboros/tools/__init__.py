@@ -31,6 +31,34 @@ PROBLEMS_SAID = 5
 would be a result as large as the list, which only the first few help to fix."""
 
 
+UNSENT = {"title", "default", "minimum", "maximum", "maxLength", "maxItems"}
+"""What a built-in tool's parameters are sent without: defaults and bounds are the harness's to
+apply and check (a value out of bounds gets an error that says what to do). Every character of a
+schema is in every request."""
+
+
+def offered(schema: dict[str, Any]) -> dict[str, Any]:
+    """The parameters' JSON schema (pydantic's, from the arguments' model) as offered: without
+    the model's docstring, which is the function's description already, nor `UNSENT`."""
+    parameters = _bare(schema)
+    parameters.pop("description", None)
+    return parameters
+
+
+def _bare(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` and the schemas in it without `UNSENT`, an optional value's null left out (a
+    parameter left out says the same)."""
+    options = [o for o in schema.get("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema = {**{k: v for k, v in schema.items() if k != "anyOf"}, **options[0]}
+    kept = {key: value for key, value in schema.items() if key not in UNSENT}
+    if "properties" in kept:
+        kept["properties"] = {name: _bare(value) for name, value in kept["properties"].items()}
+    if isinstance(kept.get("items"), dict):
+        kept["items"] = _bare(kept["items"])
+    return kept
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     message: ToolMessage
@@ -44,7 +72,9 @@ class ToolOutcome:
 class Tools(Protocol):
     """What a session asks of its tools (`ToolRunner`; benches replay recorded outputs)."""
 
-    def schemas(self) -> list[dict[str, Any]]: ...
+    def schemas(self, session: int | None = None) -> list[dict[str, Any]]:
+        """The tools offered in `session` (None: every tool the run may offer)."""
+        ...
 
     async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
         """One call's result; every failure is a result too."""
@@ -72,6 +102,8 @@ class _Tool:
     run: Callable[[Any], Awaitable[Output]]
     schema: dict[str, Any] | None = None
     """As offered, where it is not made from `args` (an MCP server's tool)."""
+    from_session: int = 1
+    """Offered from this session on: before it, the tool has nothing to work on."""
 
 
 class ToolRunner:
@@ -132,7 +164,8 @@ class ToolRunner:
             def search(workspace: Workspace, args: SearchContextArgs) -> Output:
                 return search_context(searched, workspace.root, args)
 
-            self.tools["search_context"] = _Tool(SearchContextArgs, threaded(search))
+            # Nothing to search before a session has ended: its schema would be dead weight.
+            self.tools["search_context"] = _Tool(SearchContextArgs, threaded(search), None, 2)
         if allow_finish:
             self.tools["finish"] = _Tool(builtin.FinishArgs, finish)
 
@@ -161,23 +194,23 @@ class ToolRunner:
             raise ValueError(f"a tool named {name} is offered already")
         self.tools[name] = _Tool(args, run, schema)
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self, session: int | None = None) -> list[dict[str, Any]]:
+        """The tools offered in `session` (None: every tool the run may offer), in an order that
+        never changes: a session's requests all start the same."""
         result = []
         for name, tool in self.tools.items():
+            if session is not None and session < tool.from_session:
+                continue
             if tool.schema is not None:
                 result.append(tool.schema)
                 continue
-            parameters = tool.args.model_json_schema()
-            parameters.pop("title", None)
-            for prop in parameters.get("properties", {}).values():
-                prop.pop("title", None)
             result.append(
                 {
                     "type": "function",
                     "function": {
                         "name": name,
-                        "description": tool.args.__doc__ or name,
-                        "parameters": parameters,
+                        "description": " ".join((tool.args.__doc__ or name).split()),
+                        "parameters": offered(tool.args.model_json_schema()),
                     },
                 }
             )

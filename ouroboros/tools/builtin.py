@@ -40,37 +40,39 @@ class ToolArgs(BaseModel):
 
 
 class FileReadArgs(ToolArgs):
-    """Read a text file, optionally a range of lines (1-based offset)."""
+    """Read a text file: `limit` lines from line `offset` (1-based)."""
 
-    path: str = Field(description="File path, relative to the workspace")
-    offset: int = Field(1, ge=1, description="First line to read (1-based)")
-    limit: int = Field(READ_DEFAULT_LINES, ge=1, description="How many lines to read")
+    path: str
+    offset: int = Field(1, ge=1)
+    limit: int = Field(READ_DEFAULT_LINES, ge=1)
 
 
 class FileWriteArgs(ToolArgs):
-    """Create or overwrite a text file (parent folders are created)."""
+    """Create or overwrite a text file (and its folders) with `content`."""
 
-    path: str = Field(description="File path, relative to the workspace")
-    content: str = Field(description="The whole new content of the file")
+    path: str
+    content: str
 
 
 class ListDirArgs(ToolArgs):
-    """List a folder: one entry a line, folders end with /, files show their size."""
+    """List a folder (the workspace without a path)."""
 
-    path: str = Field(".", description="Folder path, relative to the workspace")
+    path: str = "."
 
 
 class ShellExecArgs(ToolArgs):
-    """Run a bash command in the workspace; returns its exit code and combined output."""
+    """Run a bash command in the workspace: its exit code and output."""
 
-    command: str = Field(description="The bash command line")
-    timeout_s: float = Field(0, ge=0, description="Seconds before it is killed (0 = default)")
+    command: str
+    timeout_s: float = Field(0, ge=0)
+    """0: `session.shell_timeout_s`."""
 
 
 class FinishArgs(ToolArgs):
-    """Declare the whole task done: ends the run for good. Only when nothing is left to do."""
+    """Only when the whole task is done: end the run for good, with a summary of what was done
+    and where the results are."""
 
-    summary: str = Field(description="What was achieved and where the results are")
+    summary: str
 
 
 def finish_summary(call: ToolCall) -> str:

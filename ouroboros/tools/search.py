@@ -22,18 +22,15 @@ MAX_RESULTS = 50
 
 
 class SearchContextArgs(ToolArgs):
-    """Search what happened before: messages of earlier sessions, shell commands run, or the
-    harness's event log. Use it when a result was masked or a session restarted."""
+    """Search, newest first, earlier sessions' messages, the shell commands run (exit_code -1:
+    the failed ones) or the event log (type: an event kind)."""
 
-    source: Literal["sessions", "commands", "logs"] = Field(
-        description="sessions: past messages; commands: shell_exec history; logs: events"
-    )
-    query: str = Field("", description="Text to find, case-insensitive (empty: everything)")
-    exit_code: int | None = Field(
-        None, description="commands only: this exit code; -1 for every failure"
-    )
-    type: str = Field("", description="logs only: event kind, e.g. error, context_mask, retry")
-    last_n: int = Field(20, ge=1, le=MAX_RESULTS, description="How many of the newest to show")
+    source: Literal["sessions", "commands", "logs"]
+    query: str = ""
+    """Case-insensitive; empty: everything."""
+    exit_code: int | None = None
+    type: str = ""
+    last_n: int = Field(20, ge=1, le=MAX_RESULTS)
 
 
 def _newest_matching(
