@@ -56,6 +56,12 @@ def assert_changed(project: Project, before: int, after: int) -> None:
     assert {u["context_limit"] for u in later} == {after}
     status = " ".join(project.run("status").stdout.replace("│", " ").split())
     assert f"window {after:,} tokens (llama-server: llama-server /props n_ctx, read again" in status
+    assert f"window {after:,} tokens (llama-server: llama-server" in project.run("tail").stdout
+    # The report's chart draws the window line where each call had it: a step.
+    assert project.run("report").returncode == 0
+    page = (project.root / ".ouroboros" / "report.html").read_text()
+    assert f"<title>window {before:,}</title>" in page
+    assert f"<title>window {after:,}</title>" in page
 
 
 def test_a_window_that_shrinks_between_sessions_is_read_before_the_next(project: Project) -> None:
@@ -147,20 +153,26 @@ def test_a_call_answered_after_a_failure_reads_the_window_again(project: Project
 
 def test_a_refusal_that_names_no_window_reads_it(project: Project) -> None:
     """At most one refusal: the server is asked the window the refusal did not name, and the
-    resend and every request after fit it."""
+    session makes room for it and goes on; every request after fits it."""
     answer = reader(6)
 
     def respond(body: dict[str, object]) -> Reply:
-        if len(scripted.requests) == 3:
-            scripted.n_ctx = SMALL  # reloaded
+        if scripted.n_ctx == LARGE and scripted.count(body) >= SMALL:
+            scripted.n_ctx = SMALL  # reloaded, with a smaller window
             error = {"message": "context length exceeded", "code": "context_length_exceeded"}
             return Reply(status=400, error_body=error)
         return answer(body)  # type: ignore[no-any-return]
 
     with ScriptedServer(respond, dialect="llama", n_ctx=LARGE) as scripted:
-        run_one_session(project, scripted)
-        after = [scripted.count(body) for body in scripted.chat_requests()[3:]]
+        fill_workspace(project, files=6, words=600)
+        project.configure(scripted.url, supervisor={"max_total_turns": 8})
+        result = project.run("run")
+        assert result.returncode == 0, result.stderr
+        sizes = [scripted.count(body) for body in scripted.chat_requests()]
+    refused = next(i for i, size in enumerate(sizes) if size >= SMALL)
+    assert max(sizes[refused + 1 :]) < SMALL
     assert len(project.events("context_overflow")) == 1
-    assert max(after) < SMALL
     (change,) = server_changes(project)
-    assert (change["before"], change["context_limit"], change["session"]) == (LARGE, SMALL, 1)
+    assert (change["before"], change["context_limit"]) == (LARGE, SMALL)
+    # The refused session made room in the window read and went on.
+    assert "context_overflow" not in [e["reason"] for e in project.events("session_end")]
