@@ -70,8 +70,10 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
         aside = fresh_state(settings.paths.state_dir)
         if aside:
             out.print(f"previous run moved to {escape(str(aside))}")
-    outcome = run_to_end(settings, Terminal(out, quiet=args.quiet))
-    out.print(f"run stopped: {outcome.reason}")
+    terminal = Terminal(out, quiet=args.quiet, fatal_said_elsewhere=True)
+    outcome = run_to_end(settings, terminal)
+    if not terminal.ended:  # no run's end was logged (it had finished before): say why
+        out.print(f"run stopped: {outcome.reason}")
     return outcome.exit_code
 
 

@@ -52,9 +52,11 @@ class LLMSettings(_Section):
     retry_for_s: float = Field(0, ge=0)
     """How long to keep retrying transient server errors; 0 = forever (unattended runs)."""
     retry_initial_s: float = Field(1.0, gt=0)
-    """First backoff delay; doubles with jitter up to `retry_max_s`."""
-    retry_max_s: float = Field(300.0, gt=0)
-    """Longest single wait between retries."""
+    """First backoff delay; doubles (plus up to this much jitter) up to `retry_max_s`."""
+    retry_max_s: float = Field(60.0, gt=0)
+    """Longest single wait between retries (and the most of a `Retry-After` honoured): a
+    server that comes back (started, or done loading its model) is used within a minute, and
+    a try a minute costs a local server nothing."""
     max_reply_bytes: int = Field(0, ge=0)
     """Bytes read of one streamed reply before it is treated as cut by length; 0 = 512 per
     `max_output_tokens` (a token's chunk is about 200 bytes on the wire), at least 4 MiB."""

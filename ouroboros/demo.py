@@ -132,13 +132,15 @@ def run_demo(root: Path, console: Console) -> int:
         console.print(
             f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window in {root}"
         )
-        outcome = run_to_end(settings, Terminal(console))
-    console.print(f"run stopped: {outcome.reason}")
+        terminal = Terminal(console, fatal_said_elsewhere=True)
+        outcome = run_to_end(settings, terminal)
+    if not terminal.ended:
+        console.print(f"run stopped: {outcome.reason}")
     # The interpreter that ran the demo: a bare `python` outside the venv lacks the package.
     command = f"{shlex.quote(sys.executable)} -m ouroboros"
     folder = shlex.quote(str(settings.paths.state_dir))
     console.print(
-        f"\nThe state folder is {settings.paths.state_dir}. Look at it with:\n"
+        "\nLook at the run (its state folder) with:\n"
         f"  {command} tail --state {folder}\n"
         f"  {command} status --state {folder}\n"
         f"  {command} report --state {folder}"

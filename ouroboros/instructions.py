@@ -71,8 +71,7 @@ def _refuse_unusable(path: Path, data: bytes) -> None:
     except UnicodeDecodeError as e:
         if e.start < len(data) - 3:  # not a character cut at the read's end
             raise RunError(
-                f"paths.system_prompt {path} is not UTF-8 text (byte {e.start:,}): "
-                "save it as UTF-8"
+                f"paths.system_prompt {path} is not UTF-8 text (byte {e.start:,}): save it as UTF-8"
             ) from None
     if b"\0" in data:
         raise RunError(f"paths.system_prompt {path} is binary (a NUL byte): give it text")

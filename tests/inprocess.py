@@ -147,12 +147,14 @@ def run_here(
     settings = load_settings(config)
     model = scripted.model(window, renders_tools, settings.llm.max_output_tokens)
     out = io.StringIO()
-    log = EventLog(settings.paths.state_dir, Terminal(Console(file=out, width=200)))
+    terminal = Terminal(Console(file=out, width=200), fatal_said_elsewhere=True)
+    log = EventLog(settings.paths.state_dir, terminal)
     try:
         outcome = anyio.run(run, settings, log, model, info or model.info, clock)
     except RunError as e:
         return Ran(1, out.getvalue(), f"error: {e}", scripted)
     finally:
         log.close()
-    stopped = f"{out.getvalue()}run stopped: {outcome.reason}\n"
+    said = "" if terminal.ended else f"run stopped: {outcome.reason}\n"
+    stopped = f"{out.getvalue()}{said}"
     return Ran(outcome.exit_code, stopped, "", scripted)

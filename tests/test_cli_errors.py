@@ -170,6 +170,9 @@ def test_no_server_at_the_url_says_what_to_start(project: Project) -> None:
     assert f"cannot reach a model server at {CLOSED}" in last
     assert "start it (for Ollama: `ollama serve`) or set llm.base_url" in last
     assert "Traceback" not in result.stderr
+    # Said once (on stderr, as every fatal error): the terminal's last line only says the end.
+    assert (result.stdout + result.stderr).count("gave up on the model server") == 1
+    assert result.stdout.rstrip().endswith(" run stopped: error")
 
 
 def test_a_mistyped_command_says_the_one_meant(project: Project) -> None:

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import httpx2
 import pytest
 
+from ouroboros.model.reply_bytes import ReplyTooLarge, _LimitedStream
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.model.text_calls import OpenCall, open_call
 from tests.conftest import Project
@@ -149,3 +153,37 @@ def test_a_call_the_byte_cap_falls_in_is_named(project: Project, dialect: str) -
 )
 def test_the_call_a_cut_reply_ends_inside(text: str, expected: OpenCall | None) -> None:
     assert open_call(text) == expected
+
+
+class _Parts(httpx2.AsyncByteStream):
+    def __init__(self, parts: list[bytes]):
+        self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self.parts:
+            yield part
+
+
+@pytest.mark.parametrize(
+    ("blank", "split"), [(b"\n\n", 1), (b"\r\n\r\n", 1), (b"\r\n\r\n", 2), (b"\r\n\r\n", 3)]
+)
+def test_the_event_the_byte_cap_falls_in_starts_after_a_blank_line_split_between_reads(
+    blank: bytes, split: int
+) -> None:
+    """The cap falls in a text event whose blank line before came in two reads: the event cut
+    is that one, never the call before it (which would be named as a call cut)."""
+    named = {"tool_calls": [{"index": 0, "function": {"name": "finish"}}]}
+    call = b"data: " + json.dumps({"choices": [{"delta": named}]}).encode()
+    text = b'data: {"choices":[{"delta":{"content":"' + b"x" * 1000
+    parts = [call + blank[:split], blank[split:] + text]
+    limit = len(call) + len(blank) + 100
+
+    async def read() -> ReplyTooLarge:
+        with pytest.raises(ReplyTooLarge) as caught:
+            async for _ in _LimitedStream(_Parts(parts), limit, ""):
+                pass
+        return caught.value
+
+    cut = anyio.run(read)
+    assert cut.event_head.startswith(b'data: {"choices":[{"delta":{"content"')
+    assert cut.event_bytes == 100

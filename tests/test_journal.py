@@ -11,7 +11,8 @@ import pytest
 
 from ouroboros.errors import RunError
 from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.run.call_figures import CallFigures, WindowFigures
+from ouroboros.model.retry import Retry
+from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
 from ouroboros.run.journal import Journal, fold
 from ouroboros.run.lock import refuse_lost_journal
 from ouroboros.run.records import (
@@ -26,6 +27,7 @@ from ouroboros.run.records import (
     SessionEnd,
     SessionStart,
     SideCall,
+    Starting,
     ToolStarted,
     WindDown,
 )
@@ -220,7 +222,7 @@ def test_a_notice_named_once_is_journalled_once_a_run_even_across_a_resume(
     journal = Journal(path)
     journal.notify("warning", "tools run unconfined", once="unconfined")
     journal.notify("warning", "tools run unconfined", once="unconfined")
-    journal.retry(2, 1.234, RuntimeError("HTTP 503"))
+    journal.retry(Retry(2, 1.234, 3.0, RuntimeError("HTTP 503"), "http://x/v1", 0))
     journal.close()
     resumed = Journal(path)
     resumed.notify("warning", "tools run unconfined", once="unconfined")
@@ -231,10 +233,14 @@ def test_a_notice_named_once_is_journalled_once_a_run_even_across_a_resume(
 
 
 def test_notices_before_the_run_start_do_not_make_a_journal_lost(tmp_path: Path) -> None:
-    """A first start whose server never came up journals only notices (its retries): the next
-    start goes on; notices followed by anything but a run start are a replaced journal."""
+    """A first start whose server never came up journals only its limits and notices (its
+    retries): the next start goes on; those followed by anything but a run start are a replaced
+    journal."""
     journal = Journal(tmp_path / JOURNAL)
-    journal.retry(1, 0.5, RuntimeError("connection refused"))
+    journal.append(Starting(limits=RunLimits(max_total_turns=3, wind_down_turns=2)))
+    assert journal.state.limits is not None
+    assert journal.state.limits.max_total_turns == 3
+    journal.retry(Retry(1, 0.5, 0.0, RuntimeError("connection refused"), "http://x/v1", 0))
     journal.notify("warning", "shell commands run unconfined: no Landlock")
     journal.close()
     refuse_lost_journal(tmp_path)

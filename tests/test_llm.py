@@ -19,7 +19,7 @@ from ouroboros.model.llm import (
     overflow_from,
     stated_window,
 )
-from ouroboros.model.retry import retrying
+from ouroboros.model.retry import Retry, retrying
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 
 MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]
@@ -280,7 +280,7 @@ def test_retry_after_is_honoured() -> None:
             return await retrying(
                 partial(client.complete, MESSAGES, []),
                 settings,
-                lambda attempt, wait, error: waits.append(wait),
+                lambda retry: waits.append(retry.wait_s),
                 clock,
             )
         finally:
@@ -299,21 +299,46 @@ def test_retries_back_off_and_stop_after_retry_for_s_on_the_runs_clock() -> None
     settings = LLMSettings(
         base_url="", model="scripted", retry_initial_s=1, retry_max_s=60, retry_for_s=3600
     )
-    attempts: list[int] = []
+    reports: list[Retry] = []
 
     async def down() -> Completion:
         # A broken clock would make this test wait an hour, or for ever: fail at once instead.
-        if attempts and not clock.slept:
+        if reports and not clock.slept:
             raise FatalError("the retry layer waited, but not on the run's clock")
-        if len(attempts) > 1000:
+        if len(reports) > 1000:
             raise FatalError("the retry layer does not stop on the run's clock")
         raise TransientError("connection refused")
 
     async def go() -> Completion:
-        return await retrying(down, settings, lambda n, wait, error: attempts.append(n), clock)
+        return await retrying(down, settings, reports.append, clock)
 
     with pytest.raises(TransientError, match="connection refused"):
         anyio.run(go)
     assert 3600 <= sum(clock.slept) < 3600 + 60
     assert all(0 <= wait <= 60 for wait in clock.slept)
-    assert attempts == list(range(1, len(clock.slept) + 1))
+    assert [r.attempt for r in reports] == list(range(1, len(clock.slept) + 1))
+    # Doubling to the cap, with at most `retry_initial_s` of jitter: no jump from 8 s to 4 min.
+    assert all(2**n <= wait <= 2**n + 1 for n, wait in enumerate(clock.slept[:5]))
+    assert clock.slept[6:] == [60] * len(clock.slept[6:])
+
+
+def test_a_long_wait_is_told_at_growing_intervals_not_every_try() -> None:
+    """An hour and a half without a server: the first failure is told, then one try past each
+    of 1, 2, 5, 10, 20, 30 and 60 minutes; every try is still reported (the logs keep it), a
+    minute apart at most by default."""
+    clock = FakeClock()
+    settings = LLMSettings(base_url="http://127.0.0.1:9/v1", model="x", retry_for_s=5400)
+    reports: list[Retry] = []
+
+    async def down() -> Completion:
+        if len(reports) > 1000:
+            raise FatalError("the retry layer does not stop on the run's clock")
+        raise TransientError("connection refused")
+
+    with pytest.raises(TransientError):
+        anyio.run(retrying, down, settings, reports.append, clock)
+    told = [r for r in reports if r.told]
+    assert len(reports) > 90
+    assert [int(r.waited_s // 60) for r in told] == [0, 1, 2, 5, 10, 20, 30, 60]
+    assert all(r.server == settings.base_url and r.for_s == 5400 for r in reports)
+    assert max(clock.slept) == 60

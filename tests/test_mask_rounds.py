@@ -78,9 +78,10 @@ def test_past_the_hard_line_a_round_frees_a_step_or_is_worth_its_break() -> None
     state = session_with_results(6)
     prompt = now(state)
     # One old result masked: little for what it makes the server process again. With replies
-    # as long as a 4,000-token output reserve it frees no room for a step: not made.
+    # taken as 4,000 tokens (an eighth of the output reserve, none measured yet) it frees no room
+    # for a step: not made.
     line = prompt - 10  # the round takes the prompt back below it
-    long_replies = rules_with(10 * prompt, max_output=4000)
+    long_replies = rules_with(10 * prompt, max_output=8 * 4000)
     assert rounds.one_step(state, long_replies) > prompt // 4
     decision = policy.mask_down_to(state, long_replies, line, MaskReason.WIND_DOWN_LINE, line)
     assert decision is None

@@ -672,7 +672,7 @@ def test_overflow_is_classified_and_not_retried(live: Any) -> None:
             await retrying(
                 partial(llm.complete, messages, []),
                 llm.settings,
-                lambda attempt, wait, error: retries.append(error),
+                lambda retry: retries.append(retry.error),
             )
         finally:
             await llm.aclose()

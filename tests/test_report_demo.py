@@ -87,11 +87,12 @@ def twin_of(path: str) -> Path:
     raise FileExistsError(f"no free twin of {path}")
 
 
-def test_the_readme_shows_what_the_demo_prints() -> None:
-    """The README's sample is a real demo run's output: its lines, in order, with the times and
-    the interpreter as this run has them (`...` leaves lines out). The demo runs in the folder
-    the README names, or one of its twins: its path is in the agent's prompt, and so in every
-    token count."""
+def test_the_readme_shows_what_the_demo_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's sample is a real demo run's output in a terminal of 120 columns: its lines,
+    in order, with the times and the interpreter as this run has them (`...` leaves lines out).
+    The demo runs in the folder the README names, or one of its twins: its path is in the
+    agent's prompt, and so in every token count."""
+    monkeypatch.setenv("COLUMNS", "120")
     out = io.StringIO()
     root = twin_of(README_DEMO)
     try:
@@ -285,3 +286,32 @@ def test_a_compaction_side_call_is_counted_but_not_plotted(
     out = capsys.readouterr().out
     assert "[compaction] " in out
     assert "compacted 12 old messages into a recap: next prompt ~3,400 -> ~1,900" in out
+
+
+def test_every_percentage_of_the_context_is_of_the_prompt_budget(demo: Demo) -> None:
+    """The sessions table, the dots' titles and the lines' labels divide by the prompt budget,
+    as the terminal, `tail` and `status` do (never by the window)."""
+    page = report(demo.project.state)
+    usage = demo.project.usage()
+    budget = usage[-1]["prompt_budget"]
+    assert budget < usage[-1]["context_limit"]
+    rows = re.findall(r'<tr class="session">(.*?)</tr>', page)
+    for number, row in enumerate(rows, start=1):
+        peak = max(u["total_tokens"] for u in usage if u["session"] == number)
+        assert f">{peak / budget:.0%} ({peak:,} of {budget:,})<" in row
+    titles = [t.text or "" for t in chart(page).iter(f"{SVG}title") if "tokens (" in (t.text or "")]
+    assert len(titles) == len(usage)
+    for title, u in zip(titles, usage, strict=True):
+        assert f"{u['total_tokens']:,} of {budget:,} tokens ({u['fraction']:.0%}," in title
+
+
+def test_simulated_prefill_times_are_not_shown_as_measured(demo: Demo) -> None:
+    """The scripted server has no prefill to time: it sends no time, and no line, `status` or
+    report shows one (the cache figures it does count stay)."""
+    usage = demo.project.usage()
+    assert all("prefill_ms" not in u and "cached_tokens" in u for u in usage)
+    assert not re.search(r"processed [\d,]+ in \d", demo.output)
+    status = demo.project.run("status", "--state", str(demo.project.state)).stdout
+    assert "of prompt tokens cached" in status
+    assert "prefill" not in status
+    assert "prefill per call" not in report(demo.project.state)

@@ -5,6 +5,7 @@ whose screenshot is docs/report-10k.png."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -129,3 +130,27 @@ def test_a_page_on_a_session_that_is_not_there(long_run: Path) -> None:
     from ouroboros.cli import main
 
     assert main(["report", "--state", str(long_run), "--session", "9999"]) == 1
+
+
+@pytest.mark.parametrize("figure", ["overview-chart", "context-chart"])
+def test_the_labels_of_the_lines_do_not_overlap(
+    long_run: Path, figure: str, tmp_path: Path
+) -> None:
+    """The hard line in force can sit just above the soft line (a run of long replies places
+    it low): their labels are pushed apart, the 11-px text a line apart, in both charts."""
+    state = tmp_path / ".ouroboros"
+    shutil.copytree(long_run, state)
+    usage = state / "token_usage.jsonl"
+    lines = usage.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["hard_line"] = last["soft_line"] + 5
+    usage.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    chart = svg(report(state), figure)
+    ns = "{http://www.w3.org/2000/svg}"
+    ys = sorted(
+        float(t.attrib["y"])
+        for t in chart.iter(f"{ns}text")
+        if "threshold" in t.attrib.get("class", "")
+    )
+    assert len(ys) == 4
+    assert all(b - a >= 13 for a, b in zip(ys, ys[1:], strict=False))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ouroboros.run import inbox
 from ouroboros.run.state_folder import INBOX
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
+from tests.test_operator import _copy_cut
 
 TOLD = "the data is in data.csv, not in data.json"
 
@@ -155,17 +156,6 @@ def test_a_message_whose_requests_were_refused_is_delivered_by_a_later_session(
     assert summary["undelivered"] == []
 
 
-def _cut_copy(source: Project, root: Path, keep: int) -> Project:
-    """The project as a kill -9 after the journal's first `keep` records leaves it."""
-    shutil.copytree(source.root, root)
-    copy = Project(root)
-    path = copy.state / "journal.jsonl"
-    path.write_text("".join(path.read_text().splitlines(keepends=True)[:keep]))
-    for derived in ("events.jsonl", "token_usage.jsonl", "status.json", "journal.jsonl.snapshot"):
-        (copy.state / derived).unlink(missing_ok=True)
-    return copy
-
-
 def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
     project: Project, tmp_path: Path
 ) -> None:
@@ -176,7 +166,7 @@ def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
     first = next(i for i, r in enumerate(records) if r["kind"] == "told")
     message_id = records[first]["message_id"]
     for keep in range(first + 1, len(records) + 1):
-        copy = _cut_copy(project, tmp_path / f"cut-{keep}", keep)
+        copy = _copy_cut(project, tmp_path / f"cut-{keep}", keep, letter_file=True)
         model = Scripted(lambda body: shell(len(body["messages"])))
         ran = run_here(copy, model, supervisor={"max_total_turns": 6})
         assert ran.returncode == 0, (keep, ran.stderr)
@@ -185,3 +175,19 @@ def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
         taken = [r["session"] for r in records if r["kind"] == "told"]
         assert len(taken) == len(set(taken)), keep  # never twice in one session
         assert all(json.dumps(body).count(TOLD) <= 1 for body in model.requests), keep
+
+
+def test_the_told_hook_runs_once_a_message_though_it_is_taken_again(project: Project) -> None:
+    """Taken in session 1, refused until it ends, taken again in session 3: one notification."""
+    out = project.root / "hooked.jsonl"
+    record = f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read())"
+    hook = {"events": ["told"], "command": [sys.executable, "-c", record]}
+    model = refused_in_two_sessions(project, [])
+    ran = run_here(
+        project, model, supervisor={"max_total_turns": 6}, hooks={"min_interval_s": 0, "on": [hook]}
+    )
+    assert ran.returncode == 0, ran.stderr
+    taken = [r["session"] for r in project.records("journal.jsonl") if r["kind"] == "told"]
+    assert taken == [1, 3]
+    told = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [e["record"]["session"] for e in told] == [1]

@@ -127,7 +127,7 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
     assert "```bash block" in bodies[3]["messages"][-1]["content"]
     formats = [written for _, written in replies(project)]
     assert formats == ["bash", None, None, "json_action"]
-    assert ran.stdout.strip().endswith("run stopped: finish")
+    assert ran.stdout.strip().endswith("run stopped: finish (done)")
 
 
 def test_text_steps_are_masked_and_carried_over_as_native_ones(project: Project) -> None:

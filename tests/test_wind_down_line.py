@@ -37,8 +37,12 @@ def test_the_replies_earlier_wind_downs_got_are_room_kept_for_the_promised_ones(
     assert room_kept(replies, [(1, 900), (2, 60)]) == 50 + 900 + TURNS * LEAST + MESSAGE
 
 
-def test_before_any_reply_the_whole_output_reserve_is_kept_for_each() -> None:
-    assert room_kept([]) == TURNS * MAX_OUTPUT + TURNS * LEAST + MESSAGE
+def test_before_any_reply_an_eighth_of_the_output_reserve_is_kept_for_each() -> None:
+    # Replies of up to 8,192 tokens, none measured yet: each taken as 1,024.
+    line = place(BUDGET, [], [], LEAST, MESSAGE, TURNS, 8 * MAX_OUTPUT)
+    assert BUDGET.prompt_budget - line.hard_line == TURNS * MAX_OUTPUT + TURNS * LEAST + MESSAGE
+    # With the default 1,024: 128 each, and the line no later than the hard threshold.
+    assert room_kept([]) == BUDGET.prompt_budget - BUDGET.hard_line
     assert room_kept([300]) == TURNS * 300 + TURNS * LEAST + MESSAGE
 
 

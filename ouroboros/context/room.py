@@ -49,6 +49,16 @@ LONGEST_WIND_DOWN = UserMessage(content=prompts.wind_down(99_999, 9))
 # left, so the next step crosses it and the agent is told to wind down.
 
 REPLY_PERCENTILE = 0.9
+REPLY_PRIOR_SHARE = 8
+"""Before any reply is measured (the run's earlier sessions count: the fold keeps them), one is
+taken as an eighth of `max_output_tokens`: 128 tokens by default. Whole `max_output_tokens`
+replies put the first call of a 4K window (Ollama's default) past the hard line, and so did a
+quarter (the opening with the tool schemas is 1,700 tokens of a 2,868-token budget; each promised
+reply keeps room for a cut result too). Agents' replies are mostly a line of thought and a call
+(the replay bench's trajectories: a median of about 100 tokens; a 90th percentile of 900 to 2,000
+where whole files are written); the first replies measured take the prior's place at once, and a
+run's first steps have little to save in a wind-down. A larger `max_output_tokens` says the model
+is expected to write more, so the prior grows with it."""
 
 
 def percentile(values: Sequence[int], share: float) -> int:
@@ -59,11 +69,16 @@ def percentile(values: Sequence[int], share: float) -> int:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
+def reply_prior(max_output: int) -> int:
+    """Tokens a reply is taken to be before any is measured (`REPLY_PRIOR_SHARE`)."""
+    return max(1, max_output // REPLY_PRIOR_SHARE)
+
+
 def reply_allowance(replies: Sequence[int], max_output: int) -> int:
     """Tokens one reply is expected to take at most: the 90th percentile of the recent ones
-    (the whole output reserve before there is any)."""
+    (`reply_prior` before there is any)."""
     if not replies:
-        return max_output
+        return reply_prior(max_output)
     return min(percentile(replies[-RECENT:], REPLY_PERCENTILE), max_output)
 
 
@@ -114,7 +129,7 @@ def place(
     usual = reply_allowance(replies, max_output)
     answering = [tokens for index, tokens in wind_down_replies if index < turns]
     winding = reply_allowance(answering, max_output) if answering else usual
-    typical = percentile(replies[-RECENT:], 0.5) if replies else max_output
+    typical = percentile(replies[-RECENT:], 0.5) if replies else reply_prior(max_output)
     together = max(replies_in_a_row(replies, turns, max_output), typical + (turns - 1) * winding)
     room = together + turns * least_result + message_tokens
     line = max(0, min(budget.hard_line, budget.prompt_budget - room))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import mcp_types as types
 from mcp.client._transport import ReadStream, TransportStreams, WriteStream
@@ -82,7 +82,35 @@ def _first_error(error: ValidationError) -> str:
     return f"{where}: {said}" if where else said
 
 
-class _CheckedRead:
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+_Inner = TypeVar("_Inner", bound=_Closable)
+
+
+class _Closing(Generic[_Inner]):
+    """Closing either wrapped stream closes the transport's own."""
+
+    inner: _Inner
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class _CheckedRead(_Closing[ReadStream[SessionMessage | Exception]]):
     """The transport's read stream, each answer to a watched request checked on its way."""
 
     def __init__(self, inner: ReadStream[SessionMessage | Exception], listing: Listing):
@@ -96,9 +124,6 @@ class _CheckedRead:
         item = await self.inner.receive()
         return item if isinstance(item, Exception) else self.listing.received(item)
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
     def __aiter__(self) -> Self:
         return self
 
@@ -106,20 +131,8 @@ class _CheckedRead:
         item = await self.inner.__anext__()
         return item if isinstance(item, Exception) else self.listing.received(item)
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
-
-
-class _WatchedWrite:
+class _WatchedWrite(_Closing[WriteStream[SessionMessage]]):
     """The transport's write stream, noting the id of each watched request sent."""
 
     def __init__(self, inner: WriteStream[SessionMessage], listing: Listing):
@@ -128,21 +141,6 @@ class _WatchedWrite:
     async def send(self, item: SessionMessage, /) -> None:
         self.listing.sent(item)
         await self.inner.send(item)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 def checked(streams: TransportStreams, listing: Listing) -> TransportStreams:

@@ -51,6 +51,11 @@ class TransientError(LLMError):
         """Seconds the server asked to wait (`Retry-After`), if it said."""
 
 
+class Unreachable(TransientError):
+    """Nothing answers at the server's address (no one listens, an unknown host): not yet
+    started, most often."""
+
+
 class FatalError(LLMError):
     """Retrying cannot help; a person has to change something."""
 
@@ -151,7 +156,10 @@ def classify(error: Exception) -> LLMError:
     if isinstance(error, LLMError):
         return error
     if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
-        return TransientError(f"cannot reach the model server: {error}")
+        unreachable = not isinstance(error, openai.APITimeoutError)  # a timeout: it is slow
+        return (Unreachable if unreachable else TransientError)(
+            f"cannot reach the model server: {error}"
+        )
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         overflow = overflow_from(status, error.body, error.message)

@@ -37,19 +37,26 @@ class ReplyTooLarge(Exception):
 
 
 class _Event:
-    """The start and size of the server-sent event being read (events end in a blank line)."""
+    """The start and size of the server-sent event being read (events end in a blank line,
+    which may come in two reads)."""
 
     def __init__(self) -> None:
-        self.head, self.size, self.newline = b"", 0, False
+        self.head, self.size, self.tail = b"", 0, b""
 
     def add(self, part: bytes) -> None:
-        end, width = max((part.rfind(blank), len(blank)) for blank in (b"\n\n", b"\r\n\r\n"))
-        if end >= 0 or (self.newline and part.startswith(b"\n")):
-            part = part[end + width :] if end >= 0 else part[1:]
+        # The last bytes read before are searched too: the bytes of a blank line split between
+        # two reads. What follows a blank line found among them is of this event, counted anew.
+        seen = self.tail + part
+        end, width = max((seen.rfind(blank), len(blank)) for blank in _BLANK_LINES)
+        if end >= 0:
+            part = seen[end + width :]
             self.head, self.size = b"", 0
         self.head += part[: EVENT_HEAD - len(self.head)]
         self.size += len(part)
-        self.newline = part.endswith(b"\n")
+        self.tail = seen[-3:]
+
+
+_BLANK_LINES = (b"\n\n", b"\r\n\r\n")
 
 
 class _LimitedStream(httpx2.AsyncByteStream):

@@ -36,10 +36,6 @@ def count_tokens(body: dict[str, Any], renders_tools: bool = True) -> int:
     return total
 
 
-PREFILL_MS_PER_TOKEN = 2.3
-"""What llama-server takes per prompt token on this project's 2-core machines (servers.md)."""
-
-
 class Handler(BaseHTTPRequestHandler):
     owner: ScriptedServer
     protocol_version = "HTTP/1.1"
@@ -189,13 +185,9 @@ class Stream:
         cached = min(self.owner.cached_prefix(self.body), prompt)
         if new_only:
             prompt -= cached
-        timings = {
-            "cache_n": cached,
-            "prompt_n": prompt - cached,
-            "predicted_n": completion,
-            "prompt_ms": (prompt - cached) * PREFILL_MS_PER_TOKEN,
-            "predicted_ms": 1.0,
-        }
+        # No `prompt_ms`: this server has no prefill to time, and a made-up time would be
+        # shown as if measured (the client logs none, and the lines show none).
+        timings = {"cache_n": cached, "prompt_n": prompt - cached, "predicted_n": completion}
         wants_usage = (self.body.get("stream_options") or {}).get("include_usage")
         send_usage = bool(reply.usage and wants_usage)
         # llama-server: timings ride on the usage chunk when there is one, else on the finish.

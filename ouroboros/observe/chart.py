@@ -11,7 +11,19 @@ from itertools import groupby
 
 from ouroboros.context.tokens import Budget
 from ouroboros.observe.run_data import Mark, RunData, SessionSummary
-from ouroboros.observe.svg import BOTTOM, LEFT, RIGHT, TOP, Frame, H, W, escape, grid, legend_row
+from ouroboros.observe.svg import (
+    BOTTOM,
+    LEFT,
+    RIGHT,
+    TOP,
+    Frame,
+    H,
+    W,
+    escape,
+    grid,
+    legend_row,
+    spread,
+)
 
 ZONE_COLOUR = {"normal": "#2e9e44", "soft": "#d9a400", "hard": "#d62728", "over": "#7a0010"}
 DOTS_UP_TO = 400
@@ -48,14 +60,6 @@ class Lines:
             (f"hard {hard:.0%}: {hard_line:,}", hard_line, "#d62728", "7,4"),
             (f"soft {soft:.0%}: {b.soft_line:,}", b.soft_line, "#d9a400", "7,4"),
         ]
-
-
-def _spread(ys: list[float], gap: float) -> list[float]:
-    """Push label positions apart (top to bottom) so no two overlap."""
-    out: list[float] = []
-    for y in ys:
-        out.append(max(y, out[-1] + gap) if out else y)
-    return out
 
 
 def _bands(f: Frame, sessions: list[SessionSummary]) -> Iterable[str]:
@@ -96,7 +100,7 @@ def _thresholds(f: Frame, sessions: list[SessionSummary], lines: Lines) -> Itera
     last = with_calls[-1].calls[-1]
     levels = lines.levels(last.limit, last.hard_line)
     for (name, _tokens, colour, _dash), y in zip(
-        levels, _spread([f.y(t) for _, t, _, _ in levels], 14), strict=True
+        levels, spread([f.y(t) for _, t, _, _ in levels]), strict=True
     ):
         yield (
             f'<text x="{W - RIGHT + 8}" y="{y + 4:.1f}" fill="{colour}" '
@@ -140,7 +144,7 @@ def _series(f: Frame, sessions: list[SessionSummary], first: int = 0) -> Iterabl
         for c in s.calls:
             tip = (
                 f"call {first + c.index + 1:,}: session {c.session} turn {c.turn}, {c.total:,} of "
-                f"{c.limit:,} tokens ({c.total / max(1, c.limit):.0%}, {c.zone}, {c.source})"
+                f"{c.budget:,} tokens ({c.total / max(1, c.budget):.0%}, {c.zone}, {c.source})"
             )
             yield (
                 f'<circle cx="{f.x(c.index):.1f}" cy="{f.y(c.total):.1f}" r="3.2" '

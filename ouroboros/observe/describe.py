@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType
@@ -46,44 +47,108 @@ def line_marks(usage: dict[str, Any]) -> tuple[float, ...]:
     return tuple(mark / budget for mark in marks if budget and mark is not None)
 
 
-def usage_text(r: dict[str, Any]) -> Text:
+DROP_ORDER = ("time", "processed", "source", "half the bar", "cache", "bar", "words")
+"""What a call's line gives up, first to last, to fit a narrower terminal: the prefill time,
+the tokens processed, the count's source (where it is the server's), half the bar, the cache
+share, the bar, the words around the counts. `status` and the logs keep them all."""
+
+
+def usage_levels(r: dict[str, Any]) -> list[Text]:
+    """A call's line (less its tools), from the fullest to the shortest (`DROP_ORDER`)."""
     zone = str(r.get("zone", "normal"))
     fraction = float(r.get("fraction", 0.0))
-    text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
-    if r.get("purpose"):  # a call outside the conversation (a compaction's recap): no turn
-        text.append(f"[{r['purpose']}] ", style="cyan")
-    filled = bar(fraction, lines=line_marks(r))
-    text.append(f"{filled} {fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
-    text.append(
-        f" prompt {figure(r.get('prompt_tokens'))} + out {figure(r.get('completion_tokens'))} "
-        f"of {figure(r.get('prompt_budget', r.get('context_limit')))}"
-    )
-    text.append(f" ({r.get('source')})", style="dim")
-    if (cache := cache_text(r)) is not None:
-        text.append(f" {cache}", style="dim")
-    return text
-
-
-def cache_text(r: dict[str, Any]) -> str | None:
-    """What the server's prompt cache did for a call: the share of the prompt it held, and the
-    tokens processed (in how long), where the server said."""
+    source = str(r.get("source"))
     cached, processed = r.get("cached_tokens"), r.get("processed_tokens")
-    if cached is None or processed is None:
-        return None
-    share = cached / (cached + processed) if cached + processed else 0.0
     ms = r.get("prefill_ms")
-    timed = f" in {ms / 1000:.1f} s" if ms is not None else ""
-    return f"cache {share:.0%}, processed {figure(processed)}{timed}"
+    prompt, out = figure(r.get("prompt_tokens")), figure(r.get("completion_tokens"))
+    budget = figure(r.get("prompt_budget", r.get("context_limit")))
+
+    def level(gone: tuple[str, ...]) -> Text:
+        text = Text(f"s{r.get('session')} t{r.get('turn', '?'):<4} ")
+        if r.get("purpose"):  # a call outside the conversation (a compaction's recap): no turn
+            text.append(f"[{r['purpose']}] ", style="cyan")
+        cells = 0 if "bar" in gone else 12 if "half the bar" in gone else 24
+        filled = bar(fraction, cells, line_marks(r)) + " " if cells else ""
+        text.append(f"{filled}{fraction:4.0%} {zone:<6}", style=ZONE_STYLE.get(zone, "white"))
+        words = "words" not in gone
+        text.append(
+            f" prompt {prompt} + out {out} of {budget}" if words else f" {prompt}+{out}/{budget}"
+        )
+        if "source" not in gone or source != "server":
+            text.append(f" ({source})", style="dim")
+        if "cache" not in gone and cached is not None and processed is not None:
+            share = cached / (cached + processed) if cached + processed else 0.0
+            more = f", processed {figure(processed)}" if "processed" not in gone else ""
+            timed = f" in {ms / 1000:.1f} s" if "time" not in gone and ms is not None else ""
+            text.append(f" cache {share:.0%}{more}{timed}", style="dim")
+        return text
+
+    return [level(DROP_ORDER[:n]) for n in range(len(DROP_ORDER) + 1)]
 
 
-Describe = Callable[[dict[str, Any]], str]
+def outcome(line: dict[str, Any]) -> str:
+    """How one tool call ended, in a few words (the name and error printable, on one line)."""
+    name = printable(str(line.get("name")))
+    if line.get("error"):
+        said = " ".join(printable(str(line["error"])).split())
+        return f"{name} failed: {said[:117] + '…' if len(said) > 120 else said}"
+    code = line.get("exit_code")
+    return f"{name} exit {code}" if code is not None else f"{name} ok"
+
+
+def failed(line: dict[str, Any]) -> bool:
+    return bool(line.get("error")) or line.get("exit_code") not in (0, None)
+
+
+def fit(levels: Sequence[Text], width: int | None) -> Text:
+    """The first of `levels` (fullest first) that fits `width` columns, else the last cut to
+    fit with an ellipsis; the first where there is no width to fit (a pipe)."""
+    if width is None:
+        return levels[0]
+    for text in levels:
+        if text.cell_len <= width:
+            return text
+    last = levels[-1].copy()
+    last.truncate(width, overflow="ellipsis")
+    return last
+
+
+def call_line(
+    usage: dict[str, Any], tools: Sequence[dict[str, Any]] = (), width: int | None = None
+) -> Text:
+    """The line of one model call and the tools its reply called, as the run's terminal and
+    `tail` show it, fitted to `width`."""
+    usage = {k: printable(v) if isinstance(v, str) else v for k, v in usage.items()}
+    outcomes = Text()
+    for t in tools:
+        outcomes.append(f"  · {outcome(t)}", style="yellow" if failed(t) else "dim")
+    # Room kept for the tools whatever they are, so that calls of short and long tool names
+    # keep the same figures, line after line.
+    room = max(outcomes.cell_len, TOOLS_ROOM)
+    levels = [_stamp(usage) + text for text in usage_levels(usage)]
+    fits = (t for t in levels if width is None or t.cell_len + room <= width)
+    return fit([next(fits, levels[-1]) + outcomes], width)
+
+
+TOOLS_ROOM = 18
+"""The columns a call's line keeps for its tools' outcomes ("  · file_read ok" and a little)."""
+
+
+def line_width(console: Console) -> int | None:
+    """The columns a line may take: the terminal's (or `COLUMNS`), none in a pipe."""
+    return console.width if console.is_terminal or "COLUMNS" in os.environ else None
+
+
+Describe = Callable[[dict[str, Any]], "str | list[str]"]
+"""A record's text, or its texts from the fullest to the shortest (`fit` picks one)."""
 
 _DESCRIBE: dict[str, tuple[str, Describe]] = {
     "run_start": (
         "bold",
         lambda r: f"run {'resumed' if r.get('resumed') else 'started'}: model {r.get('model')}",
     ),
-    "run_end": ("bold", lambda r: f"run ended: {r.get('reason')} {r.get('detail', '')}"),
+    "run_end": ("bold", lambda r: f"run stopped: {r.get('reason')}{_end_detail(r)}"),
+    "tools": ("dim", lambda r: tools_text(r)),
     "context_window": (
         "dim",
         lambda r: (
@@ -93,26 +158,31 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     "session_start": ("bold", lambda r: f"session {r.get('session')} starts ({r.get('reason')})"),
     "session_end": (
         "bold",
-        lambda r: (
+        lambda r: [
             f"session {r.get('session')} ends after {r.get('turns')} turns: "
-            f"{r.get('reason')} ({r.get('detail') or 'no detail'})"
-        ),
+            f"{r.get('reason')} ({r.get('detail') or 'no detail'})",
+            f"session {r.get('session')} ends after {r.get('turns')} turns: {r.get('reason')}",
+        ],
     ),
     "session_restart": (
         "bold magenta",
-        lambda r: (
+        lambda r: [
             f"restart {r.get('restarts')}: session {r.get('session')} after "
             f"{r.get('previous_turns')} turns ({r.get('reason')}), "
-            f"{r.get('carried_messages')} messages carried over"
-        ),
+            f"{r.get('carried_messages')} messages carried over",
+            f"restart {r.get('restarts')}: session {r.get('session')} "
+            f"({r.get('reason')}), {r.get('carried_messages')} messages carried",
+        ],
     ),
     "context_mask": (
         "magenta",
-        lambda r: (
+        lambda r: [
             f"masked {r.get('masked')} old result(s) ({r.get('total_masked')} in all, "
             f"{r.get('reason')}): next prompt ~{figure(r.get('projected_before'))} -> "
-            f"~{figure(r.get('projected_after'))} tokens"
-        ),
+            f"~{figure(r.get('projected_after'))} tokens",
+            f"masked {r.get('masked')} old result(s): next prompt "
+            f"~{figure(r.get('projected_before'))} -> ~{figure(r.get('projected_after'))}",
+        ],
     ),
     "context_cut": (
         "magenta",
@@ -139,12 +209,14 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     ),
     "wind_down": (
         "bold yellow",
-        lambda r: (
+        lambda r: [
             f"wind-down: next prompt ~{figure(r.get('projected'))} tokens, "
             f"~{figure(r.get('room'))} left in the budget "
             f"(hard line {figure(r.get('hard_line'))}); "
-            f"{r.get('turns_left')} replies left"
-        ),
+            f"{r.get('turns_left')} replies left",
+            f"wind-down: ~{figure(r.get('room'))} tokens left in the budget; "
+            f"{r.get('turns_left')} replies left",
+        ],
     ),
     "wind_down_missed": (
         "bold red",
@@ -169,10 +241,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
             f"{figure(r.get('n_ctx'))} (attempt {r.get('attempt')})"
         ),
     ),
-    "retry": (
-        "yellow",
-        lambda r: f"retry {r.get('attempt')} in {r.get('wait_s')} s: {r.get('message')}",
-    ),
+    "retry": ("yellow", lambda r: retry_text(r)),
     "blocked_command": (
         "red",
         lambda r: f"blocked ({r.get('rule')}): {r.get('arguments')}",
@@ -204,6 +273,30 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
 }
 
 
+WAITING_CHARS = 120 - len("00:00:00 ")
+"""A wait's lines fit 120 columns with their time: the cause is cut to what is left."""
+NOT_RUNNING = "not running? Ollama: `ollama serve`"
+
+
+def retry_text(r: dict[str, Any]) -> str:
+    """The wait for the server: what it waits for, until when, and how to stop it, with why;
+    later, how long it has waited (a line of a log older than these fields: as it was)."""
+    server, attempt = r.get("server"), r.get("attempt")
+    if server is None:
+        return f"retry {attempt} in {r.get('wait_s')} s: {r.get('message')}"
+    limit = float(r.get("retry_for_s") or 0)
+    if attempt != 1:
+        waited = f"{int(r.get('waited_s') or 0) // 60} min"
+        ends = f" (gives up at {limit / 60:g} min)" if limit else ""
+        return f"still waiting for {server}, try {attempt}, {waited}{ends}"
+    horizon = f"for {limit / 60:g} min" if limit >= 60 else f"for {limit:g} s"
+    head = f"waiting for {server} ("
+    tail = f"): trying {horizon if limit else 'for ever'}, Ctrl-C stops"
+    cause = NOT_RUNNING if r.get("unreachable") else " ".join(str(r.get("message")).split())
+    room = max(10, WAITING_CHARS - len(head) - len(tail))
+    return head + (cause if len(cause) <= room else cause[: room - 1] + "…") + tail
+
+
 LOOP_ACTIONS = {1: "nudge", 2: "restart", 3: "stuck"}
 """What each level of a loop (`LoopDetected`) does."""
 
@@ -212,6 +305,28 @@ def loop_text(r: dict[str, Any]) -> str:
     """A loop's kind, what was done and what repeated."""
     action = LOOP_ACTIONS.get(r.get("level", 0), r.get("level"))
     return f"{r.get('loop')} -> {action}: " + "; ".join(str(e) for e in r.get("evidence") or [])
+
+
+def _end_detail(r: dict[str, Any]) -> str:
+    # A fatal error's message is its own line (`error`) and the CLI's: not said a third time.
+    detail = r.get("detail")
+    return f" ({detail})" if detail and r.get("reason") != "error" else ""
+
+
+def tools_text(r: dict[str, Any]) -> list[str]:
+    """How tool commands run: the sandbox in full, then its first clause (the kind); the rest
+    is in `tail --json` and `events.jsonl`."""
+    if r.get("message"):
+        return [f"tools: {r['message']}"]
+    network = "on" if r.get("network") else "off"
+    short = f"tools: sandbox {str(r.get('sandbox')).split(';')[0]}, network {network}"
+    return [f"tools: {sandbox_text(r)}", short]
+
+
+def sandbox_text(r: dict[str, Any]) -> str:
+    """How tool commands run, in full (`status`'s row)."""
+    network = "on" if r.get("network") else "off"
+    return f"sandbox {r.get('sandbox')}; network {network}; {r.get('processes')}; {r.get('limits')}"
 
 
 def _generic(r: dict[str, Any]) -> str:
@@ -227,18 +342,27 @@ def shown(text: str) -> str:
     return printable(text)
 
 
-def describe(record: dict[str, Any], tools: bool = False) -> Text | None:
-    """The readable line of one record (its texts made printable, on one line, and cut at
-    `SHOWN_CHARS`); None for a record not worth a line."""
+def _stamp(record: dict[str, Any]) -> Text:
+    return Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
+
+
+def describe(record: dict[str, Any], tools: bool = False, width: int | None = None) -> Text | None:
+    """The readable line of one record (its texts made printable, on one line, cut at
+    `SHOWN_CHARS` and fitted to `width`); None for a record not worth a line. A call's line
+    alone, without its tools' outcomes (`call_line` adds them). `tools`: also a line for each
+    tool call, and for each try of a wait for the server."""
     record = {k: shown(v) if isinstance(v, str) else v for k, v in record.items()}
     kind = str(record.get("kind"))
-    stamp = Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
     if kind == "token_usage":
-        return stamp + usage_text(record)
+        return call_line(record, width=width)
     if kind == "tool_call" and not tools and not record.get("error"):
         return None
+    if kind == "retry" and record.get("told") is False and not tools:
+        return None  # the wait was told, not long ago
     style, text = _DESCRIBE.get(kind, ("cyan", _generic))
-    return stamp + Text(text(record).rstrip(), style=style)
+    said = text(record)
+    levels = [said] if isinstance(said, str) else said
+    return fit([_stamp(record) + Text(t.rstrip(), style=style) for t in levels], width)
 
 
 class SafeConsole(Console):

@@ -15,7 +15,19 @@ from dataclasses import replace
 
 from ouroboros.observe.chart import Lines
 from ouroboros.observe.run_data import Call, Mark, RunData
-from ouroboros.observe.svg import BOTTOM, LEFT, RIGHT, TOP, Frame, H, W, escape, grid, legend_row
+from ouroboros.observe.svg import (
+    BOTTOM,
+    LEFT,
+    RIGHT,
+    TOP,
+    Frame,
+    H,
+    W,
+    escape,
+    grid,
+    legend_row,
+    spread,
+)
 
 LONG_RUN = 1_000
 """More calls than this, and the chart is an overview (the page would grow with every call)."""
@@ -76,12 +88,14 @@ def _lines(f: Frame, data: RunData, lines: Lines) -> Iterable[str]:
     """The lines of the run's last call (its window, the hard line in force), across the
     chart, labelled at its right."""
     last = data.calls[-1]
-    for name, tokens, colour, dash in lines.levels(last.limit, last.hard_line):
+    levels = lines.levels(last.limit, last.hard_line)
+    labels = spread([f.y(tokens) for _, tokens, _, _ in levels])
+    for (name, tokens, colour, dash), at in zip(levels, labels, strict=True):
         y = f.y(tokens)
         yield (
             f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{colour}" '
             f'stroke-width="1.5" stroke-dasharray="{dash}"/>'
-            f'<text x="{W - RIGHT + 8}" y="{y + 4:.1f}" fill="{colour}" class="threshold">'
+            f'<text x="{W - RIGHT + 8}" y="{at + 4:.1f}" fill="{colour}" class="threshold">'
             f"{escape(name)}</text>"
         )
 

@@ -38,7 +38,8 @@ MAX_SESSION_ROWS = 50
 
 
 CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px auto; max-width: 1120px; }
+body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px; }
+svg { width: 100%; max-width: 1800px; height: auto; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
 .meta { color: #555; } .meta b { color: #222; }
 svg text { font: 11px system-ui, sans-serif; fill: #444; }
@@ -49,6 +50,7 @@ svg .grid { stroke: #dde1e7; } svg .axis { stroke: #444; }
 svg .series { fill: none; stroke: #2a5caa; stroke-width: 1.6; }
 table { border-collapse: collapse; margin-top: 8px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: right; }
+#sessions td:not(:last-child) { white-space: nowrap; }
 th { background: #f3f5f8; } td.text, th.text { text-align: left; }
 .zone-normal { color: #2e9e44; } .zone-soft { color: #b08600; }
 .zone-hard { color: #d62728; } .zone-over { color: #7a0010; font-weight: 700; }
@@ -63,14 +65,18 @@ def _row(cells: Iterable[tuple[str, object]]) -> str:
 def session_table(sessions: list[SessionSummary]) -> str:
     head = (
         "<tr><th>session</th><th class=text>started</th><th class=text>because</th>"
-        "<th>turns</th><th>prompt tokens</th><th>completion tokens</th><th>peak context</th>"
+        "<th>turns</th><th>prompt tokens</th><th>completion tokens</th><th>peak of budget</th>"
         "<th>cache hit</th><th>masks (results)</th><th>compactions</th><th>wind-downs</th>"
         "<th class=text>ended</th></tr>"
     )
     rows = []
     for s in sessions:
         peak = s.peak
-        peak_text = f"{peak.total / max(1, peak.limit):.0%} ({peak.total:,})" if peak else "-"
+        peak_text = (
+            f"{peak.total / max(1, peak.budget):.0%} ({peak.total:,} of {peak.budget:,})"
+            if peak
+            else "-"
+        )
         cells: list[tuple[str, object]] = [
             ("", s.number),
             ("text", s.started[:19].replace("T", " ")),

@@ -29,6 +29,8 @@ class Call:
     prefill_ms: float | None = None
     hard_line: int | None = None
     """The hard line in force for the call (None: a log from before it was kept)."""
+    budget: int = 0
+    """The prompt budget: what every percentage a person reads is of, as the lines are."""
 
     @property
     def total(self) -> int:
@@ -72,7 +74,7 @@ class SessionSummary:
 
     @property
     def peak(self) -> Call | None:
-        return max(self.calls, key=lambda c: c.total / max(1, c.limit), default=None)
+        return max(self.calls, key=lambda c: c.total / max(1, c.budget), default=None)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ def _call(index: int, r: dict[str, Any]) -> Call:
         r.get("processed_tokens"),
         r.get("prefill_ms"),
         r.get("hard_line"),
+        int(r.get("prompt_budget") or r.get("context_limit") or 0),
     )
 
 

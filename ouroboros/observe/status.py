@@ -25,13 +25,14 @@ from rich.text import Text
 
 from ouroboros.errors import ConfigError
 from ouroboros.observe.checkpoint_view import checkpoints_status
-from ouroboros.observe.describe import describe, loop_text
+from ouroboros.observe.describe import describe, loop_text, sandbox_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.status_rows import cache_text, context_text, window_text
 from ouroboros.printable import printable
+from ouroboros.run import inbox
 from ouroboros.run.record_base import wall_time
-from ouroboros.run.state_folder import INBOX, JOURNAL, SUMMARY
+from ouroboros.run.state_folder import JOURNAL, SUMMARY
 from ouroboros.sinks import summary
 
 if TYPE_CHECKING:
@@ -164,14 +165,6 @@ def _event(line: dict[str, Any] | None, now: float) -> Text:
     return text
 
 
-def _inbox(state_dir: Path) -> list[str]:
-    """The ids of the messages `tell` left in the inbox."""
-    try:
-        return sorted(p.stem for p in (state_dir / INBOX).iterdir() if p.suffix == ".json")
-    except OSError:
-        return []
-
-
 def _operator_rows(figures: StatusFigures) -> list[tuple[str, Text]]:
     """A pause, and the messages `tell` left: those not yet delivered (in the inbox, or taken
     but carried by no request the server accepted), and the newest delivered."""
@@ -183,7 +176,8 @@ def _operator_rows(figures: StatusFigures) -> list[tuple[str, Text]]:
         rows.append(("paused", Text(said, style="bold yellow")))
     delivered: dict[str, str] = figures.run.get("delivered") or {}
     taken: list[str] = figures.run.get("undelivered") or []
-    pending = {name for name in _inbox(figures.state_dir) if name not in delivered} | set(taken)
+    waiting = {name for name in inbox.waiting(figures.state_dir) if name not in delivered}
+    pending = waiting | set(taken)
     if pending:
         rows.append(("messages", Text(f"{len(pending)} pending (delivered at the next step)")))
     if delivered:
@@ -215,6 +209,8 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     grid.add_row("checkpoints", checkpoints_status(run.get("checkpoints")))
     grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
     grid.add_row("mcp", printable(run.get("mcp") or "no servers"))
+    if tools := run.get("tools"):  # the terminal's line has the sandbox's kind only
+        grid.add_row("tools", printable(sandbox_text(tools)))
     tokens = run["prompt_tokens"] + run["completion_tokens"]
     grid.add_row(
         "tokens",
@@ -253,7 +249,7 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
 
 def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> int:
     if not any((state_dir / name).exists() for name in (JOURNAL, SUMMARY)):
-        waiting = len(_inbox(state_dir))
+        waiting = len(inbox.waiting(state_dir))
         pending = (
             f"; {waiting} message(s) from `tell` pending for when it starts" if waiting else ""
         )

@@ -76,3 +76,15 @@ def legend_row(items: list[tuple[str, str]], indent: int = 16) -> str:
         parts.append(f'<g transform="translate({x},{H - 18})">{symbol}{label}</g>')
         x += indent + 14 + 7 * len(name)
     return "".join(parts)
+
+
+LABEL_GAP = 14
+"""The least distance, in pixels, between two labels of lines (their 11-px text)."""
+
+
+def spread(ys: list[float], gap: float = LABEL_GAP) -> list[float]:
+    """Label positions (top to bottom) pushed apart so that no two overlap."""
+    out: list[float] = []
+    for y in ys:
+        out.append(max(y, out[-1] + gap) if out else y)
+    return out

@@ -20,6 +20,7 @@ from rich.markup import escape
 from ouroboros.observe.describe import describe
 from ouroboros.run.jsonl import JsonlReader, offset_of_last
 from ouroboros.run.state_folder import EVENTS, USAGE
+from ouroboros.sinks.live import Terminal
 
 POLL_S = 0.25
 MAX_HOLD_S = 1.0
@@ -130,7 +131,14 @@ class TailOptions:
                     return False
             except ValueError:
                 return False
-        return self.as_json or describe(record, self.tools) is not None
+        return self.as_json or self.counts(record) or record.get("kind") == "tool_call"
+
+    def counts(self, record: dict[str, Any]) -> bool:
+        """A line of its own (a tool call is one only with `tools`, else it ends its call's
+        line): what `lines` counts."""
+        if record.get("kind") == "tool_call":
+            return self.as_json or self.tools
+        return self.as_json or describe(record) is not None
 
 
 FOLLOW_BACKLOG = 10
@@ -161,38 +169,55 @@ def _selected(state_dir: Path, options: TailOptions, last: int | None) -> tuple[
         followers = [Follower(p, offset_of_last(p, reach) if reach else 0) for p in paths]
         per_file = [[line for line in f.read() if options.wants(line)] for f in followers]
         enough = all(
-            len(w) >= (last or 0) or not f.start for w, f in zip(per_file, followers, strict=True)
+            sum(options.counts(line.record) for line in w) >= (last or 0) or not f.start
+            for w, f in zip(per_file, followers, strict=True)
         )
         if reach is None or enough:
             break
         reach *= 4
     lines = sorted((line for w in per_file for line in w), key=lambda line: line.order)
     if last is not None:
-        lines = lines[-last:] if last else []
+        lines = _last(lines, last, options)
     merger = Merger(followers, shown=max((line.order[0] for line in lines), default=0))
     return merger, lines
 
 
-def _show(lines: Iterable[Line], options: TailOptions, out: Console) -> None:
+def _last(lines: list[Line], last: int, options: TailOptions) -> list[Line]:
+    """The lines from the `last`-th line of its own from the end on (with the tool calls that
+    end the call lines among them)."""
+    if not last:
+        return []
+    seen = 0
+    for at in range(len(lines) - 1, -1, -1):
+        seen += options.counts(lines[at].record)
+        if seen == last:
+            return lines[at:]
+    return lines
+
+
+def _show(lines: Iterable[Line], options: TailOptions, out: Console, terminal: Terminal) -> None:
     for line in lines:
         if not options.wants(line):
             continue
         if options.as_json:
             out.file.write(line.raw + "\n")
-        elif (text := describe(line.record, options.tools)) is not None:
-            out.print(text)
+        else:
+            terminal.line(line.record)
     out.file.flush()
 
 
 def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> int:
     """Print both logs merged (all, or the last `lines`, of a session, since a time); with
-    `follow`, start near the end and keep printing what the run appends."""
+    `follow`, start near the end and keep printing what the run appends. The lines are the
+    run's terminal's (`Terminal`), fitted to `out`'s width."""
+    terminal = Terminal(out, tools=options.tools)
     if not options.follow:
         if not any((state_dir / name).exists() for name in (USAGE, EVENTS)):
             err.print(f"no run in {escape(str(state_dir))} (use --follow to wait for one)")
             return 1
         merger, lines = _selected(state_dir, options, options.lines)
-        _show(lines, options, out)
+        _show(lines, options, out, terminal)
+        terminal.flush()
         for problem in merger.problems():
             err.print(f"[yellow]{escape(problem)}[/]")
         for follower in merger.followers:
@@ -203,12 +228,13 @@ def tail(state_dir: Path, options: TailOptions, out: Console, err: Console) -> i
         err.print(f"[dim]waiting for a run in {escape(str(state_dir))} (Ctrl-C to stop)[/]")
     backlog = FOLLOW_BACKLOG if options.lines is None else options.lines
     merger, lines = _selected(state_dir, options, backlog)
-    _show(lines, options, out)
+    _show(lines, options, out, terminal)
     try:
         while True:
-            _show(merger.poll(), options, out)
+            _show(merger.poll(), options, out, terminal)
             for problem in merger.problems():
                 err.print(f"[yellow]{escape(problem)}[/]")
             time.sleep(POLL_S)
     except KeyboardInterrupt:
+        terminal.flush()  # a call line still waiting for its tools' lines
         return 0

@@ -66,9 +66,10 @@ async def put_back(repo: Repo, rewind: Rewind, aside: Path, done: Restored) -> N
         while extra := _outermost([p for p in listed if is_rules(p) and p not in held]):
             # Today's own rules: gone, what they hid is listed. A deeper one waits, as the rules
             # above it may hide its folder once today's are gone (it is then left alone).
-            for path in extra:
-                if move_aside(root, path, away):
-                    done.moved.append(path)
+            moved = [path for path in extra if move_aside(root, path, away)]
+            if not moved:  # none could go: listing again would find the same for ever
+                break
+            done.moved.extend(moved)
             listed = await repo.listing()
         for path in listed:
             same = path in now and target.get(path) == now[path]

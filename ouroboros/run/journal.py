@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ouroboros.model.retry import Retry
 from ouroboros.run import snapshot
 from ouroboros.run.jsonl import JsonlReader, JsonlWriter, Problem, storage
 from ouroboros.run.records import JOURNAL_RECORD, JournalRecord, Notice, NoticeKind, SessionStart
@@ -77,9 +78,20 @@ class Journal:
             Notice(event=event, message=message, session=session, once=once, details=details)
         )
 
-    def retry(self, attempt: int, wait_s: float, error: BaseException) -> None:
-        """Tenacity's report before it sleeps: readers show that the run waits, and why."""
-        self.notify("retry", str(error)[:300], attempt=attempt, wait_s=round(wait_s, 2))
+    def retry(self, retry: Retry) -> None:
+        """The retry layer's report before it waits: readers show that the run waits, for what,
+        until when, and why."""
+        self.notify(
+            "retry",
+            str(retry.error)[:300],
+            attempt=retry.attempt,
+            wait_s=round(retry.wait_s, 2),
+            waited_s=round(retry.waited_s),
+            server=retry.server,
+            retry_for_s=retry.for_s,
+            unreachable=retry.unreachable,
+            told=retry.told,
+        )
 
     def close(self) -> None:
         if self._writer is not None:

@@ -15,7 +15,14 @@ from pydantic import ValidationError
 
 from ouroboros.errors import RunError
 from ouroboros.run.jsonl import storage
-from ouroboros.run.records import JOURNAL_RECORD, McpOffered, Notice, RunEnd, RunStart
+from ouroboros.run.records import (
+    JOURNAL_RECORD,
+    McpOffered,
+    Notice,
+    RunEnd,
+    RunStart,
+    Starting,
+)
 from ouroboros.run.snapshot import journal_size_then, snapshot_path
 from ouroboros.run.state_folder import JOURNAL, LOCK, USAGE
 
@@ -104,7 +111,8 @@ def _before_a_start(line: bytes) -> bool:
         record = JOURNAL_RECORD.validate_json(line) if line.endswith(b"\n") else None
     except ValidationError:
         return False
-    return isinstance(record, Notice | McpOffered | RunEnd)  # the wiring writes these first
+    # The command's limits, then what the wiring writes, come before the run start.
+    return isinstance(record, Starting | Notice | McpOffered | RunEnd)
 
 
 def _is_run_start(line: bytes) -> bool:

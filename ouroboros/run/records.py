@@ -44,6 +44,14 @@ class RunStart(Record):
     limits: RunLimits | None = None
 
 
+class Starting(Record):
+    """The command asked for a run (or its resume) with these limits: journalled before the
+    server is asked, which may take for ever, so `status` shows them while the run waits."""
+
+    kind: Literal["starting"] = "starting"
+    limits: RunLimits
+
+
 class SessionStart(Record):
     kind: Literal["session_start"] = "session_start"
     session: int
@@ -237,6 +245,7 @@ class RunEnd(Record):
 
 JournalRecord = Annotated[
     RunStart
+    | Starting
     | SessionStart
     | MessageRecord
     | ToolStarted

@@ -22,7 +22,7 @@ from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
-from ouroboros.model.retry import retrying
+from ouroboros.model.retry import Retry, retrying
 from ouroboros.run import operator, reply_checks, tool_protocol, window
 from ouroboros.run.call_figures import CallFigures, WindowFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
@@ -229,10 +229,10 @@ class Session:
         """One completion; an overflow lets the policy make room and retries exactly once."""
         retried = False
 
-        def on_retry(attempt: int, wait_s: float, error: BaseException) -> None:
+        def on_retry(retry: Retry) -> None:
             nonlocal retried
             retried = True
-            self.journal.retry(attempt, wait_s, error)
+            self.journal.retry(retry)
 
         for attempt in (1, 2):
             raw_prompt = room.raw_prompt(self.state, self.rules)

@@ -15,9 +15,10 @@ from ouroboros.errors import RunError, StateUnwritable
 from ouroboros.mcp.lifecycle import mcp_servers
 from ouroboros.model.llm import FatalError, LLMClient, LLMError, Model
 from ouroboros.model.servers import ServerInfo, discover
+from ouroboros.run.call_figures import RunLimits
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import refuse_lost_journal, state_lock
-from ouroboros.run.records import EndReason, RunEnd
+from ouroboros.run.records import EndReason, RunEnd, Starting
 from ouroboros.run.session import Parts
 from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.supervisor import RunOutcome, Supervisor
@@ -90,6 +91,8 @@ async def run(
                         if journal.state.finished:
                             outcome = RunOutcome("this run already finished; use --fresh", 0)
                         else:
+                            # Before the server is asked: `status` shows them while it waits.
+                            journal.append(Starting(limits=RunLimits.of(settings)))
                             found = info or await discover_server(settings, client, journal)
                             llm = settings.llm
                             read = partial(discover, client, llm.base_url, llm.model)

@@ -39,6 +39,7 @@ from ouroboros.run.records import (
     SessionEnd,
     SessionStart,
     SideCall,
+    Starting,
     Told,
     ToolStarted,
     WindDown,
@@ -124,6 +125,9 @@ class RunState:
     """The agent's plan: the newest a `plan` call saved (shown at every session's start)."""
     protocol: ProtocolTally = field(default_factory=ProtocolTally)
     mcp: McpTally = field(default_factory=McpTally)
+    tools: dict[str, int | float | str | bool | None] | None = None
+    """How tool commands run (the sandbox, network, processes, limits): the run's `tools`
+    notice, for `status` (the terminal's line has only the sandbox's kind)."""
 
     def __post_init__(self) -> None:
         # A snapshot's list becomes the bounded deque again.
@@ -208,6 +212,8 @@ class RunState:
     def _(self, record: Notice) -> None:
         if record.once is not None:
             self.warned.add(record.once)
+        if record.event == "tools" and not record.message:  # MCP servers' say it in words
+            self.tools = dict(record.details)
         self.protocol.notice(record)
         self.last_request = None if is_switch(record) else self.last_request
         if record.event == "context_overflow":
@@ -303,6 +309,10 @@ class RunState:
         self.session_open = True
         self.view = ContextView(record.messages)
         self.letters.opened(record.session, record.messages)
+
+    @_fold.register
+    def _(self, record: Starting) -> None:
+        self.limits = record.limits
 
     @_fold.register
     def _(self, record: RunStart) -> None:

@@ -1,6 +1,6 @@
 """Hooks: the user's commands run on events of the run (`[hooks]`), the event as one JSON
 object on stdin, for telling a person that the run ended, failed, is stuck, waits for its
-server, restarted, loops, delivered a message or paused.
+server, restarted, loops, gave the agent a message or paused.
 
 Whatever the agent wrote, a hook runs: what it says (a `finish` summary of 300 KB, a NUL, an
 escape sequence) is whole in the JSON on stdin (a file, which a hook may leave unread), and in
@@ -120,7 +120,7 @@ def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
         action = LOOP_ACTIONS.get(record.level, f"level {record.level}")
         return [Event("loop", f"session {record.session} loops ({record.loop}): {action}")]
     if isinstance(record, Told):
-        return [Event("told", "the operator's message was delivered to the agent")]
+        return [Event("told", "the operator's message was given to the agent")]
     if isinstance(record, Paused):
         return [Event("paused", f"run paused by {record.by}")]
     return []
@@ -145,15 +145,24 @@ class Hooks:
         self.failures: SimpleQueue[str] = SimpleQueue()
         self.journal: Journal | None = None
         self.reporting = False
+        self.told: set[str] = set()
+        """The operator's messages given to the agent so far: one taken again (its session
+        ended before a request the server accepted carried it) is no news."""
 
     def attach(self, journal: Journal) -> None:
         """Last of the journal's sinks: a warning it writes follows the record that made it
         in every other sink."""
         journal.sinks.append(self)
         self.journal = journal
+        letters = journal.state.letters
+        self.told = set(letters.delivered) | set(letters.undelivered)
 
     def __call__(self, record: JournalRecord, state: RunState) -> None:
         self.report_failures()
+        if isinstance(record, Told):
+            if record.message_id in self.told:
+                return
+            self.told.add(record.message_id)
         started: set[int] = set()
         for event in events_of(record, self.outage):
             # A hook runs once a record, on the most specific of its events (a run stopped as

@@ -219,7 +219,8 @@ def _(record: WindowChange, state: RunState) -> list[tuple[str, dict[str, Any]]]
 def _(record: RunEnd, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     made: list[tuple[str, dict[str, Any]]] = []
     if record.reason == EndReason.ERROR:
-        made.append(("error", {"message": record.detail}))
+        # `fatal`: the error that ended the run (the CLI says it on stderr), not one it lived on.
+        made.append(("error", {"message": record.detail, "fatal": True}))
     end = {
         "reason": record.reason,
         "detail": record.detail,

@@ -67,6 +67,7 @@ def of_state(state: RunState) -> dict[str, Any]:
         "tool_calls": state.protocol.line(),
         "plan": state.plan.summary() if state.plan.changes else None,
         "mcp": state.mcp.line(),
+        "tools": state.tools,
     }
 
 
