@@ -102,10 +102,10 @@ async def discover_server(settings: Settings, client: LLMClient, journal: Journa
 
 def window_for(settings: Settings, info: ServerInfo, journal: Journal) -> WindowFigures:
     """The window the run works in, and its lines: a resumed run keeps a smaller one a refusal
-    stated (it is in the fold)."""
+    stated (it is in the fold; a server's own figure is read anew)."""
     limit, warning = choose_window(settings.context.limit, info)
     detail, changed = info.detail, journal.state.window_change
-    if changed is not None and changed.window.context_limit < limit:
+    if changed is not None and changed.source == "refusal" and changed.window.context_limit < limit:
         limit, detail, warning = changed.window.context_limit, changed.window.detail, None
     if warning:
         journal.notify("warning", warning)
@@ -120,9 +120,10 @@ def build_parts(
     journal: Journal,
     clock: Clock = SYSTEM_CLOCK,
     mcp: McpHub | None = None,
+    server: window.ServerWindow | None = None,
 ) -> tuple[Parts, WindowFigures]:
     """What the run's sessions work with, from the settings and what the server is: the window
-    and its lines, the rules of the context policy, the tools."""
+    and its lines, the rules of the context policy, the tools; `server` asks its window again."""
     s = settings
     figures = window_for(s, info, journal)
     budget = window.budget_of(figures)
@@ -150,7 +151,9 @@ def build_parts(
         """A window a refusal states later sizes the results and the plan too."""
         tools.fit(tool_caps(s, lines, journal))
 
-    parts = Parts(s, spoken, tools, journal, rules, counting, clock=clock, fit_tools=fit_tools)
+    parts = Parts(
+        s, spoken, tools, journal, rules, counting, clock=clock, fit_tools=fit_tools, server=server
+    )
     return parts, figures
 
 

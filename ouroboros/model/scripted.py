@@ -154,6 +154,7 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         self.reported: list[dict[str, int]] = []
         """The usage figures sent back, one per completed chat request."""
+        self._resize: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
@@ -193,6 +194,12 @@ class ScriptedServer:
         with self._lock:
             self._queue.extend(replies)
 
+    def resize(self, n_ctx: int, after: int) -> None:
+        """The window becomes `n_ctx` once the `after`-th chat request was measured against the
+        one before (the model reloaded or the server restarted with another window)."""
+        with self._lock:
+            self._resize = n_ctx, after
+
     def chat_requests(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.requests)
@@ -210,24 +217,27 @@ class ScriptedServer:
 
     def fit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str | None]:
         """Prompt tokens as this server would count them, or the error it would send."""
-        tokens = self.count(body)
+        tokens, n_ctx = self.count(body), self.n_ctx
+        with self._lock:
+            if self._resize is not None and len(self.requests) >= self._resize[1]:
+                self.n_ctx, self._resize = self._resize[0], None  # from after this request
         reserve = int(body.get("max_tokens") or 0) if self.dialect == "vllm" else 0
-        if self.n_ctx is None or tokens + reserve < self.n_ctx:
+        if n_ctx is None or tokens + reserve < n_ctx:
             return tokens, None
         if self.dialect == "llama":
             return tokens, {
                 "code": 400,
                 "message": f"request ({tokens} tokens) exceeds the available context size "
-                f"({self.n_ctx} tokens), try increasing it",
+                f"({n_ctx} tokens), try increasing it",
                 "type": "exceed_context_size_error",
                 "n_prompt_tokens": tokens,
-                "n_ctx": self.n_ctx,
+                "n_ctx": n_ctx,
             }
         if self.dialect == "vllm":  # it counts max_tokens against the window
             return tokens, {
                 "message": f"You passed {tokens} input tokens and requested {reserve} output "
-                f"tokens. However, the model's context length is only {self.n_ctx} tokens, "
-                f"resulting in a maximum input length of {self.n_ctx - reserve} tokens. Please "
+                f"tokens. However, the model's context length is only {n_ctx} tokens, "
+                f"resulting in a maximum input length of {n_ctx - reserve} tokens. Please "
                 f"reduce the length of the input prompt. (parameter=input_tokens, value={tokens})",
                 "type": "BadRequestError",
                 "param": "input_tokens",
@@ -236,18 +246,18 @@ class ScriptedServer:
         if self.dialect == "lmstudio":  # a plain string
             return tokens, (
                 f"Trying to keep the first {tokens} tokens when context the overflows. However, "
-                f"the model is loaded with context length of only {self.n_ctx} tokens, which is "
+                f"the model is loaded with context length of only {n_ctx} tokens, which is "
                 "not enough. Try to load the model with a larger context length, or provide a "
                 "shorter input"
             )
         # Ollama: drop the oldest non-system messages until it fits, keep the last one; say nothing.
         messages = list(body["messages"])
-        while self.count({**body, "messages": messages}) >= self.n_ctx and len(messages) > 2:
+        while self.count({**body, "messages": messages}) >= n_ctx and len(messages) > 2:
             drop = next(i for i, m in enumerate(messages) if m.get("role") != "system")
             if drop == len(messages) - 1:
                 break
             messages.pop(drop)
-        return min(self.count({**body, "messages": messages}), self.n_ctx), None
+        return min(self.count({**body, "messages": messages}), n_ctx), None
 
     def cached_prefix(self, body: dict[str, Any]) -> int:
         """Tokens of the longest message prefix shared with the previous request (llama-server's

@@ -218,9 +218,10 @@ class WindowChange(Record):
     """The window in force until this record, in tokens."""
     window: WindowFigures
     """The window from here on, with its lines; its `detail` says where the figure came from."""
-    source: Literal["refusal"]
+    source: Literal["refusal", "server"]
     """What said it: a refused prompt's error (only a smaller window is taken from one: a
-    refusal never proves a larger)."""
+    refusal never proves a larger), or the server asked again (`window.reread`: larger or
+    smaller)."""
     said: str = ""
     """The server's words."""
 

@@ -22,7 +22,7 @@ from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
 from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.llm import Completion, ContextOverflow, Model
-from ouroboros.model.retry import retrying
+from ouroboros.model.retry import Retry, retrying
 from ouroboros.run import operator, reply_checks, tool_protocol, window
 from ouroboros.run.call_figures import CallFigures, WindowFigures
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
@@ -67,6 +67,8 @@ class Parts:
     clock: Clock = SYSTEM_CLOCK
     fit_tools: Callable[[Budget], None] | None = None
     """Sizes the tools' caps for a window's lines (None: tools whose caps are fixed)."""
+    server: window.ServerWindow | None = None
+    """Asks the server its window again (None: an in-process model, whose window is fixed)."""
 
     def fitted(self, figures: WindowFigures | None) -> Parts:
         """These parts for the window in force (a refusal may have stated a smaller one)."""
@@ -226,16 +228,25 @@ class Session:
 
     async def call_model(self) -> tuple[Completion, int]:
         """One completion; an overflow lets the policy make room and retries exactly once."""
+        retried = False
+
+        def on_retry(retry: Retry) -> None:
+            nonlocal retried
+            retried = True
+            self.journal.retry(retry)
+
         for attempt in (1, 2):
             raw_prompt = room.raw_prompt(self.state, self.rules)
             messages = self.state.view.messages()
             call = partial(self.model.complete, messages, self.schemas)
             try:
-                completion = await retrying(call, self.settings.llm, self.journal.retry, self.clock)
+                completion = await retrying(call, self.settings.llm, on_retry, self.clock)
             except ContextOverflow as e:
                 overflow(self.journal, e, room.projected(self.state, self.rules), attempt)
                 learn_refused(self.journal, e, raw_prompt)
                 self.take_window(e)
+                if e.n_ctx is None:  # a refusal that names no window: the server may say it
+                    await self.reread()
                 if attempt == 2:
                     raise SessionEnded(EndReason.CONTEXT_OVERFLOW, self.state.refusal[:200]) from e
                 await self.room_after_refusal()
@@ -248,6 +259,8 @@ class Session:
             self.append(admitted.message, figures, admitted=admitted)
             cache_reuse(self.journal, before, messages, figures.cached_tokens)
             silent_truncation(self.journal, figures, self.rules.budget.limit)
+            if retried:  # it answered after failing: it may have been restarted or reloaded
+                await self.reread()
             return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")
 
@@ -255,8 +268,16 @@ class Session:
         """The smaller window a refusal stated, from the next request on (and for the next
         session's carry-over)."""
         if stated := window.take_stated(self.journal, self.settings, refusal):
-            self.parts = self.parts.fitted(stated)
-            self.rules, self.counting = self.parts.rules, self.parts.counting
+            self.fit(stated)
+
+    async def reread(self) -> None:
+        """The server's window asked again: a change is in force from the next request on."""
+        if await window.reread(self.parts.server, self.journal, self.settings):
+            self.fit(self.state.window)
+
+    def fit(self, figures: WindowFigures | None) -> None:
+        self.parts = self.parts.fitted(figures)
+        self.rules, self.counting = self.parts.rules, self.parts.counting
 
     async def room_after_refusal(self) -> None:
         """The policy's answer to a refused prompt, carried out; none ends the session."""

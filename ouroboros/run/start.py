@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from functools import partial
 
 import anyio
 
@@ -13,7 +14,7 @@ from ouroboros.config import Settings
 from ouroboros.errors import RunError, StateUnwritable
 from ouroboros.mcp.lifecycle import mcp_servers
 from ouroboros.model.llm import FatalError, LLMClient, LLMError, Model
-from ouroboros.model.servers import ServerInfo
+from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.run.call_figures import RunLimits
 from ouroboros.run.journal import Journal
 from ouroboros.run.lock import refuse_lost_journal, state_lock
@@ -21,6 +22,7 @@ from ouroboros.run.records import EndReason, RunEnd, Starting
 from ouroboros.run.session import Parts
 from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.supervisor import RunOutcome, Supervisor
+from ouroboros.run.window import ServerWindow
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.hooks import Hooks
 from ouroboros.sinks.live import Terminal
@@ -92,9 +94,13 @@ async def run(
                             # Before the server is asked: `status` shows them while it waits.
                             journal.append(Starting(limits=RunLimits.of(settings)))
                             found = info or await discover_server(settings, client, journal)
+                            llm = settings.llm
+                            read = partial(discover, client, llm.base_url, llm.model)
+                            # A server of the test's own (`info`) has a window that stays.
+                            server = None if info else ServerWindow(read, found.context_window)
                             async with mcp_servers(settings, journal) as mcp:
                                 parts, window = build_parts(
-                                    settings, model or client, found, journal, clock, mcp
+                                    settings, model or client, found, journal, clock, mcp, server
                                 )
                                 outcome = await Supervisor(parts, window).run()
                     except (LLMError, RunError, StateUnwritable) as e:

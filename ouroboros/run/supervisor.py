@@ -12,7 +12,7 @@ from ouroboros.context.truncate import shown
 from ouroboros.errors import RunError
 from ouroboros.instructions import system_message
 from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
-from ouroboros.run import operator
+from ouroboros.run import operator, window
 from ouroboros.run.call_figures import RunLimits, WindowFigures
 from ouroboros.run.checkpoints import take_checkpoint
 from ouroboros.run.lock import mark_started
@@ -117,6 +117,9 @@ class Supervisor:
                 self.journal.append(Paused(by=operator.BY_AUTO_RESTART_OFF))
             state_dir, clock = self.settings.paths.state_dir, self.parts.clock
             await operator.hold(state_dir, self.journal, clock, enter=True)
+        # The server may have been reloaded or restarted with another window since the start.
+        await window.reread(self.parts.server, self.journal, self.settings)
+        self.parts = self.parts.fitted(state.window)
         # A session that could not make one turn with what it carried: the next carries nothing.
         system = self.system_message()
         # After a rewind the last step's files are gone: nothing is carried (the note says why).

@@ -2,19 +2,21 @@
 
 The window's lines come from the settings (`Budget.for_window`); the rules and counting the
 context policy reads are made for the window in force, which the fold holds (`RunState.window`):
-the start's, or a smaller one a refusal stated (`WindowChange`), from then on and after a resume.
+the start's, a smaller one a refusal stated, or the server's own read again (`WindowChange`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
 from ouroboros.config import ContextSettings, Settings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
-from ouroboros.model.llm import ContextOverflow
+from ouroboros.model.llm import ContextOverflow, LLMError
+from ouroboros.model.servers import ServerInfo, choose_window
 from ouroboros.run.call_figures import WindowFigures
 from ouroboros.run.journal import Journal
 from ouroboros.run.records import WindowChange
@@ -97,3 +99,49 @@ def take_stated(
     )
     journal.append(change)
     return change.window
+
+
+@dataclass
+class ServerWindow:
+    """How to ask the server its window again, and what it said last (None: it did not say)."""
+
+    read: Callable[[], Awaitable[ServerInfo]]
+    said: int | None
+
+
+async def reread(server: ServerWindow | None, journal: Journal, settings: Settings) -> bool:
+    """The server asked its window again (a reload or restart may have changed it): when its
+    figure changed since it last said one, the window it names (`context.limit` a ceiling, as at
+    the start) is in force from the next request on, warned and journalled; True then. A server
+    that does not answer, or does not say, changes nothing."""
+    now = journal.state.window
+    if server is None or now is None:
+        return False
+    try:
+        info = await server.read()
+    except LLMError:
+        return False
+    said, server.said = server.said, info.context_window or server.said
+    if info.context_window is None or info.context_window == said:
+        return False  # unchanged: a smaller window a refusal stated since stays in force
+    limit, before = choose_window(settings.context.limit, info)[0], now.context_limit
+    if limit == before:
+        return False
+    detail = f"{info.detail}, read again; was {before:,}"
+    journal.notify(
+        "warning",
+        f"the server's window is now {limit:,} tokens, not {before:,} ({info.detail}): the run "
+        f"works in {limit:,} from the next request on",
+        session=journal.state.session,
+    )
+    window = figures(settings, limit, info.kind, detail, now.frame_tokens)
+    journal.append(
+        WindowChange(
+            session=journal.state.session,
+            before=before,
+            window=window,
+            source="server",
+            said=info.detail,
+        )
+    )
+    return True
