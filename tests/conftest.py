@@ -101,6 +101,13 @@ def wait_for(condition: Callable[[], object], timeout: float = 20, step: float =
         time.sleep(step)
 
 
+@pytest.fixture(autouse=True)
+def no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as in a pipe, whole lines: pytest-xdist's workers set COLUMNS=80, which
+    the run reads as a terminal's width (a test that wants one sets its own)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     root = tmp_path / "project"
