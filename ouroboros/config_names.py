@@ -17,7 +17,6 @@ OTHER_VARIABLES = frozenset(
         "OUROBOROS_SUMMARY",
         "OUROBOROS_MODEL_CACHE",  # scripts/real_server.py
         "OUROBOROS_LLAMA_SERVER",
-        "OUROBOROS_UPDATE_DOCS",  # tests
         "OUROBOROS_TEST_MARK",
     }
 )

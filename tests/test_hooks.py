@@ -250,9 +250,9 @@ def test_a_bad_hook_is_refused_in_one_line(project: Project) -> None:
         load_settings(config)
 
 
-def test_the_readme_examples_are_valid_hooks(project: Project) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    example = readme.split("**Hooks.**")[1].split("```toml\n")[1].split("```")[0]
+def test_the_docs_examples_are_valid_hooks(project: Project) -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    example = page.split("## Hooks")[1].split("```toml\n")[1].split("```")[0]
     config = project.root / "config.toml"
     config.write_text(example)
     hooks = load_settings(config).hooks.on

@@ -288,9 +288,9 @@ def test_a_result_is_text_whatever_its_blocks() -> None:
     assert result_text(types.CallToolResult(content=[])) == "(no output)"
 
 
-def test_the_readme_example_is_a_valid_config(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    example = readme.split("## MCP servers")[1].split("```toml\n")[1].split("```")[0]
+def test_the_docs_example_is_a_valid_config(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "mcp.md").read_text()
+    example = page.split("# MCP servers")[1].split("```toml\n")[1].split("```")[0]
     config = tmp_path / "config.toml"
     config.write_text(example)
     servers = load_settings(config).mcp.servers

@@ -62,7 +62,7 @@ def test_the_time_server_from_pypi_over_stdio(project: Project) -> None:
 
 
 def test_the_readmes_time_server_starts_with_the_venv_not_activated(project: Project) -> None:
-    """`command = "mcp-server-time"` as the README has it, in a run started with the venv's
+    """`command = "mcp-server-time"` as docs/mcp.md has it, in a run started with the venv's
     python whose PATH does not hold the venv's `bin/`: found beside the interpreter."""
     path = "/usr/local/bin:/usr/bin:/bin"
     assert shutil.which("mcp-server-time", path=path) is None

@@ -1,5 +1,6 @@
 """The report's overview of a long run: its calls gathered into buckets, each drawn as the least,
-mean and most context any of its calls used, with restarts, wind-downs and errors as ticks. The
+mean and most context any of its calls used, with restarts, wind-downs and errors as ticks in
+lanes of their own, a tick per few pixels at most, as tall as how many events it stands for. The
 page stays the same size however long the run (a few hundred KB at 100,000 calls), and reads.
 
 A run short enough to draw call by call (`LONG_RUN` calls or fewer) is drawn that way
@@ -9,6 +10,7 @@ drawn call by call.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
@@ -33,13 +35,17 @@ LONG_RUN = 1_000
 """More calls than this, and the chart is an overview (the page would grow with every call)."""
 BUCKETS = 500
 ZOOM_CALLS = 200
-TICKS = {
-    "session_restart": ("#6a3d9a", 10, "restart"),
-    "wind_down": ("#e8710a", 6, "wind-down"),
-    "error": ("#c00000", 14, "error"),
-    "context_overflow": ("#c00000", 14, "error"),
-    "silent_truncation": ("#c00000", 14, "error"),
-}
+LANES = [
+    ("restart", "restarts", "#6a3d9a", ("session_restart",)),
+    ("wind-down", "wind-downs", "#e8710a", ("wind_down",)),
+    ("error", "errors", "#c00000", ("error", "context_overflow", "silent_truncation")),
+]
+"""The events drawn as ticks, each kind in a lane of its own along the bottom, bottom first."""
+LANE = 14
+"""A lane's height in pixels, its label's line in the right margin included."""
+TICK_SPACING = 6
+"""Pixels between two ticks of a lane at least: the events closer than this are one tick,
+as tall as how many they are, so 400 restarts in 700 pixels stay a comb, not a band."""
 
 
 def buckets(calls: list[Call], count: int) -> list[list[Call]]:
@@ -65,23 +71,37 @@ def _band(f: Frame, groups: list[list[Call]]) -> Iterable[str]:
 
 
 def _ticks(f: Frame, marks: list[Mark]) -> Iterable[str]:
-    """One path per kind of event: a tick at each pixel where one happened, with how many."""
-    for kind in dict.fromkeys(colour for colour, _, _ in TICKS.values()):
-        at: dict[int, int] = {}
+    """A lane per kind of event: a tick per `TICK_SPACING` pixels where any happened, its height
+    how many (of the most in one tick of that lane), each naming its calls and count; the lane's
+    total in the right margin."""
+    lane = 0
+    for name, plural, colour, kinds in LANES:
+        counts: dict[int, list[float]] = {}
         for m in marks:
-            if m.kind in TICKS and TICKS[m.kind][0] == kind:
-                at[round(f.x(m.x))] = at.get(round(f.x(m.x)), 0) + 1
-        if not at:
+            if m.kind in kinds:
+                counts.setdefault(int((f.x(m.x) - LEFT) // TICK_SPACING), []).append(m.x)
+        if not counts:
             continue
-        length = next(n for c, n, _ in TICKS.values() if c == kind)
-        name = next(label for c, _, label in TICKS.values() if c == kind)
-        top = H - BOTTOM - length if name != "error" else TOP
-        path = "".join(f"M{x},{top}v{length}" for x in sorted(at))
-        total = sum(at.values())
+        bottom = H - BOTTOM - 2 - lane * LANE
+        most = max(len(xs) for xs in counts.values())
+        total = sum(len(xs) for xs in counts.values())
+        ticks = []
+        for slot, xs in sorted(counts.items()):
+            height = max(3.0, (LANE - 4) * len(xs) / most)
+            # x.5 is between two calls: the event came after the first, numbered from 1.
+            first, last = math.floor(min(xs)) + 1, math.floor(max(xs)) + 1
+            calls = f"call {first:,}" if first == last else f"calls {first:,}–{last:,}"
+            ticks.append(
+                f'<rect x="{LEFT + slot * TICK_SPACING + 2}" y="{bottom - height:.1f}" '
+                f'width="2" height="{height:.1f}"><title>{calls}: {len(xs):,} × {escape(name)}'
+                "</title></rect>"
+            )
         yield (
-            f'<path d="{path}" stroke="{kind}" stroke-width="1.2" fill="none">'
-            f"<title>{total:,} × {escape(name)}</title></path>"
+            f'<g fill="{colour}"><title>{total:,} × {escape(name)}</title>{"".join(ticks)}</g>'
+            f'<text x="{W - RIGHT + 8}" y="{bottom - 1}" fill="{colour}" class="lane">'
+            f"{total:,} {plural if total > 1 else name}</text>"
         )
+        lane += 1
 
 
 def _lines(f: Frame, data: RunData, lines: Lines) -> Iterable[str]:

@@ -44,7 +44,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 .meta { color: #555; } .meta b { color: #222; }
 svg text { font: 11px system-ui, sans-serif; fill: #444; }
 svg .title { font-size: 12px; fill: #333; } svg .band { font-size: 12px; fill: #556; }
-svg .threshold { font-size: 11px; font-weight: 600; } svg .vlabel { font-size: 10px; }
+svg .threshold, svg .lane { font-size: 11px; font-weight: 600; } svg .vlabel { font-size: 10px; }
 svg .bad { font-size: 14px; fill: #c00; font-weight: 700; }
 svg .grid { stroke: #dde1e7; } svg .axis { stroke: #444; }
 svg .series { fill: none; stroke: #2a5caa; stroke-width: 1.6; }
