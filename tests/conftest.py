@@ -88,6 +88,13 @@ class Project:
         return self.records("token_usage.jsonl")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests run as in a pipe, lines whole: pytest-xdist's workers set COLUMNS=80, which a run
+    reads as its terminal's width (a test that wants one sets its own). Before any fixture, so
+    module-scoped ones run without it too."""
+    os.environ.pop("COLUMNS", None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The real llama-server tier first: the longest file, which one worker runs whole
     (`--dist loadfile`), is then never the one the others wait for at the end."""
@@ -99,13 +106,6 @@ def wait_for(condition: Callable[[], object], timeout: float = 20, step: float =
     deadline = time.time() + timeout
     while not condition() and time.time() < deadline:
         time.sleep(step)
-
-
-@pytest.fixture(autouse=True)
-def no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts as in a pipe, whole lines: pytest-xdist's workers set COLUMNS=80, which
-    the run reads as a terminal's width (a test that wants one sets its own)."""
-    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 @pytest.fixture

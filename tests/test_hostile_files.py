@@ -376,7 +376,7 @@ def test_planted_links_through_a_real_run(project: Project) -> None:
     assert second.stdout.count("fresh") == 0
     assert journal.read_bytes().startswith(before)  # resumed: the first run's records kept
     kinds = [json.loads(line)["kind"] for line in before.splitlines()]
-    assert next(k for k in kinds if k != "notice") == "run_start"
+    assert next(k for k in kinds if k != "notice") == "starting"  # then run_start
     assert sorted(os.listdir(outside)) == ["sentinel"]
     assert (outside / "sentinel").read_text() == "untouched\n"
 
