@@ -166,8 +166,10 @@ class ProtocolModel:
     def _switch(self, why: str) -> None:
         self.journal.notify(
             "warning",
-            f'{why}: llm.tool_protocol "auto" goes over to the text protocol (tools described '
-            "in the system prompt, one action block per reply) for the rest of the run",
+            # What happens first, the server's words last: a line cut to the terminal's width
+            # keeps what the person needs.
+            f'llm.tool_protocol "auto" goes over to the text protocol for the rest of the run '
+            f"(tools described in the system prompt, one action block per reply): {why}",
             session=self.journal.state.session,
             once=SWITCH,
         )
