@@ -155,7 +155,8 @@ class ScriptedServer:
         self.reported: list[dict[str, int]] = []
         """The usage figures sent back, one per completed chat request."""
         self._resize: tuple[int, int] | None = None
-        self._lock = threading.Lock()
+        # Reentrant: a responder, called holding it, may ask `fit` as the server would.
+        self._lock = threading.RLock()
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
 
