@@ -53,12 +53,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.config_file import check_readable
     from ouroboros.instructions import PLACEHOLDER_WARNING, placeholder_purpose, read_instructions
     from ouroboros.run.lock import fresh_state
     from ouroboros.run.start import run_to_end
     from ouroboros.sinks.live import Terminal
 
     settings = load()
+    check_readable(settings)
     # Said now, not once the server answers: a run with no server yet waits before its session.
     instructions, _ = read_instructions(settings.paths.system_prompt, 0)
     if placeholder_purpose(instructions):

@@ -99,16 +99,20 @@ def load_settings(
 
 
 def _readable(paths: list[Path], base: Path) -> list[Path]:
-    """`tools.readable` resolved as the other paths are; one that is not there is refused, as
-    it would grant nothing (a mistyped `/usr` leaves commands without their programs)."""
-    resolved = [base / path.expanduser() for path in paths]
-    missing = [str(path) for path in resolved if not os.path.exists(path)]
+    """`tools.readable` resolved as the other paths are."""
+    return [base / path.expanduser() for path in paths]
+
+
+def check_readable(settings: Settings) -> None:
+    """A `tools.readable` path that is not there is refused before a run starts, as it would
+    grant nothing (a mistyped `/usr` leaves commands without their programs). Only for a run:
+    `tell` or `pause` must still reach a run whose config names a path removed since."""
+    missing = [str(path) for path in settings.tools.readable if not os.path.exists(path)]
     if missing:
         raise ConfigError(
             f"tools.readable: {', '.join(missing)}: no such file or folder: remove it, or "
             "name one that is there"
         )
-    return resolved
 
 
 def _keep_run_files_out_of_workspace(paths: PathSettings, config: Path) -> None:

@@ -212,6 +212,21 @@ def test_a_setting_that_is_not_one_is_one_line_before_anything_starts(
     assert not project.state.exists()
 
 
+def test_tell_and_pause_reach_a_run_whose_readable_path_is_gone(project: Project) -> None:
+    """A path removed since the run started is refused when a run starts, not when a person
+    steers one: `tell` and `pause` only leave files in the state folder."""
+    gone = project.root / "gone"
+    gone.mkdir()
+    project.configure(CLOSED, tools={"readable": ["/usr", "/bin", "/lib", str(gone)]})
+    gone.rmdir()
+    told = project.run("tell", "look at NOTES.md")
+    paused = project.run("pause")
+    assert told.returncode == paused.returncode == 0, told.stderr + paused.stderr
+    started = project.run("run")
+    assert started.returncode == 2
+    assert f"{gone}: no such file or folder" in one_line(started.stderr)
+
+
 @pytest.mark.skipif(not sandbox.abi_version(), reason="this kernel has no Landlock")
 def test_readable_paths_without_the_programs_are_one_line(project: Project) -> None:
     """Commands may read only an empty folder: the shell is not theirs to run, which the probe

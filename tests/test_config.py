@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ouroboros.config import Settings
-from ouroboros.config_file import load_settings
+from ouroboros.config_file import check_readable, load_settings
 from ouroboros.config_names import OTHER_VARIABLES, PREFIX, unknown_variables
 from ouroboros.errors import ConfigError
 from ouroboros.observe.status import state_dir_of
@@ -185,8 +185,9 @@ def test_every_ouroboros_variable_the_project_uses_is_let_be() -> None:
 
 @pytest.mark.parametrize("listed", [["/no/such/folder"], ["/usr", "missing"]])
 def test_readable_paths_that_are_not_there_are_named(tmp_path: Path, listed: list[str]) -> None:
+    settings = load_settings(write(tmp_path, f"[tools]\nreadable = {json.dumps(listed)}\n"))
     with pytest.raises(ConfigError) as caught:
-        load_settings(write(tmp_path, f"[tools]\nreadable = {json.dumps(listed)}\n"))
+        check_readable(settings)
     missing = listed[-1] if listed[-1].startswith("/") else str(tmp_path / listed[-1])
     assert f"tools.readable: {missing}: no such file or folder" in str(caught.value)
 
