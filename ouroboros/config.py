@@ -23,6 +23,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from ouroboros.mcp.settings import McpSettings
 from ouroboros.run.checkpoint_settings import CheckpointSettings
 
+COMMAND_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM",
+    "COLUMNS", "LINES", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONIOENCODING",
+)  # fmt: skip
+"""What a command inherits by default (`tools.env`); hooks get these and a few more."""
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -180,10 +186,7 @@ class ToolSettings(_Section):
     limit."""
     max_memory_mb: int = Field(4096, ge=0)
     """Private memory (MiB) each process of a command may take (RLIMIT_DATA); 0 = no limit."""
-    env: list[str] = [
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM",
-        "COLUMNS", "LINES", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONIOENCODING",
-    ]  # fmt: skip
+    env: list[str] = list(COMMAND_ENV)
     """Variables of the harness's environment that commands inherit (shell-style patterns,
     `LC_*`); no others: the API key, credentials and the SSH agent socket stay out."""
 
@@ -252,8 +255,7 @@ class HookSettings(_Section):
     waiting_after_min: float = Field(10.0, ge=0)
     """Minutes of failed calls to the model server before the `waiting` event."""
     env: list[str] = [
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TERM",
-        "COLUMNS", "LINES", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONIOENCODING",
+        *COMMAND_ENV,
         "DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR",
         "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
     ]  # fmt: skip
