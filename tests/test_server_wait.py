@@ -112,3 +112,20 @@ def test_a_wait_is_told_in_lines_of_120_columns_and_later_in_a_short_one() -> No
     assert later.plain.endswith("still waiting for http://localhost:11434/v1, try 40, 30 min")
     assert describe(retry_line(attempt=41, waited_s=1890, told=False)) is None
     assert describe(retry_line(attempt=41, told=False), tools=True) is not None
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_narrow_terminal_cuts_the_cause_of_a_wait_never_how_to_stop_it(width: int) -> None:
+    for fields in (
+        {},
+        {"unreachable": True},
+        {"server": "http://gpu-box.example.internal:8080/v1"},
+    ):
+        line = describe(retry_line(**fields), width=width)
+        assert line is not None
+        assert line.cell_len <= width
+        assert line.plain.endswith(": trying for ever, Ctrl-C stops"), line.plain
+    later = describe(retry_line(attempt=40, waited_s=1830, retry_for_s=86400), width=width)
+    assert later is not None
+    assert later.cell_len <= width
+    assert later.plain.endswith(", try 40, 30 min (gives up at 1440 min)"), later.plain

@@ -275,12 +275,16 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
 
 WAITING_CHARS = 120 - len("00:00:00 ")
 """A wait's lines fit 120 columns with their time: the cause is cut to what is left."""
+NARROW_CHARS = 80 - len("00:00:00 ")
+"""The narrowest terminal's room for a wait's line: a shorter cause, then none, so that what
+the run does and how to stop it are never what a narrow terminal cuts off."""
 NOT_RUNNING = "not running? Ollama: `ollama serve`"
 
 
-def retry_text(r: dict[str, Any]) -> str:
+def retry_text(r: dict[str, Any]) -> str | list[str]:
     """The wait for the server: what it waits for, until when, and how to stop it, with why;
-    later, how long it has waited (a line of a log older than these fields: as it was)."""
+    later, how long it has waited (a line of a log older than these fields: as it was). From
+    the fullest to the shortest: the cause goes first, then the server's address."""
     server, attempt = r.get("server"), r.get("attempt")
     if server is None:
         return f"retry {attempt} in {r.get('wait_s')} s: {r.get('message')}"
@@ -288,13 +292,17 @@ def retry_text(r: dict[str, Any]) -> str:
     if attempt != 1:
         waited = f"{int(r.get('waited_s') or 0) // 60} min"
         ends = f" (gives up at {limit / 60:g} min)" if limit else ""
-        return f"still waiting for {server}, try {attempt}, {waited}{ends}"
+        said = f", try {attempt}, {waited}{ends}"
+        return [f"still waiting for {server}{said}", f"still waiting{said}"]
     horizon = f"for {limit / 60:g} min" if limit >= 60 else f"for {limit:g} s"
     head = f"waiting for {server} ("
     tail = f"): trying {horizon if limit else 'for ever'}, Ctrl-C stops"
     cause = NOT_RUNNING if r.get("unreachable") else " ".join(str(r.get("message")).split())
-    room = max(10, WAITING_CHARS - len(head) - len(tail))
-    return head + (cause if len(cause) <= room else cause[: room - 1] + "…") + tail
+    levels: list[str] = []
+    for room in (WAITING_CHARS - len(head) - len(tail), NARROW_CHARS - len(head) - len(tail)):
+        if room >= 10 or not levels:
+            levels.append(head + (cause if len(cause) <= room else cause[: room - 1] + "…") + tail)
+    return [*levels, f"waiting for {server}{tail[1:]}", f"waiting for the server{tail[1:]}"]
 
 
 LOOP_ACTIONS = {1: "nudge", 2: "restart", 3: "stuck"}
