@@ -4,14 +4,19 @@ and shown; `context.limit` stays a ceiling, and a server that does not answer ch
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from functools import partial
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import anyio
 
 from ouroboros.config import ContextSettings, LLMSettings, Settings
-from ouroboros.model.llm import TransientError
-from ouroboros.model.scripted import Reply, ScriptedServer
-from ouroboros.model.servers import ServerInfo
+from ouroboros.model.llm import LLMClient, TransientError
+from ouroboros.model.scripted import QuietServer, Reply, ScriptedServer
+from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.run.journal import Journal
 from ouroboros.run.records import RunStart
 from ouroboros.run.state_folder import JOURNAL
@@ -176,3 +181,53 @@ def test_a_refusal_that_names_no_window_reads_it(project: Project) -> None:
     assert (change["before"], change["context_limit"]) == (LARGE, SMALL)
     # The refused session made room in the window read and went on.
     assert "context_overflow" not in [e["reason"] for e in project.events("session_end")]
+
+
+class Trickling(BaseHTTPRequestHandler):
+    """Answers every GET with a JSON body of a byte a tenth of a second: each read is quick, so
+    the client's timeout (per read) never trips."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(1 << 20))
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the client gave up
+            while True:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.1)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_reread_of_a_server_that_trickles_gives_up_within_the_timeout(tmp_path: Path) -> None:
+    """The window asked again of a server that answers a byte at a time: it changes nothing
+    and blocks the run at most `llm.timeout_s` (the client's timeout, per read, never trips)."""
+    httpd = QuietServer(("127.0.0.1", 0), Trickling)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    llm = LLMSettings(base_url=url, model="m", max_output_tokens=256, timeout_s=0.5)
+    settings = Settings(llm=llm, context=ContextSettings(limit=8000))
+    journal = Journal(tmp_path / JOURNAL)
+    start = figures(settings, 8000, "llama-server", "llama-server /props n_ctx", 4)
+    journal.append(RunStart(model="m", base_url=url, window=start))
+
+    async def again() -> bool:
+        client = LLMClient(llm)
+        try:
+            server = ServerWindow(partial(discover, client, url, "m"), 8000)
+            with anyio.fail_after(60):  # the test's guard: without the bound it never returns
+                return await reread(server, journal, settings)
+        finally:
+            await client.aclose()
+
+    try:
+        assert not anyio.run(again)
+        assert journal.state.window == start
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        journal.close()

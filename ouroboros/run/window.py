@@ -7,8 +7,11 @@ the start's, a smaller one a refusal stated, or the server's own read again (`Wi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+
+import anyio
 
 from ouroboros.config import ContextSettings, Settings
 from ouroboros.context.ledger import Counting
@@ -117,9 +120,13 @@ async def reread(server: ServerWindow | None, journal: Journal, settings: Settin
     now = journal.state.window
     if server is None or now is None:
         return False
-    try:
+    # At most `llm.timeout_s` in all: the client's timeout is per read, and a server that
+    # answers one probe and hangs (or trickles) the next would hold the run at every session's
+    # start, each probe in turn, for nothing (the call after waits for it as its own).
+    info: ServerInfo | None = None
+    with anyio.move_on_after(settings.llm.timeout_s), contextlib.suppress(LLMError):
         info = await server.read()
-    except LLMError:
+    if info is None:
         return False
     said, server.said = server.said, info.context_window or server.said
     if info.context_window is None or info.context_window == said:
