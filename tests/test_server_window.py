@@ -231,3 +231,30 @@ def test_a_reread_of_a_server_that_trickles_gives_up_within_the_timeout(tmp_path
         httpd.shutdown()
         httpd.server_close()
         journal.close()
+
+
+def test_a_discovery_request_to_a_server_that_trickles_gives_up_within_the_timeout() -> None:
+    """Each discovery request (at the start too, where `reread`'s bound does not reach) is a
+    transient error once `llm.timeout_s` has passed in all, never a wait for ever."""
+    httpd = QuietServer(("127.0.0.1", 0), Trickling)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    llm = LLMSettings(base_url=url, model="m", max_output_tokens=256, timeout_s=0.5)
+
+    async def ask() -> str:
+        client = LLMClient(llm)
+        try:
+            with anyio.fail_after(60):  # the test's guard: without the bound it never returns
+                await client.get_json(f"{url}/models")
+        except TransientError as e:
+            return str(e)
+        finally:
+            await client.aclose()
+        return "answered"
+
+    try:
+        assert anyio.run(ask) == f"no whole answer to {url}/models within 0.5 s"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -283,8 +283,14 @@ class LLMClient:
         return await self._json(url, self.client.post(url, body=body, cast_to=object))
 
     async def _json(self, url: str, answer: Awaitable[Any]) -> Any:
+        # The client's timeout is per read: a server that trickles its answer would hold the
+        # start (and every discovery) for ever without a deadline on the whole.
+        limit = self.settings.timeout_s
         try:
-            return await answer
+            with anyio.fail_after(limit):
+                return await answer
+        except TimeoutError:
+            raise TransientError(f"no whole answer to {url} within {limit:g} s") from None
         except openai.OpenAIError as e:
             raise classify(e) from e
         except (ValueError, RecursionError):
