@@ -54,6 +54,7 @@ class Project:
     def run(
         self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        only_in_the_slow_tier()
         return subprocess.run(
             [sys.executable, "-m", "ouroboros", *args],
             cwd=self.root,
@@ -66,6 +67,7 @@ class Project:
     def start(self, *args: str) -> subprocess.Popen[str]:
         """`python -m ouroboros ARGS` in the background, its stderr (errors) captured; its
         terminal lines (stdout) are in the logs the tests read."""
+        only_in_the_slow_tier()
         return subprocess.Popen(
             [sys.executable, "-m", "ouroboros", *args],
             cwd=self.root,
@@ -86,6 +88,21 @@ class Project:
 
     def usage(self) -> list[dict[str, Any]]:
         return self.records("token_usage.jsonl")
+
+
+running: list[pytest.Item] = []  # the test being set up, run or torn down
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    running[:] = [item]
+
+
+def only_in_the_slow_tier() -> None:
+    """`python -m ouroboros` costs a second or more per command: a test that starts it is marked
+    `slow`, so that `pytest -m "not slow"` stays fast (docs/testing.md)."""
+    if running and running[0].get_closest_marker("slow") is None:
+        pytest.fail(f"{running[0].nodeid} starts `python -m ouroboros`: mark it `slow`")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -31,6 +31,7 @@ def trajectory(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("cut", [True, False])
+@pytest.mark.slow
 def test_a_reply_too_long_is_stopped_at_the_limit_and_its_call_lost(
     replay: Any, tmp_path: Path, cut: bool
 ) -> None:

@@ -205,6 +205,7 @@ def test_a_result_cut_for_room_is_carried_whole() -> None:
 
 @given(histories(complete=False), st.integers(1, 6), st.integers(0, 5000), st.integers(0, 5000))
 @settings(max_examples=300, deadline=None)
+@pytest.mark.slow
 def test_carryover_always_holds_the_last_step(
     history: list[Message], turns: int, capacity: int, share: int
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
+
 from ouroboros.context.carryover import select_carryover
 from ouroboros.messages import AssistantMessage, Message, UserMessage
 from ouroboros.model.scripted import Reply, tool
@@ -62,6 +64,7 @@ def test_the_last_reply_alone_when_its_step_does_not_fit_even_masked() -> None:
     assert ids(carried)[-2:] == LAST
 
 
+@pytest.mark.slow
 def test_a_session_that_ends_thinking_aloud_opens_the_next_with_what_it_thought_about(
     project: Project,
 ) -> None:

@@ -12,6 +12,8 @@ import pytest
 from ouroboros.model.scripted import Reply, ScriptedServer
 from tests.conftest import Project, tmpfs_at
 
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
+
 
 @pytest.fixture
 def state_on_20_mb(project: Project) -> Iterator[Path]:

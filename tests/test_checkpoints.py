@@ -9,10 +9,14 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.run.state_folder import REWOUND
 from tests.conftest import Project
 from tests.inprocess import run_here
+
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
 
 Tree = dict[str, tuple[str, bytes]]
 

@@ -116,6 +116,7 @@ def test_a_rewind_writes_nothing_through_links_planted_before_it(places: Places)
     assert done.written == 2
 
 
+@pytest.mark.slow
 def test_a_fifo_does_not_hold_up_a_checkpoint(places: Places) -> None:
     ws, _, _ = places
     os.mkfifo(ws / "pipe")
@@ -234,6 +235,7 @@ def test_a_failing_git_is_a_warning_and_the_run_goes_on(
     assert not project.events("checkpoint")
 
 
+@pytest.mark.slow
 def test_a_rewind_refuses_while_a_run_holds_the_state_folder(project: Project) -> None:
     run_here(project, [Reply(text="one")], session={"max_turns": 1}, supervisor={"max_restarts": 0})
     with (project.state / LOCK).open("a+") as held:
@@ -245,6 +247,7 @@ def test_a_rewind_refuses_while_a_run_holds_the_state_folder(project: Project) -
     assert "stop it first" in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_rewind_from_a_broken_repository_is_one_line(project: Project) -> None:
     run_here(project, [Reply(text="one")], session={"max_turns": 1}, supervisor={"max_restarts": 0})
     (project.workspace / "today.txt").write_text("today")

@@ -140,6 +140,7 @@ def test_a_fifo_in_place_of_a_gitignore_today_hides_is_moved_aside(places: Place
     held_again(repo, taken.commit)
 
 
+@pytest.mark.slow
 def test_a_fifo_today_hides_from_git_stops_the_rewind_in_its_time(places: Places) -> None:
     ws, state, _ = places
     files(ws, {"a.txt": "A"})

@@ -56,6 +56,7 @@ def test_a_move_to_another_file_system_copies_then_removes(
     assert (ws / "s" / "dev").exists()
 
 
+@pytest.mark.slow
 def test_a_file_unchanged_since_the_last_checkpoint_is_not_read_again(places: Places) -> None:
     ws, _, _ = places
     (ws / "same.txt").write_text("same")

@@ -41,6 +41,7 @@ def deep(places: Places) -> Iterator[Path]:
     subprocess.run(["rm", "-rf", "aside"], cwd=places[1], check=True)
 
 
+@pytest.mark.slow
 def test_a_deep_folder_is_walked_and_a_rewind_refuses_when_git_cannot_list(
     places: Places, deep: Path
 ) -> None:
@@ -60,6 +61,7 @@ def test_a_deep_folder_is_walked_and_a_rewind_refuses_when_git_cannot_list(
     assert (ws / "b.txt").read_text() == "today"
 
 
+@pytest.mark.slow
 def test_a_deep_folder_and_a_fifo_at_a_session_start_are_a_warning(project: Project) -> None:
     planted = f"mkfifo .gitignore && mkdir -p $(printf 'a/%.0s' $(seq 1 {DEPTH})) && echo ok"
     steps = [Reply(tool_calls=[tool("shell_exec", command=planted)]), Reply(text="next")]
@@ -101,6 +103,7 @@ def test_a_file_and_a_link_that_became_folders_are_put_back(places: Places) -> N
     assert done.written == 2
 
 
+@pytest.mark.slow
 def test_a_nested_repository_is_left_out_of_a_walk(places: Places) -> None:
     ws, _, _ = places
     (ws / "sub").mkdir()
@@ -147,6 +150,7 @@ def test_a_missing_object_is_one_line(places: Places) -> None:
         anyio.run(repo.blobs, ["0123456789012345678901234567890123456789"])
 
 
+@pytest.mark.slow
 def test_a_failed_tidy_up_keeps_the_checkpoint(places: Places) -> None:
     ws, state, _ = places
     repo = repo_of(places)
@@ -183,6 +187,7 @@ exec {git} "$@"
 that differ have moved aside), for the test to kill the rewind there."""
 
 
+@pytest.mark.slow
 def test_a_rewind_killed_part_way_is_journalled_and_told(project: Project, tmp_path: Path) -> None:
     two_sessions(project)
     bin_dir, mark = tmp_path / "bin", tmp_path / "held"
@@ -230,6 +235,7 @@ def test_a_rewind_killed_part_way_is_journalled_and_told(project: Project, tmp_p
     assert f"an earlier rewind did not finish: {began['moved_aside']}" in finished.stdout
 
 
+@pytest.mark.slow
 def test_each_cut_of_a_rewinds_journal_tells_the_next_session(project: Project) -> None:
     """A kill after any line of the rewind: none of the last session's step is carried on."""
     two_sessions(project)

@@ -13,6 +13,8 @@ from ouroboros.model.scripted import Reply, ScriptedServer
 from ouroboros.tools import sandbox
 from tests.conftest import PROJECT_ROOT, Project
 
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
+
 CLOSED = "http://127.0.0.1:9/v1"
 """Nothing listens there (port 9, discard): a run that got as far as the server would retry."""
 

@@ -166,6 +166,7 @@ def test_split_point_examples(keep: float, expected: int | None) -> None:
     assert split_point(history, 1, raw, keep) == expected
 
 
+@pytest.mark.slow
 def test_compact_command_asks_the_running_supervisor(project: Project) -> None:
 
     fill_workspace(project, files=12, words=120)

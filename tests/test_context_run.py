@@ -179,6 +179,7 @@ def test_soft_mask_hard_wind_down_then_restart(project: Project) -> None:
     assert not [w for w in project.events("warning") if "swa-full" in w["message"]]
 
 
+@pytest.mark.slow
 def test_a_server_that_drops_its_cache_after_a_change_is_named_once(project: Project) -> None:
     """A sliding-window model on llama-server without --swa-full processes the whole prompt
     again after every masking round: the run says so once, with the flag, from the figures."""
@@ -191,6 +192,7 @@ def test_a_server_that_drops_its_cache_after_a_change_is_named_once(project: Pro
     assert project.events("context_mask")[0]["seq"] < warnings[0]["seq"]
 
 
+@pytest.mark.slow
 def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Project) -> None:
     fill_workspace(project, files=6, words=600)
     with ScriptedServer(reader(6), dialect="llama", n_ctx=3000) as server:
@@ -211,6 +213,7 @@ def test_configured_window_larger_than_the_servers_uses_the_smaller(project: Pro
     assert "context.limit is 16000 but the server runs a 3000-token window" in status
 
 
+@pytest.mark.slow
 def test_overflow_when_server_hides_its_window(project: Project) -> None:
     fill_workspace(project, files=6, words=600)
     # An unknown server with a configured (too large) window: it does not say its own.
@@ -238,6 +241,7 @@ def test_overflow_when_server_hides_its_window(project: Project) -> None:
     assert first["attempt"] == 1
 
 
+@pytest.mark.slow
 def test_silent_truncation_is_detected(project: Project) -> None:
     fill_workspace(project, files=4, words=800)
     paths = itertools.cycle(f"mod{i}.py" for i in range(4))
@@ -260,6 +264,7 @@ def test_silent_truncation_is_detected(project: Project) -> None:
     assert "Save what matters" in requests[4]["messages"][-1]["content"]
 
 
+@pytest.mark.slow
 def test_template_without_tools_is_no_silent_truncation(project: Project) -> None:
     """Seen on the real llama-server with Gemma 3: the template drops the tool schemas, so the
     server counts far fewer tokens than the harness would have estimated with them (in the
@@ -281,6 +286,7 @@ def test_template_without_tools_is_no_silent_truncation(project: Project) -> Non
         )
 
 
+@pytest.mark.slow
 def test_ollama_0_30_0_counts_are_estimated_not_taken_for_truncation(project: Project) -> None:
     """Ollama 0.30.0 counted only the prompt tokens it had to process (servers.md 1b): with its
     cache that is far below what was sent, which must read neither as a measurement nor as a
@@ -345,6 +351,7 @@ def processed_share(project: Project) -> float:
     return processed / sum(int(u["prompt_tokens"]) for u in usage)
 
 
+@pytest.mark.slow
 def test_masking_rounds_go_down_to_the_low_water_mark(project: Project) -> None:
     """Masking rewrites the middle of the prompt, and the server processes again everything
     after the first change: a round goes down to the low-water mark, so the calls after it
@@ -361,6 +368,7 @@ def test_masking_rounds_go_down_to_the_low_water_mark(project: Project) -> None:
     assert processed_share(project) < 0.15
 
 
+@pytest.mark.slow
 def test_masking_rounds_wait_until_worth_their_break(project: Project) -> None:
     """With long replies (as real ones are) the prompt cannot go down far: a round that frees
     little for what the server must process again waits for a larger one."""

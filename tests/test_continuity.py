@@ -9,6 +9,8 @@ import itertools
 import json
 from typing import Any
 
+import pytest
+
 from ouroboros.context.tokens import Budget
 from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, ToolMessage, UserMessage
 from ouroboros.model.scripted import Reply, Responder, tool
@@ -78,6 +80,7 @@ def first_request(requests: list[dict[str, Any]], session: int) -> dict[str, Any
     )
 
 
+@pytest.mark.slow
 def test_a_restart_never_loses_the_last_step(project: Project) -> None:
     fill_workspace(project, files=12, words=500)
     agent = HardCaseAgent()
@@ -170,6 +173,7 @@ def test_five_unseen_results_are_never_masked_and_placeholders_say_what_was_ther
     assert first.endswith("read it again with file_read]")
 
 
+@pytest.mark.slow
 def test_a_shell_placeholder_names_the_command_and_where_its_output_is(
     project: Project,
 ) -> None:

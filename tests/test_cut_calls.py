@@ -99,6 +99,7 @@ def test_a_text_action_cut_open_names_its_tool(project: Project) -> None:
         pytest.param("ollama", 400_000, id="one-chunk"),
     ],
 )
+@pytest.mark.slow
 def test_a_call_cut_on_the_wire_is_told_what_happened(
     project: Project, dialect: str, size: int
 ) -> None:
@@ -114,6 +115,7 @@ def test_a_call_cut_on_the_wire_is_told_what_happened(
 
 
 @pytest.mark.parametrize("dialect", ["ollama", "llama"])
+@pytest.mark.slow
 def test_a_call_the_byte_cap_falls_in_is_named(project: Project, dialect: str) -> None:
     """A whole call in one chunk (as Ollama sends it) past `llm.max_reply_bytes`: the client
     never reads the chunk whole, yet the call is named from its start, not lost; in fragments

@@ -13,6 +13,8 @@ from ouroboros.model.scripted_wire import count_tokens
 from tests.conftest import Project
 from tests.test_context_run import fill_workspace, reader
 
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
+
 
 @pytest.mark.parametrize(
     ("dialect", "detail"),

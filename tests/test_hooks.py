@@ -60,6 +60,7 @@ def alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Project) -> None:
     out = project.root / "events.jsonl"
     inbox.post(project.state, "the tests live in tests/")
@@ -106,6 +107,7 @@ def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Proj
     assert journal_warnings(project) == []
 
 
+@pytest.mark.slow
 def test_a_looping_agent_runs_the_loop_hooks_then_the_stuck_hook(project: Project) -> None:
     out = project.root / "events.jsonl"
     result = run_here(
@@ -124,6 +126,7 @@ def test_a_looping_agent_runs_the_loop_hooks_then_the_stuck_hook(project: Projec
     assert "stopped as stuck" in [e for e in events if e["event"] == "loop"][-1]["summary"]
 
 
+@pytest.mark.slow
 def test_a_hung_hook_is_killed_at_its_timeout_and_never_holds_the_run(project: Project) -> None:
     pids = project.root / "pids"
     hung = ["sh", "-c", f"echo $$ >> {pids}; exec sleep 60"]
@@ -199,6 +202,7 @@ def test_a_burst_of_one_event_runs_its_hook_once_per_interval(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("after_min", "expected"), [(0, ["waiting", "run_end"]), (10, ["run_end"])]
 )
+@pytest.mark.slow
 def test_waiting_for_the_server_runs_its_hook_once_an_outage_past_its_minutes(
     project: Project, server: ScriptedServer, after_min: float, expected: list[str]
 ) -> None:
@@ -226,6 +230,7 @@ def test_waiting_for_the_server_runs_its_hook_once_an_outage_past_its_minutes(
         assert "loading model" in events[0]["summary"]
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_runs_the_error_hook(project: Project, server: ScriptedServer) -> None:
     out = project.root / "events.jsonl"
     server.add(Reply(status=401, error_body={"message": "bad key"}))

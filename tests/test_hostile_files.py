@@ -174,6 +174,7 @@ def test_background_log_in_outputs_linked_out(place: Place, opener: str) -> None
     assert outside_as_it_was(place)
 
 
+@pytest.mark.slow
 def test_folder_swapped_for_a_link_while_reading(place: Place, opener: str) -> None:
     """Row 5: a folder `d` swapped with a link to the state folder as fast as the machine goes
     while `file_read d/journal.jsonl` runs 300 times: the state is never read."""
@@ -338,6 +339,7 @@ def test_a_tool_stuck_in_a_system_call_never_keeps_the_run(tmp_path: Path) -> No
     assert done.stdout == b"stopped\n"
 
 
+@pytest.mark.slow
 def test_planted_links_through_a_real_run(project: Project) -> None:
     """Rows 1-3 end to end: links planted in the workspace before `run` (as an earlier session's
     commands would) at the temporary name, at the name written, and as `.outputs`; the run

@@ -20,6 +20,8 @@ from ouroboros.run import inbox
 from ouroboros.run.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
 from tests.conftest import Project
 
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
+
 TOLD = "the tests live in tests/"
 CLOSED = "http://127.0.0.1:9/v1"
 HUGE = 8 << 30

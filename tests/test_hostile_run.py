@@ -88,6 +88,7 @@ def echo_agent(project: Project, at: int = 0, action: Any = None) -> ScriptedSer
         ("config in the workspace", {"workspace": ".", "state_dir": "../.ouroboros"}, "config"),
     ],
 )
+@pytest.mark.slow
 def test_run_files_inside_the_workspace_are_refused_in_one_line(
     project: Project, where: str, paths: dict[str, str], named: str
 ) -> None:
@@ -138,6 +139,7 @@ def _every_line_bad(journal: Path) -> None:
 @pytest.mark.parametrize(
     "damage", [_clobbered, _emptied, _replaced, _run_start_unended, _every_line_bad]
 )
+@pytest.mark.slow
 def test_a_journal_without_its_run_start_is_refused_never_a_fresh_run(
     project: Project, damage: Any
 ) -> None:
@@ -162,6 +164,7 @@ def test_a_journal_without_its_run_start_is_refused_never_a_fresh_run(
     assert turns(project) == [(1, 1)]
 
 
+@pytest.mark.slow
 def test_a_journal_cut_to_a_shorter_run_is_refused(project: Project) -> None:
     """Cut after a whole line, it still begins with its run start: its snapshot, taken at the
     last session start, says how long it was then."""
@@ -228,6 +231,7 @@ def _unwritable_line(result: subprocess.CompletedProcess[str], path: Path | str)
         (".", "status.json"),  # the folder itself: the first file it would create
     ],
 )
+@pytest.mark.slow
 def test_an_immutable_state_file_at_start_is_one_line_and_the_run_resumes(
     project: Project, immutable: list[Path], name: str, named: str
 ) -> None:
@@ -247,6 +251,7 @@ def test_an_immutable_state_file_at_start_is_one_line_and_the_run_resumes(
     assert len(log) == len(set(log)) == 4
 
 
+@pytest.mark.slow
 def test_a_first_run_stopped_by_a_full_disk_runs_after_the_fix(
     project: Project, small_disk: Path
 ) -> None:
@@ -275,6 +280,7 @@ def test_a_first_run_stopped_by_a_full_disk_runs_after_the_fix(
     assert "journal.jsonl" in stopped_at, stopped_at
 
 
+@pytest.mark.slow
 def test_a_first_write_torn_by_a_crash_is_set_aside_and_the_run_starts(project: Project) -> None:
     project.state.mkdir()
     (project.state / "journal.jsonl").write_bytes(b'{"kind": "run_start", "v": 2, "mod')
@@ -296,6 +302,7 @@ def test_a_first_write_torn_by_a_crash_is_set_aside_and_the_run_starts(project: 
         ("journal.jsonl.snapshot", 2),  # written again at the restart after turn 2
     ],
 )
+@pytest.mark.slow
 def test_a_state_file_made_immutable_mid_run_is_one_line_and_nothing_is_lost(
     project: Project, immutable: list[Path], name: str, at: int
 ) -> None:
@@ -321,6 +328,7 @@ def test_a_state_file_made_immutable_mid_run_is_one_line_and_nothing_is_lost(
     assert len(log) == len(set(log))  # no call run twice
 
 
+@pytest.mark.slow
 def test_a_lock_made_immutable_mid_run_ends_the_run_cleanly_and_is_named_next_time(
     project: Project, immutable: list[Path]
 ) -> None:
@@ -360,6 +368,7 @@ def read_only_state(project: Project) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(project.state)], check=False)
 
 
+@pytest.mark.slow
 def test_a_read_only_state_folder_is_one_line_and_the_run_resumes(
     project: Project, read_only_state: Path
 ) -> None:
@@ -410,6 +419,7 @@ def hostile_agent() -> list[Reply]:
     ]
 
 
+@pytest.mark.slow
 def test_the_live_view_tail_status_and_report_show_no_escape_sequence(project: Project) -> None:
     with ScriptedServer(hostile_agent()) as server:
         project.configure(server.url)
@@ -442,6 +452,7 @@ def test_the_live_view_tail_status_and_report_show_no_escape_sequence(project: P
     assert "done " + CLIPBOARD + "\nsecond line" + BIDI in summaries
 
 
+@pytest.mark.slow
 def test_a_snapshot_still_belongs_to_a_journal_that_escapes_what_it_holds(
     project: Project,
 ) -> None:
@@ -460,6 +471,7 @@ def test_a_snapshot_still_belongs_to_a_journal_that_escapes_what_it_holds(
     assert snapshot.load(journal) is not None
 
 
+@pytest.mark.slow
 def test_a_fatal_server_error_and_its_status_show_no_escape_sequence(project: Project) -> None:
     said = "bad request " + TITLE_CLEAR + CLIPBOARD + "\r\nline two " + BIDI
     with ScriptedServer([Reply(status=400, error_body={"message": said})]) as server:
@@ -476,6 +488,7 @@ def test_a_fatal_server_error_and_its_status_show_no_escape_sequence(project: Pr
     assert "␍⏎line two evil<U+202E>txt.exe" in row  # the error row, on one line
 
 
+@pytest.mark.slow
 def test_a_state_folder_named_with_escapes_is_shown_printable(project: Project) -> None:
     """Whatever a command prints goes out through one guard: here a folder name (a folder
     the agent named, given to --state) in the lines that say there is no run in it."""

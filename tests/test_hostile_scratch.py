@@ -45,6 +45,7 @@ def run_commands(project: Project, *commands: str, env: dict[str, str] | None = 
     return result.stdout
 
 
+@pytest.mark.slow
 def test_commands_do_not_see_the_harness_secrets(project: Project) -> None:
     secrets = {
         "OUROBOROS_LLM__API_KEY": "sk-ouroboros-secret",
@@ -65,6 +66,7 @@ def test_commands_do_not_see_the_harness_secrets(project: Project) -> None:
     assert "TMPDIR=" in seen
 
 
+@pytest.mark.slow
 def test_tools_env_lets_a_named_variable_through(project: Project) -> None:
     script = [Reply(tool_calls=[tool("shell_exec", command="echo [$MY_TOKEN] [$OTHER]")])]
     with ScriptedServer(script) as server:
@@ -77,6 +79,7 @@ def test_tools_env_lets_a_named_variable_through(project: Project) -> None:
     assert "[given] []" in shown["content"]
 
 
+@pytest.mark.slow
 def test_the_private_temporary_folder_is_fresh_private_and_removed(project: Project) -> None:
     # What an agent (or another user) could prepare: the folder the previous scheme named.
     run_commands(project, 'stat -c "%a %U" "$TMPDIR"; echo "$TMPDIR"; touch "$TMPDIR/left"')
@@ -92,6 +95,7 @@ def test_the_private_temporary_folder_is_fresh_private_and_removed(project: Proj
     assert tools_event["tmp"] == folder
 
 
+@pytest.mark.slow
 def test_a_dead_runs_folder_is_swept_but_a_planted_link_is_not_followed(
     project: Project, tmp_path: Path
 ) -> None:
@@ -113,6 +117,7 @@ def test_a_dead_runs_folder_is_swept_but_a_planted_link_is_not_followed(
         planted.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_a_command_too_long_for_exec_is_refused_in_one_line(project: Project) -> None:
     marker = project.workspace / "ran"
     long_command = f"touch {marker}; echo " + "x" * 200_000
@@ -128,6 +133,7 @@ def test_a_command_too_long_for_exec_is_refused_in_one_line(project: Project) ->
     assert len(json.dumps(first)) < 200_000 + 2_000
 
 
+@pytest.mark.slow
 def test_the_environment_is_not_the_harness_one(project: Project) -> None:
     """The whole environment the command saw is a subset of the allow-list and TMPDIR."""
     run_commands(project, "env -0 > env.bin")
@@ -147,6 +153,7 @@ def test_the_environment_is_not_the_harness_one(project: Project) -> None:
     assert os.environ.get("HOME") is None or "HOME" in names
 
 
+@pytest.mark.slow
 def test_limits_above_the_machines_hard_limit_are_lowered_not_a_command_that_never_runs(
     project: Project,
 ) -> None:

@@ -202,6 +202,7 @@ FINISH = chunk(finish="stop")
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_malformed_chunk_never_raises(stream: Any, check: Any) -> None:
     completion = complete(Reply(wire=stream))
     assert check(completion)
@@ -220,6 +221,7 @@ def test_a_stream_that_is_no_reply_is_a_transient_one_line_error(stream: Any) ->
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_malformed_chunks_in_a_run_are_retried_and_the_run_goes_on(project: Project) -> None:
     hostile = iter(
         [
@@ -244,6 +246,7 @@ def test_malformed_chunks_in_a_run_are_retried_and_the_run_goes_on(project: Proj
     assert [u["source"] for u in project.usage()] == ["timings", "server"]
 
 
+@pytest.mark.slow
 def test_a_server_that_always_sends_garbage_ends_the_run_in_one_line(project: Project) -> None:
     with ScriptedServer(lambda body: Reply(wire=events("{not json"))) as server:
         project.configure(server.url, llm={"retry_for_s": 1})
@@ -259,6 +262,7 @@ def test_a_server_that_always_sends_garbage_ends_the_run_in_one_line(project: Pr
 # --- row 14: an overall deadline and a byte cap ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_trickle_of_empty_chunks_ends_at_the_deadline() -> None:
     # The trickle goes on for a minute and then ends well: only the idle deadline, cutting it
     # short, makes this error.
@@ -267,6 +271,7 @@ def test_a_trickle_of_empty_chunks_ends_at_the_deadline() -> None:
     assert "llm.timeout_s" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_slow_reply_that_moves_on_is_not_cut_by_the_idle_timeout() -> None:
     """A slow machine's reply (a token every quarter second) takes longer than `timeout_s`
     in all, and is whole: only a reply that stops moving is cut."""
@@ -276,6 +281,7 @@ def test_a_slow_reply_that_moves_on_is_not_cut_by_the_idle_timeout() -> None:
     assert len(completion.message.content) >= 5
 
 
+@pytest.mark.slow
 def test_a_reply_that_trickles_text_forever_ends_at_the_whole_reply_deadline() -> None:
     with pytest.raises(TransientError) as caught:
         complete(Reply(wire=trickle(60, every=0.1, text="a")), timeout_s=10, reply_timeout_s=1)
@@ -310,6 +316,7 @@ def test_a_flood_is_cut_at_the_byte_cap_as_a_reply_cut_by_length(stream: Any) ->
         ),
     ],
 )
+@pytest.mark.slow
 def test_absurd_usage_is_ignored_with_one_warning(project: Project, reply: Reply) -> None:
     with ScriptedServer(lambda body: reply) as server:
         project.configure(server.url)
@@ -362,6 +369,7 @@ def test_a_server_reusing_call_ids_gets_every_call_run_once(project: Project) ->
     )
 
 
+@pytest.mark.slow
 def test_reused_call_ids_resume_after_kill_nine_without_running_a_call_twice(
     project: Project,
 ) -> None:
@@ -416,6 +424,7 @@ def test_a_reply_of_five_thousand_calls_runs_the_cap_and_the_run_goes_on(project
     assert (project.state / "journal.jsonl").stat().st_size < 200_000
 
 
+@pytest.mark.slow
 def test_a_last_step_that_cannot_fit_is_left_out_and_the_next_session_starts(
     project: Project,
 ) -> None:
@@ -428,6 +437,7 @@ def test_a_last_step_that_cannot_fit_is_left_out_and_the_next_session_starts(
     assert len(replies(project)) == 3
 
 
+@pytest.mark.slow
 def test_arguments_over_the_cap_are_not_run_nor_stored_twice(project: Project) -> None:
     big = tool("file_write", path="big.txt", content="x" * (2 << 20))
     with ScriptedServer([Reply(tool_calls=[big])]) as server:
@@ -448,6 +458,7 @@ def test_arguments_over_the_cap_are_not_run_nor_stored_twice(project: Project) -
     assert "were 2,097,1" in results[0]["content"]
 
 
+@pytest.mark.slow
 def test_an_absurd_count_of_a_refused_prompt_is_not_learnt(project: Project) -> None:
     requests = itertools.count()
     refusal = {
@@ -472,6 +483,7 @@ def test_an_absurd_count_of_a_refused_prompt_is_not_learnt(project: Project) -> 
     assert all(u["estimated_prompt_tokens"] < 8192 for u in project.usage())
 
 
+@pytest.mark.slow
 def test_call_ids_stay_unique_across_sessions_and_resumes(project: Project) -> None:
     """Each `run` resumes from the snapshot taken at the last session start: the ids the run
     recorded before it are known there too."""
@@ -491,6 +503,7 @@ def test_call_ids_stay_unique_across_sessions_and_resumes(project: Project) -> N
     assert len((project.workspace / "runs.log").read_text().splitlines()) == 9
 
 
+@pytest.mark.slow
 def test_a_session_opened_with_a_step_too_big_is_followed_by_one_that_carries_none(
     project: Project,
 ) -> None:
@@ -530,6 +543,7 @@ def test_a_session_opened_with_a_step_too_big_is_followed_by_one_that_carries_no
     assert len(replies(project)) == 3
 
 
+@pytest.mark.slow
 def test_the_agent_is_told_of_dropped_calls_once_also_after_a_kill_nine(project: Project) -> None:
     calls: list[tuple[str, dict[str, Any] | str]] = [
         tool("shell_exec", command="touch started; sleep 30")
@@ -549,6 +563,7 @@ def test_the_agent_is_told_of_dropped_calls_once_also_after_a_kill_nine(project:
     assert len(told) == 1
 
 
+@pytest.mark.slow
 def test_a_fifty_megabyte_argument_is_cut_with_its_reply_and_stored_nowhere(
     project: Project,
 ) -> None:
@@ -568,6 +583,7 @@ def test_a_fifty_megabyte_argument_is_cut_with_its_reply_and_stored_nowhere(
     assert "bytes into a file_write call, which was not run" in told, "the call is named"
 
 
+@pytest.mark.slow
 def test_call_ids_no_id_looks_like_are_renamed(project: Project) -> None:
     odd = ("c" * 10_000, "\x1b]0;T\x07\x1b[2J", "")
     calls = [tool("shell_exec", command=f"echo {n} >> runs.log") for n in range(3)]
@@ -593,6 +609,7 @@ def test_a_stream_nested_past_reading_is_a_transient_one_line_error() -> None:
     assert "nested too deeply" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_arguments_nested_past_reading_are_not_run_nor_kept_and_the_run_resumes(
     project: Project,
 ) -> None:
@@ -687,6 +704,7 @@ def test_a_reply_in_an_encoding_the_harness_does_not_read_is_a_transient_error()
     assert "'br'" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_refusal_that_states_a_tiny_window_stops_the_run_with_one_line(project: Project) -> None:
     """A server that says its window is 1 token: the run takes it (a refusal never proves a
     larger one), cannot open a session in it, and says so in one line; nothing is lost."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+import pytest
+
 from ouroboros import prompts
 from ouroboros.clock import FakeClock
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
@@ -68,6 +70,7 @@ def test_no_wind_down_turns_ends_the_session_at_the_hard_line(project: Project) 
     assert all("message" not in r for r in journal if r["kind"] == "wind_down")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_tool_stops_it_and_the_call_is_never_run_again(project: Project) -> None:
     marker = project.workspace / "started"
     script = [
@@ -94,6 +97,7 @@ def test_ctrl_c_during_a_tool_stops_it_and_the_call_is_never_run_again(project: 
     assert [r["content"] for r in results] == [prompts.CRASH_INTERRUPTED]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_model_call_asks_it_again_on_resume(project: Project) -> None:
     script = [Reply(text="Never seen.", delay_s=60), Reply(text="Asked again.")]
     with ScriptedServer(script) as server:

@@ -89,6 +89,7 @@ def test_overflow_400_from_llama_server_is_classified() -> None:
         ),
     ],
 )
+@pytest.mark.slow
 def test_errors_are_classified(reply: Reply, error: type[Exception]) -> None:
     with ScriptedServer([reply]) as s, pytest.raises(error):
         complete(s)

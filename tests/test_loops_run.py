@@ -8,6 +8,7 @@ import io
 import json
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from ouroboros.config import LoopSettings
@@ -97,6 +98,7 @@ def test_a_session_that_redoes_the_previous_one_is_caught_at_its_fifth_call(
     assert [s["session"] for s in project.events("session_start")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_loop_is_nudged_then_restarted_then_stops_the_run_as_stuck(project: Project) -> None:
     ran = run_here(
         project,
@@ -129,6 +131,7 @@ def test_a_loop_is_nudged_then_restarted_then_stops_the_run_as_stuck(project: Pr
     assert "repeat -> stuck" in out.getvalue()
 
 
+@pytest.mark.slow
 def test_the_escalation_goes_on_across_resumes(project: Project) -> None:
     """The counts are the run's, in the fold: a resumed run goes on from where it stopped (the
     session's nudge from the journal, the restarts from the snapshot of the session start)."""

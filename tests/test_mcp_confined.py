@@ -80,6 +80,7 @@ def test_a_server_sees_only_the_allowed_variables_and_its_own(
     assert "ouroboros-tmp-" in tmp
 
 
+@pytest.mark.slow
 def test_servers_die_with_a_killed_harness(project: Project) -> None:
     script = [Reply(tool_calls=[tool("mcp__test__stubborn")])]
     journal = project.state / "journal.jsonl"
@@ -95,6 +96,7 @@ def test_servers_die_with_a_killed_harness(project: Project) -> None:
     assert not marked_processes()
 
 
+@pytest.mark.slow
 def test_a_stop_signal_mid_call_stops_the_run_and_its_servers(project: Project) -> None:
     script = [Reply(tool_calls=[tool("mcp__test__stubborn")])]
     journal = project.state / "journal.jsonl"

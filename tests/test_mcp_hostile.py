@@ -84,6 +84,7 @@ def marked_processes() -> list[int]:
     return [pid for pid in alive if pid != os.getpid()]
 
 
+@pytest.mark.slow
 def test_a_hanging_server_times_out_and_starts_again(project: Project) -> None:
     ran = hostile_run(project, tool("mcp__test__hang"), call_timeout_s=1)
     assert_survived(project, ran, "did not answer in 1 s")
@@ -95,6 +96,7 @@ def test_a_crashing_server_is_an_error_and_starts_again(project: Project) -> Non
     assert_survived(project, ran, "exited with code 3")
 
 
+@pytest.mark.slow
 def test_a_server_that_exited_between_calls_starts_again_first(project: Project) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__test__leave")]),
@@ -143,6 +145,7 @@ def peak_kib(project: Project, first: tuple[str, dict[str, Any]]) -> int:
     return int(done.stdout.split()[-1])
 
 
+@pytest.mark.slow
 def test_a_100_mb_result_is_never_held_whole(project: Project) -> None:
     small = peak_kib(project, tool("mcp__test__echo", text="small"))
     flood = peak_kib(project, tool("mcp__test__flood", mb=100))
@@ -185,6 +188,7 @@ def test_a_result_off_its_output_schema_is_a_tool_error_and_no_fault(project: Pr
     assert faults(project) == []
 
 
+@pytest.mark.slow
 def test_a_bad_notification_is_one_notice_and_no_traceback(project: Project) -> None:
     script = [Reply(tool_calls=[tool("mcp__test__badnote")]), Reply(text="done")]
     with ScriptedServer(script) as server:
@@ -329,6 +333,7 @@ def test_tools_named_like_built_ins_stay_apart(project: Project) -> None:
     assert {"mcp__test__shell_exec", "mcp__test__finish"} <= set(names)
 
 
+@pytest.mark.slow
 def test_a_server_that_never_starts_is_left_out(project: Project) -> None:
     ran = run_here(
         project,
@@ -362,6 +367,7 @@ def test_a_server_that_cannot_be_run_is_one_line_naming_what_is_missing(
     assert f"b did not start: No such file or directory: {missing}\n" in ran.stdout
 
 
+@pytest.mark.slow
 def test_a_fatal_error_of_the_run_is_one_line_with_servers_running(project: Project) -> None:
     script = [Reply(status=404, error_body={"error": {"message": "model 'scripted' not found"}})]
     with ScriptedServer(script) as server:

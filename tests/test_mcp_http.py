@@ -91,6 +91,7 @@ def run(project: Project, url: str) -> tuple[subprocess.CompletedProcess[str], i
     return done, int(peak)
 
 
+@pytest.mark.slow
 def test_an_endpoint_answering_junk_is_one_line(project: Project, junk: str) -> None:
     done, _ = run(project, junk)
     assert "Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
@@ -98,6 +99,7 @@ def test_an_endpoint_answering_junk_is_one_line(project: Project, junk: str) -> 
     assert failed.startswith("MCP server web did not start: ")
 
 
+@pytest.mark.slow
 def test_an_answer_of_200_mb_is_never_held_whole(project: Project, junk: str, huge: str) -> None:
     _, small = run(project, junk)  # the SDK loaded, a small answer
     _, peak = run(project, huge)

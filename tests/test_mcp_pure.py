@@ -249,6 +249,7 @@ raise SystemExit(main(["run", "--max-turns", "2"]))
 """
 
 
+@pytest.mark.slow
 def test_the_harness_needs_no_sdk_without_servers(project: Project) -> None:
     script = [Reply(tool_calls=[tool("shell_exec", command="echo ran")]), Reply(text="done")]
     with ScriptedServer(script) as server:

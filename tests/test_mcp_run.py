@@ -31,6 +31,7 @@ def tool_results(project: Project) -> list[str]:
     return [m["content"] for m in results(project)]
 
 
+@pytest.mark.slow
 def test_the_time_server_from_pypi_over_stdio(project: Project) -> None:
     time_server = {
         "command": sys.executable,
@@ -61,6 +62,7 @@ def test_the_time_server_from_pypi_over_stdio(project: Project) -> None:
     assert not marked_processes()  # the server stopped with the run
 
 
+@pytest.mark.slow
 def test_the_readmes_time_server_starts_with_the_venv_not_activated(project: Project) -> None:
     """`command = "mcp-server-time"` as docs/mcp.md has it, in a run started with the venv's
     python whose PATH does not hold the venv's `bin/`: found beside the interpreter."""
@@ -116,6 +118,7 @@ def http_server() -> Iterator[str]:
         process.wait()
 
 
+@pytest.mark.slow
 def test_a_streamable_http_server_on_loopback(project: Project, http_server: str) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__notes__add", a=2, b=40)]),
@@ -202,6 +205,7 @@ def test_enabled_and_disabled_tools_choose_what_is_offered(project: Project) -> 
     assert offered["servers"] == {"test": 1}
 
 
+@pytest.mark.slow
 def test_a_resumed_run_offers_the_same_tools_again(project: Project) -> None:
     mcp = {"servers": {"test": {"command": sys.executable, "args": [SERVER]}}, "schema_share": 0.9}
     first = run_here(

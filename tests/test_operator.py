@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ouroboros.clock import FakeClock
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.run import inbox
@@ -110,6 +112,7 @@ def _copy_cut(source: Project, root: Path, keep: int, letter_file: bool) -> Proj
     return copy
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_record_between_tell_and_delivery_delivers_it_once(
     project: Project, tmp_path: Path
 ) -> None:

@@ -18,6 +18,8 @@ from ouroboros.run import inbox
 from ouroboros.run.state_folder import PAUSE_REQUEST
 from tests.conftest import Project, wait_for
 
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
+
 TOLD = "stop listing folders; the answer is in README"
 CLOSED = "http://127.0.0.1:9/v1"
 

@@ -10,10 +10,14 @@ import signal
 import threading
 from typing import Any
 
+import pytest
+
 from ouroboros.context.plan import PlanItem, render
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run.journal import fold
 from tests.conftest import Project
+
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
 
 FIRST = [
     {"text": "list the modules", "status": "doing"},

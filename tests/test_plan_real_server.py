@@ -23,7 +23,7 @@ from ouroboros.context.plan import PlanItem, render
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.test_real_server import N_CTX, RecordingProxy, make_project, real_server, server_count
 
-pytestmark = pytest.mark.real_server
+pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 
 PLAN = [
     {"text": "read the harness's README", "status": "done", "note": "the journal is the truth"},

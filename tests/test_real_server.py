@@ -89,7 +89,7 @@ if (
         "the Gemma 3 270M model is not installed; run `python scripts/real_server.py install`"
     )
 
-pytestmark = pytest.mark.real_server
+pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 
 
 # --- talking to the server directly (the independent side of every comparison) -----------------

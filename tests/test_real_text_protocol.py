@@ -24,7 +24,7 @@ import pytest
 
 from tests.test_real_server import RecordingProxy, make_project, real_server
 
-pytestmark = pytest.mark.real_server
+pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PURPOSE = PROJECT_ROOT / "tests" / "data" / "text_protocol_purpose.md"

@@ -45,6 +45,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     return Demo(root, out.getvalue(), code)
 
 
+@pytest.mark.slow
 def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo) -> None:
     assert demo.exit_code == 0, demo.output
     project = demo.project
@@ -87,6 +88,7 @@ def twin_of(path: str) -> Path:
     raise FileExistsError(f"no free twin of {path}")
 
 
+@pytest.mark.slow
 def test_the_readme_shows_what_the_demo_prints(monkeypatch: pytest.MonkeyPatch) -> None:
     """The README's sample is a real demo run's output in a terminal of 120 columns: its lines,
     in order, with the times and the interpreter as this run has them (`...` leaves lines out).
@@ -119,6 +121,7 @@ def test_the_readme_shows_what_the_demo_prints(monkeypatch: pytest.MonkeyPatch) 
         at = printed.index(line, at) + 1
 
 
+@pytest.mark.slow
 def test_demo_again_in_the_same_folder_keeps_the_first_run(demo: Demo, tmp_path: Path) -> None:
     root = tmp_path / "again"
     shutil.copytree(demo.root, root)
@@ -220,6 +223,7 @@ def test_report_before_any_model_call(tmp_path: Path) -> None:
     assert "<svg" not in page
 
 
+@pytest.mark.slow
 def test_report_renders_in_a_browser(demo: Demo, tmp_path: Path) -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
@@ -305,6 +309,7 @@ def test_every_percentage_of_the_context_is_of_the_prompt_budget(demo: Demo) -> 
         assert f"{u['total_tokens']:,} of {budget:,} tokens ({u['fraction']:.0%}," in title
 
 
+@pytest.mark.slow
 def test_simulated_prefill_times_are_not_shown_as_measured(demo: Demo) -> None:
     """The scripted server has no prefill to time: it sends no time, and no line, `status` or
     report shows one (the cache figures it does count stay)."""

@@ -23,6 +23,8 @@ from ouroboros.sinks.live import Terminal
 from tests.conftest import PROJECT_ROOT, load_module
 from tests.test_report_demo import report
 
+pytestmark = pytest.mark.slow  # a 10,000-call run made once for the file
+
 CALLS = 10_000
 
 

@@ -7,6 +7,8 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from ouroboros import prompts
 from ouroboros.context import policy, room
 from ouroboros.context.mask import MaskPolicy
@@ -31,6 +33,7 @@ def saving(body: dict[str, Any]) -> bool:
     return last["role"] == "user" and "Save what matters" in str(last["content"])
 
 
+@pytest.mark.slow
 def test_one_big_result_never_skips_the_wind_down(project: Project) -> None:
     # Every third step prints far more digits than the window holds, and nothing can be masked
     # (every result protected): however close to the line the reads took the prompt, the output

@@ -17,6 +17,8 @@ from ouroboros import prompts
 from ouroboros.run.snapshot import snapshot_path
 from tests.resume_runs import decisions, journal_path, killed_after, make_project, run_project
 
+pytestmark = pytest.mark.slow  # each test folds and resumes a scripted run after every record
+
 EVERY = {"mask": 5, "compact": 15}
 """Of the message and tool-start records (most of a journal), one boundary in so many is tried
 (the compaction run's rarer records are its point); after every record of another kind, all."""

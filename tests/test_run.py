@@ -14,6 +14,7 @@ from tests.inprocess import run_here
 
 
 @pytest.mark.parametrize("dialect", ["ollama", "llama"])
+@pytest.mark.slow
 def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
     script = [
         Reply(text="Looking around.", tool_calls=[tool("list_dir", path=".")]),
@@ -70,6 +71,7 @@ def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
     assert "max_total_turns" in result.stdout
 
 
+@pytest.mark.slow
 def test_usage_without_server_figures_is_estimated(project: Project) -> None:
     with ScriptedServer([Reply(text="hi", usage=False)] * 2) as server:
         project.configure(server.url)
@@ -79,6 +81,7 @@ def test_usage_without_server_figures_is_estimated(project: Project) -> None:
     assert all(u["prompt_tokens"] > 0 for u in project.usage())
 
 
+@pytest.mark.slow
 def test_llama_timings_used_when_usage_missing(project: Project) -> None:
     with ScriptedServer([Reply(text="hi", usage=False)], dialect="llama") as server:
         project.configure(server.url)
@@ -90,6 +93,7 @@ def test_llama_timings_used_when_usage_missing(project: Project) -> None:
 
 
 @pytest.mark.parametrize("dialect", ["llama", "vllm", "ollama"])
+@pytest.mark.slow
 def test_prompt_cache_figures_are_logged_as_the_server_reports_them(
     project: Project, dialect: str
 ) -> None:
@@ -148,6 +152,7 @@ def test_blocked_command_is_refused_and_logged(project: Project) -> None:
     assert blocked[0]["rule"] == "sudo"
 
 
+@pytest.mark.slow
 def test_server_down_gives_one_line_and_nonzero_exit(project: Project) -> None:
     project.configure("http://127.0.0.1:9/v1", llm={"retry_for_s": 0.5})
     result = project.run("run", "--max-turns", "1")
@@ -158,6 +163,7 @@ def test_server_down_gives_one_line_and_nonzero_exit(project: Project) -> None:
     assert "ollama serve" in last
 
 
+@pytest.mark.slow
 def test_model_not_pulled_on_ollama(project: Project) -> None:
     with ScriptedServer(model="other-model") as server:
         project.configure(server.url)
@@ -167,6 +173,7 @@ def test_model_not_pulled_on_ollama(project: Project) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_fatal_http_error_stops_with_message(project: Project) -> None:
     error = {"message": "invalid api key", "type": "invalid_request_error"}
     with ScriptedServer([Reply(status=401, error_body=error)]) as server:
@@ -177,6 +184,7 @@ def test_fatal_http_error_stops_with_message(project: Project) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_transient_errors_are_retried(project: Project) -> None:
     script = [
         Reply(status=503, error_body={"message": "server busy, please try again."}),
@@ -195,6 +203,7 @@ def test_transient_errors_are_retried(project: Project) -> None:
     assert len(project.usage()) == 1
 
 
+@pytest.mark.slow
 def test_bad_config_is_one_line(project: Project) -> None:
     project.configure("http://127.0.0.1:9/v1", context={"soft_threshold": 1.5})
     result = project.run("run")
@@ -203,6 +212,7 @@ def test_bad_config_is_one_line(project: Project) -> None:
     assert "context.soft_threshold" in result.stderr
 
 
+@pytest.mark.slow
 def test_stop_signal_is_clean(project: Project) -> None:
     import signal
 
@@ -233,6 +243,7 @@ def test_markup_in_logged_text_is_not_interpreted(project: Project) -> None:
     assert "[/]x.txt" in result.stdout
 
 
+@pytest.mark.slow
 def test_untagged_ollama_model_name_finds_the_window(project: Project) -> None:
     with ScriptedServer([Reply(text="hi")], model="scripted:latest", n_ctx=16384) as server:
         project.configure(server.url, supervisor={"max_total_turns": 1})
@@ -241,6 +252,7 @@ def test_untagged_ollama_model_name_finds_the_window(project: Project) -> None:
     assert project.usage()[0]["context_limit"] == 16384
 
 
+@pytest.mark.slow
 def test_reply_cut_at_the_output_limit_is_explained(project: Project) -> None:
     long_write = tool("file_write", path="big.md", content="word " * 200)
     with ScriptedServer(
@@ -253,6 +265,7 @@ def test_reply_cut_at_the_output_limit_is_explained(project: Project) -> None:
     assert "cut off at the output limit (32 tokens)" in last[-1]["content"]
 
 
+@pytest.mark.slow
 def test_the_terminal_shows_a_line_per_call_with_its_tools(project: Project) -> None:
     """On stdout, plain in a pipe: a line per model call ending with each tool it called and how
     it went, the soft and hard lines marked on its bar; events on lines of their own. `--quiet`

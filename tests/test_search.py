@@ -43,6 +43,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return project
 
 
+@pytest.mark.slow
 def test_sessions_are_searched_case_insensitively(recorded: Project) -> None:
     found = search_sessions(recorded.state / "journal.jsonl", "deploy key", 20, [])
     assert len(found) == 1

@@ -47,6 +47,7 @@ def lines_until(
 
 
 @pytest.mark.parametrize("quiet", [False, True])
+@pytest.mark.slow
 def test_a_run_with_no_server_says_it_waits_for_ever_and_how_to_stop_it(
     project: Project, quiet: bool
 ) -> None:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import anyio
+import pytest
 
 from ouroboros.config import ContextSettings, LLMSettings, Settings
 from ouroboros.model.llm import LLMClient, TransientError
@@ -69,6 +70,7 @@ def assert_changed(project: Project, before: int, after: int) -> None:
     assert f"<title>window {after:,}</title>" in page
 
 
+@pytest.mark.slow
 def test_a_window_that_shrinks_between_sessions_is_read_before_the_next(project: Project) -> None:
     refused, later = run_across_a_change(project, LARGE, SMALL)
     assert refused == 0
@@ -76,6 +78,7 @@ def test_a_window_that_shrinks_between_sessions_is_read_before_the_next(project:
     assert_changed(project, LARGE, SMALL)
 
 
+@pytest.mark.slow
 def test_a_window_that_grows_between_sessions_is_used(project: Project) -> None:
     refused, later = run_across_a_change(project, SMALL, LARGE)
     assert refused == 0
@@ -137,6 +140,7 @@ def run_one_session(project: Project, scripted: ScriptedServer) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_call_answered_after_a_failure_reads_the_window_again(project: Project) -> None:
     """A server that failed a call and then answered may have been restarted with another
     window: the session works in it from its next request."""
@@ -156,6 +160,7 @@ def test_a_call_answered_after_a_failure_reads_the_window_again(project: Project
     assert {u["context_limit"] for u in project.usage() if u["ts"] > change["ts"]} == {LARGE}
 
 
+@pytest.mark.slow
 def test_a_refusal_that_names_no_window_reads_it(project: Project) -> None:
     """At most one refusal: the server is asked the window the refusal did not name, and the
     session makes room for it and goes on; every request after fits it."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import pytest
+
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.run.journal import fold
 from ouroboros.run.records import JOURNAL_RECORD
@@ -14,6 +16,7 @@ from tests.conftest import Project
 from tests.inprocess import run_here
 
 
+@pytest.mark.slow
 def test_a_fold_from_the_snapshot_equals_the_fold_of_the_whole_journal(project: Project) -> None:
     # Long outputs in a small window: masks, wind-downs and restarts, so every run field moves.
     script = [

@@ -7,6 +7,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from ouroboros.config import LLMSettings, Settings
 from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import ScriptedServer
@@ -30,6 +32,7 @@ def server() -> ScriptedServer:
     return ScriptedServer(reader(6), dialect="llama", n_ctx=SERVER, hides_window=True)
 
 
+@pytest.mark.slow
 def test_a_run_works_in_the_window_a_refusal_states(project: Project) -> None:
     """The configuration says 16,000: the first refusal sets the window; each session then
     makes its turns and restarts with no more than one refusal."""
@@ -62,6 +65,7 @@ def test_a_run_works_in_the_window_a_refusal_states(project: Project) -> None:
     assert "window 3,000 tokens (llama-server: stated when the server refused a prompt" in status
 
 
+@pytest.mark.slow
 def test_a_resume_after_a_kill_keeps_the_stated_window(project: Project) -> None:
     fill_workspace(project, files=6, words=600)
     with server() as scripted:

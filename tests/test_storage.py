@@ -19,6 +19,7 @@ from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project, fill
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_run_in_one_line_and_the_run_resumes(
     project: Project, small_disk: Path
 ) -> None:

@@ -100,6 +100,7 @@ def test_limits_survive_resume_and_raising_them_continues(project: Project) -> N
     assert [(u["session"], u["turn"]) for u in usage] == [(1, 1), (1, 2), (1, 3)]
 
 
+@pytest.mark.slow
 def test_auto_restart_off_waits_for_resume(project: Project) -> None:
     with ScriptedServer(lambda body: Reply(text="working")) as server:
         project.configure(
@@ -122,6 +123,7 @@ def test_auto_restart_off_waits_for_resume(project: Project) -> None:
     assert [e["by"] for e in project.events("resumed")] == ["operator"]
 
 
+@pytest.mark.slow
 def test_second_supervisor_is_refused_and_stale_lock_taken_over(project: Project) -> None:
     with ScriptedServer([Reply(text="slow", delay_s=30)]) as server:
         project.configure(server.url)
@@ -179,6 +181,7 @@ def test_a_bad_line_in_the_middle_is_skipped_named_and_kept(project: Project) ->
     assert path.read_text().startswith(before)
 
 
+@pytest.mark.slow
 def test_fresh_moves_the_old_run_aside(project: Project) -> None:
     with ScriptedServer(lambda body: Reply(text="working")) as server:
         project.configure(server.url)
@@ -193,6 +196,7 @@ def test_fresh_moves_the_old_run_aside(project: Project) -> None:
 
 
 @pytest.mark.parametrize("lost", ["journal.jsonl", "the whole state folder"])
+@pytest.mark.slow
 def test_a_lost_journal_is_never_a_silent_new_start(project: Project, lost: str) -> None:
     with ScriptedServer(lambda body: Reply(text="working")) as server:
         project.configure(server.url)
@@ -211,6 +215,7 @@ def test_a_lost_journal_is_never_a_silent_new_start(project: Project, lost: str)
         assert project.run("run", "--fresh", "--max-turns", "1").returncode == 0
 
 
+@pytest.mark.slow
 def test_server_down_for_a_while_then_back(project: Project) -> None:
     server = ScriptedServer(lambda body: Reply(text="working"))
     server.start()
@@ -232,6 +237,7 @@ def test_server_down_for_a_while_then_back(project: Project) -> None:
     assert project.events("retry"), "expected retries while the server was down"
 
 
+@pytest.mark.slow
 def test_kill_nine_at_recorded_points_loses_nothing(project: Project) -> None:
     """kill -9 at points the run itself shows: mid-stream (the server has sent half a reply),
     and after a call's `tool_started` before its result. No completed turn is lost, no tool call
@@ -334,6 +340,7 @@ def test_crash_after_finish_still_ends_the_run(project: Project) -> None:
     assert "run stopped: finish" in result.stdout
 
 
+@pytest.mark.slow
 def test_fresh_is_refused_while_a_run_is_live(project: Project) -> None:
     from ouroboros.run.lock import state_lock
 
@@ -378,6 +385,7 @@ def _waits_for_the_lock(thread: threading.Thread) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_what_a_command_started_dies_with_a_killed_harness(project: Project) -> None:
     pids = project.workspace / "pids"
     replies = [

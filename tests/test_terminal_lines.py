@@ -40,6 +40,7 @@ def printed(argv: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("columns", [120, 80])
+@pytest.mark.slow
 def test_the_demo_fits_the_terminal_and_tail_prints_the_same_lines(
     short_dir: Path, columns: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

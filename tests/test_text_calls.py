@@ -248,6 +248,7 @@ def test_every_tools_example_reads_back_as_a_call_of_that_tool(tmp_path: Path) -
         "open-reasoning",
     ],
 )
+@pytest.mark.slow
 def test_a_reply_of_a_megabyte_made_to_be_slow_to_read_is_no_call(text: str) -> None:
     """A server may send megabytes of text (up to `llm.max_reply_bytes`): reading it takes time
     that grows with its length, not its square, and finds no call."""

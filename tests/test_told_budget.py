@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.run import inbox
@@ -62,6 +64,7 @@ def deliveries(records: list[dict[str, Any]], message_id: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(
     project: Project,
 ) -> None:
@@ -96,6 +99,7 @@ def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(
     assert json.loads((project.state / "status.json").read_text())["run"]["undelivered"] == []
 
 
+@pytest.mark.slow
 def test_10000_messages_waiting_at_a_4k_window_never_stop_a_run(project: Project) -> None:
     """Left as `tell` leaves them: the first posted, the rest its file under later names (hard
     links: quick to make). The run makes every turn it may, each step taking its share."""
@@ -156,6 +160,7 @@ def test_a_message_whose_requests_were_refused_is_delivered_by_a_later_session(
     assert summary["undelivered"] == []
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_record_neither_loses_nor_repeats_a_refused_message(
     project: Project, tmp_path: Path
 ) -> None:

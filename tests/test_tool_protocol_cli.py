@@ -4,8 +4,12 @@ to the text protocol and says so once, `native` stops with one line that says wh
 
 from __future__ import annotations
 
+import pytest
+
 from ouroboros.model.scripted import Reply, ScriptedServer, without_tools
 from tests.conftest import Project
+
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
 
 ACTIONS = [
     Reply(text="First a file.\n```bash\necho made > made.txt\n```"),

@@ -9,6 +9,7 @@ import io
 import json
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from ouroboros.config_file import load_settings
@@ -130,6 +131,7 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
     assert ran.stdout.strip().endswith("run stopped: finish (done)")
 
 
+@pytest.mark.slow
 def test_text_steps_are_masked_and_carried_over_as_native_ones(project: Project) -> None:
     """A small window: old results become placeholders (in the user messages that bring them
     back), the newest never; a session restarted at its turn limit opens with its last step,

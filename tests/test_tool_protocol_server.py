@@ -17,6 +17,8 @@ from ouroboros.model.scripted import Reply, Responder, ScriptedServer, without_t
 from ouroboros.run.protocol_tally import SWITCH
 from tests.conftest import Project, wait_for
 
+pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
+
 TEXT_FINISH = Reply(text='```json\n{"tool": "finish", "arguments": {"summary": "done"}}\n```')
 REFUSALS = {
     "vllm": (

@@ -76,6 +76,7 @@ def test_shell_exec_reports_exit_code_and_output(runner: ToolRunner) -> None:
     assert outcome.message.content == "exit code 4\nout\nerr\n"
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_process_group(runner: ToolRunner, tmp_path: Path) -> None:
     pid_file = runner.workspace.root / "child.pid"
     outcome = call(

@@ -113,6 +113,7 @@ def stamps(text: str) -> list[str]:
     return re.findall(r"^(\d\d:\d\d:\d\d) ", text, flags=re.M)
 
 
+@pytest.mark.slow
 def test_tail_shows_calls_and_events_in_time_order(
     recorded: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -266,6 +267,7 @@ def follow(tmp_path: Path) -> Iterator[tuple[Path, Reader]]:
         process.stderr.close()
 
 
+@pytest.mark.slow
 def test_tail_follow_waits_for_the_run_and_prints_what_is_appended(
     recorded: Project, follow: tuple[Path, Reader]
 ) -> None:
@@ -300,6 +302,7 @@ def test_tail_follow_waits_for_the_run_and_prints_what_is_appended(
         reader.until(r"restart 2: session 3")
 
 
+@pytest.mark.slow
 def test_tail_follow_of_a_long_run_starts_at_its_end(recorded: Project) -> None:
     """Like tail(1): the last lines first, then what is appended; never the whole history."""
     process = subprocess.Popen(
@@ -336,6 +339,7 @@ def test_merger_waits_for_a_line_numbered_before_one_it_has(tmp_path: Path) -> N
     assert shown == [first, usage, later]
 
 
+@pytest.mark.slow
 def test_merger_gives_up_on_a_lost_line(tmp_path: Path) -> None:
     merger = Merger.for_state(tmp_path)
     lines = [json.dumps({"seq": seq, "kind": "warning"}) for seq in (1, 3)]
@@ -411,6 +415,7 @@ def test_status_of_an_ended_run_stops_its_clock(recorded: Project) -> None:
     assert _elapsed(early) == _elapsed(late) > 0
 
 
+@pytest.mark.slow
 def test_status_says_the_run_waits_for_its_server(project: Project) -> None:
     """A run whose server is down: `status` says since when it waits, the next try, and why."""
     project.configure("http://127.0.0.1:9/v1", llm={"retry_initial_s": 0.2, "retry_max_s": 2.0})
@@ -472,6 +477,7 @@ def status_both_ways(state: Path) -> tuple[str, str]:
     return said[0], said[1]
 
 
+@pytest.mark.slow
 def test_status_from_its_summary_is_the_fold_of_the_journal_after_a_kill_and_after_the_end(
     project: Project,
 ) -> None:
@@ -510,6 +516,7 @@ def test_status_from_its_summary_is_the_fold_of_the_journal_after_a_kill_and_aft
     assert "max_total_turns" in kept
 
 
+@pytest.mark.slow
 def test_a_run_refused_by_the_lock_leaves_the_live_runs_files_as_they_are(torn: Path) -> None:
     """The lock comes before any file of the run is opened: a second supervisor does not set
     aside the line the live run is writing, nor touch its summary."""
