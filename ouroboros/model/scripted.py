@@ -22,6 +22,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -171,7 +172,10 @@ class ScriptedServer:
         self._httpd = QuietServer(("127.0.0.1", port or self.port or 0), ServerHandler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # A stop waits for the serving loop's next look (half a second by default, in every
+        # test that starts this server).
+        serve = partial(self._httpd.serve_forever, poll_interval=0.05)
+        threading.Thread(target=serve, daemon=True).start()
         return self.url
 
     def stop(self) -> None:
