@@ -17,6 +17,7 @@ from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run import inbox
 from ouroboros.run.state_folder import PAUSE_REQUEST
 from tests.conftest import Project, wait_for
+from tests.test_told_budget import first_shown
 
 pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
 
@@ -189,11 +190,5 @@ def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(
         ran = project.run("run", "--max-turns", "120")
     assert ran.returncode == 0, ran.stderr
     assert "run stopped: finish" in ran.stdout
-    shown: dict[str, int] = {}
-    before: set[str] = set()
-    for seen in accepted:
-        for word in seen - before:
-            shown[word] = shown.get(word, 0) + 1
-        before = seen
-    assert shown == {f"NOTE{i:03d}": 1 for i in range(56)}
+    assert first_shown(accepted) == {f"NOTE{i:03d}": 1 for i in range(56)}
     assert "56 delivered" in project.run("status").stdout

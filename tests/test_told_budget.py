@@ -89,13 +89,7 @@ def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(
     assert "run stopped: finish" in ran.stdout
     # Delivered where it first sits in an accepted request; kept by the next (the history) or
     # gone, never shown anew.
-    shown: dict[str, int] = {}
-    before: set[str] = set()
-    for seen in accepted:
-        for word in seen - before:
-            shown[word] = shown.get(word, 0) + 1
-        before = seen
-    assert shown == {f"NOTE{i:03d}": 1 for i in range(56)}
+    assert first_shown(accepted) == {f"NOTE{i:03d}": 1 for i in range(56)}
     assert json.loads((project.state / "status.json").read_text())["run"]["undelivered"] == []
 
 
@@ -196,3 +190,15 @@ def test_the_told_hook_runs_once_a_message_though_it_is_taken_again(project: Pro
     assert taken == [1, 3]
     told = [json.loads(line) for line in out.read_text().splitlines()]
     assert [e["record"]["session"] for e in told] == [1]
+
+
+def first_shown(accepted: list[set[str]]) -> dict[str, int]:
+    """How often each note appears anew in the accepted requests, in order (a note the next
+    request keeps, in the history, is not anew)."""
+    shown: dict[str, int] = {}
+    before: set[str] = set()
+    for seen in accepted:
+        for word in seen - before:
+            shown[word] = shown.get(word, 0) + 1
+        before = seen
+    return shown
