@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from ouroboros.config_file import load_settings
+from ouroboros.ground.config_file import load_settings
 from ouroboros.model.scripted import Reply, ScriptedServer, quick_config, tool
 from ouroboros.run.session import Session
 from ouroboros.run.start import run

@@ -48,11 +48,11 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-from ouroboros.messages import MESSAGE_ADAPTER, Message, tool_call_pairs_valid
+from ouroboros.ground.messages import MESSAGE_ADAPTER, Message, tool_call_pairs_valid
+from ouroboros.ground.prompts import CRASH_INTERRUPTED
 from ouroboros.model.scripted import Dialect, Reply, ScriptedServer, quick_config, tool
-from ouroboros.prompts import CRASH_INTERRUPTED
-from ouroboros.run.records import JOURNAL_RECORD
-from ouroboros.run.state import replay
+from ouroboros.state.fold import replay
+from ouroboros.state.records import JOURNAL_RECORD
 
 REPO = Path(__file__).resolve().parents[1]
 INTERRUPTED = "error: this call was interrupted"

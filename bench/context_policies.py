@@ -28,7 +28,8 @@ and the breaks per session (requests that change what the one before sent). Then
 harness's own context work per turn (view, ledger, masking decision) at 1,000 and 5,000 messages
 in one session, and PASS/FAIL against the targets of the issue.
 
-Settings are the defaults of `ouroboros.config` (the environment and config.toml are ignored).
+Settings are the defaults of `ouroboros.ground.config` (the environment and config.toml are
+ignored).
 
 Run: .venv/bin/python bench/context_policies.py   (about a minute; exit status 1 if a target fails)
 """
@@ -56,8 +57,11 @@ import anyio
 from floor import StepTokens, sessions_keeping_recent
 from rich.console import Console
 
-from ouroboros import prompts
-from ouroboros.config import (
+from ouroboros.context.ledger import Counting
+from ouroboros.context.mask import masked
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
+from ouroboros.ground import prompts
+from ouroboros.ground.config import (
     ContextSettings,
     LLMSettings,
     PathSettings,
@@ -65,14 +69,8 @@ from ouroboros.config import (
     Settings,
     SupervisorSettings,
 )
-from ouroboros.context import policy as managed
-from ouroboros.context import room
-from ouroboros.context.ledger import Counting
-from ouroboros.context.mask import masked
-from ouroboros.context.policy import ContextPolicy, Decision, End
-from ouroboros.context.room import Rules, StepFigures, projected
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
-from ouroboros.messages import (
+from ouroboros.ground.figures import CallFigures, WindowFigures
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -84,15 +82,18 @@ from ouroboros.messages import (
 from ouroboros.model.cache_check import common_prefix
 from ouroboros.model.llm import Completion, ContextOverflow, Usage
 from ouroboros.model.scripted_wire import count_tokens
-from ouroboros.run.call_figures import CallFigures, WindowFigures
-from ouroboros.run.journal import Journal
-from ouroboros.run.records import Cut, EndReason, Mask, MaskReason, MessageRecord
+from ouroboros.policy import policy as managed
+from ouroboros.policy import room
+from ouroboros.policy.policy import ContextPolicy, Decision, End
+from ouroboros.policy.room import Rules, StepFigures, projected
 from ouroboros.run.session import Parts, Session
-from ouroboros.run.state import RunState
 from ouroboros.run.supervisor import Supervisor
 from ouroboros.run.window import mask_policy
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
+from ouroboros.state.fold import RunState
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import Cut, EndReason, Mask, MaskReason, MessageRecord
 from ouroboros.tools import ToolOutcome, ToolRunner
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import Fit, shaped_result

@@ -11,15 +11,15 @@ from prefill import prefill
 from replay_model import DEFAULTS, PLACEHOLDER, Step
 from replay_run import Run, budget, cap
 
-from ouroboros import prompts
 from ouroboros.context.mask import masked
-from ouroboros.context.room import LONGEST_WIND_DOWN, MIN_OUTPUT_BYTES
 from ouroboros.context.truncate import shown
-from ouroboros.messages import (
+from ouroboros.ground import prompts
+from ouroboros.ground.messages import (
     ToolCall,
     ToolMessage,
     to_wire,
 )
+from ouroboros.policy.room import LONGEST_WIND_DOWN, MIN_OUTPUT_BYTES
 from ouroboros.run.window import mask_policy
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result

@@ -13,7 +13,7 @@ from replay_floors import equal_promises_floor, floor, prefill_figures
 from replay_model import DEFAULTS, PLACEHOLDER
 from replay_run import Run
 
-from ouroboros.messages import (
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     ToolMessage,

@@ -12,8 +12,8 @@ from typing import Any
 
 from replay_tokens import ByteTokens, flat
 
-from ouroboros.config import Settings
-from ouroboros.messages import (
+from ouroboros.ground.config import Settings
+from ouroboros.ground.messages import (
     AssistantMessage,
 )
 from ouroboros.model.scripted import Reply

@@ -19,13 +19,13 @@ from replay_model import BASH_ENV, DEFAULTS, MAX_OUTPUT, Trajectory, load_steps
 from replay_tokens import ByteTokens
 
 from ouroboros.context.tokens import Budget
-from ouroboros.messages import (
+from ouroboros.ground.jsonl import JsonlReader, read_objects
+from ouroboros.ground.messages import (
     Message,
     ToolMessage,
 )
 from ouroboros.model.scripted import ScriptedServer, quick_config
-from ouroboros.run.jsonl import JsonlReader, read_objects
-from ouroboros.run.records import (
+from ouroboros.state.records import (
     JOURNAL_RECORD,
     JournalRecord,
     MessageRecord,

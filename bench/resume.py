@@ -26,10 +26,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
-from ouroboros.run.journal import Journal, Sink
-from ouroboros.run.records import (
+from ouroboros.ground.figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ouroboros.state.journal import Journal, Sink
+from ouroboros.state.records import (
     EndReason,
     Mask,
     MaskReason,
@@ -40,7 +46,7 @@ from ouroboros.run.records import (
     ToolStarted,
     WindDown,
 )
-from ouroboros.run.snapshot import snapshot_path
+from ouroboros.state.snapshot import snapshot_path
 
 TURNS = 25
 WINDOW = 8_192
@@ -52,7 +58,7 @@ PROBE = """
 import json, resource, sys, time
 from pathlib import Path
 started = time.perf_counter()
-from ouroboros.run.journal import Journal, Sink
+from ouroboros.state.journal import Journal, Sink
 imported = time.perf_counter()
 journal = Journal(Path(sys.argv[1]))
 folded = time.perf_counter()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import anyio
 
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import ToolRunner, safefs, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes

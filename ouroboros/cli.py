@@ -15,16 +15,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from ouroboros.cli_parser import argument_parser
-from ouroboros.errors import ConfigError, RunError, StateUnwritable
+from ouroboros.ground.errors import ConfigError, RunError, StateUnwritable
+from ouroboros.ground.jsonl import storage
+from ouroboros.ground.printable import printable
+from ouroboros.ground.state_folder import EVENTS, JOURNAL, USAGE
 from ouroboros.observe import status
 from ouroboros.observe.describe import stderr_console, stdout_console
 from ouroboros.observe.liveness import liveness
-from ouroboros.printable import printable
-from ouroboros.run.jsonl import storage
-from ouroboros.run.state_folder import EVENTS, JOURNAL, USAGE
 
 if TYPE_CHECKING:
-    from ouroboros.config import Settings
+    from ouroboros.ground.config import Settings
 
 # Each command imports what it uses: `status` must answer in a fraction of a second, so it does
 # not load the settings' models or the model client unless it has to.
@@ -38,7 +38,7 @@ EXIT_CONFIG = 2
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from ouroboros.config_file import load_settings
+    from ouroboros.ground.config_file import load_settings
 
     path: Path = args.config or Path("config.toml")
     state: Path | None = getattr(args, "state", None)
@@ -53,8 +53,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.config_file import check_readable
-    from ouroboros.instructions import PLACEHOLDER_WARNING, placeholder_purpose, read_instructions
+    from ouroboros.ground.config_file import check_readable
+    from ouroboros.run.instructions import (
+        PLACEHOLDER_WARNING,
+        placeholder_purpose,
+        read_instructions,
+    )
     from ouroboros.run.lock import fresh_state
     from ouroboros.run.start import run_to_end
     from ouroboros.sinks.live import Terminal
@@ -142,7 +146,7 @@ def _when(state: Path) -> str:
 
 
 def _tell(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.run import inbox
+    from ouroboros.operator import inbox
 
     if (args.text is None) == (args.file is None):
         raise RunError('say the message, or give --file: tell "text" or tell --file notes.txt')
@@ -182,25 +186,25 @@ def _request(load: Loader, request: str, what: str, console: Console) -> int:
 
 
 def _pause(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.run.state_folder import PAUSE_REQUEST
+    from ouroboros.ground.state_folder import PAUSE_REQUEST
 
     return _request(load, PAUSE_REQUEST, "pause", console)
 
 
 def _resume(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.run.state_folder import RESUME_REQUEST
+    from ouroboros.ground.state_folder import RESUME_REQUEST
 
     return _request(load, RESUME_REQUEST, "go on", console)
 
 
 def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.run.state_folder import COMPACT_REQUEST
+    from ouroboros.ground.state_folder import COMPACT_REQUEST
 
     return _ask(load(), COMPACT_REQUEST, "compact the context at its next turn", console)
 
 
 def _rewind(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.run.rewind import rewind
+    from ouroboros.checkpoints.rewind import rewind
 
     stdout_console().print(escape(rewind(load(), args.session)))
     return 0

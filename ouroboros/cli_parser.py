@@ -21,8 +21,8 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ouroboros.config_names import closest
-from ouroboros.printable import printable
+from ouroboros.ground.config_names import closest
+from ouroboros.ground.printable import printable
 
 
 class _Parser(argparse.ArgumentParser):

@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ouroboros.config_file import load_settings, to_toml
+from ouroboros.ground.config_file import load_settings, to_toml
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run.lock import fresh_state
 from ouroboros.run.start import run_to_end

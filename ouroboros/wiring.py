@@ -8,22 +8,23 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ouroboros.clock import SYSTEM_CLOCK, Clock
-from ouroboros.config import Settings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.context.truncate import capped_bytes
-from ouroboros.errors import RunError
+from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
+from ouroboros.ground.config import Settings
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.figures import WindowFigures
+from ouroboros.model import tool_protocol
 from ouroboros.model.llm import LLMClient, Model
 from ouroboros.model.retry import retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
-from ouroboros.run import tool_protocol, window
-from ouroboros.run.call_figures import WindowFigures
-from ouroboros.run.journal import Journal
+from ouroboros.policy.room import Rules
+from ouroboros.run import window
 from ouroboros.run.lock import started_mark
 from ouroboros.run.session import Parts
+from ouroboros.state.journal import Journal
 from ouroboros.tools import ToolCaps, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.environment import command_env

@@ -21,11 +21,11 @@ from pathlib import Path
 from rich.console import Console
 
 from ouroboros.cli import main as ouroboros
-from ouroboros.run.journal import Journal
-from ouroboros.run.reasons import EndReason
-from ouroboros.run.records import RunEnd
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
+from ouroboros.state.journal import Journal
+from ouroboros.state.reasons import EndReason
+from ouroboros.state.records import RunEnd
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 10_000

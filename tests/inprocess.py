@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from ouroboros.clock import SYSTEM_CLOCK, Clock
-from ouroboros.config_file import load_settings
-from ouroboros.errors import RunError
-from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
+from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
+from ouroboros.ground.config_file import load_settings
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
 from ouroboros.model.chunks import Completion, Usage
 from ouroboros.model.fake_model import FakeModel
 from ouroboros.model.scripted import Reply, Responder, quick_config

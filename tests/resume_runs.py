@@ -18,18 +18,18 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from ouroboros.config_file import load_settings, to_toml
 from ouroboros.context.compact import RECAP_SYSTEM
-from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ouroboros.ground.config_file import load_settings, to_toml
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.model.chunks import Completion
 from ouroboros.model.fake_model import FakeModel
-from ouroboros.run import snapshot
-from ouroboros.run.records import JOURNAL_RECORD, MessageRecord, Record, SessionStart
 from ouroboros.run.start import run
-from ouroboros.run.state import replay
 from ouroboros.run.supervisor import RunOutcome
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
+from ouroboros.state import snapshot
+from ouroboros.state.fold import replay
+from ouroboros.state.records import JOURNAL_RECORD, MessageRecord, Record, SessionStart
 
 WINDOW = 4096
 """Small: the run masks, winds down and restarts several times."""

@@ -11,7 +11,7 @@ from ouroboros.context.carryover import select_carryover, settled, steps
 from ouroboros.context.mask import masked
 from ouroboros.context.tokens import Calibration, raw_estimate
 from ouroboros.context.truncate import cap_output, shown
-from ouroboros.messages import (
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     SystemMessage,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ouroboros.context.carryover import select_carryover
-from ouroboros.messages import AssistantMessage, Message, UserMessage
+from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
 from ouroboros.model.scripted import Reply, tool
 from tests.conftest import Project
 from tests.inprocess import run_here

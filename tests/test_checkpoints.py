@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from ouroboros.ground.state_folder import REWOUND
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.state_folder import REWOUND
 from tests.conftest import Project
 from tests.inprocess import run_here
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from ouroboros.checkpoints.commit import Committed, commit_workspace
+from ouroboros.checkpoints.git_store import Repo
+from ouroboros.checkpoints.restore import Restored, prepare, put_back
+from ouroboros.ground.state_folder import CHECKPOINTS, LOCK
 from ouroboros.model.scripted import Reply
-from ouroboros.run.checkpoint_rewind import Restored, prepare, put_back
-from ouroboros.run.checkpoints import Committed, commit_workspace
-from ouroboros.run.git_store import Repo
-from ouroboros.run.state_folder import CHECKPOINTS, LOCK
 from tests.conftest import Project
 from tests.inprocess import run_here
 from tests.test_checkpoints import tree

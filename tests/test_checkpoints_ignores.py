@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ouroboros.run.git_store import Repo, Unlisted
+from ouroboros.checkpoints.git_store import Repo, Unlisted
 from tests.test_checkpoints import tree
 from tests.test_checkpoints_hostile import Places, places, repo_of, rewind, take
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.run import checkpoint_cache
-from ouroboros.run.workspace_files import FOLDER, move_aside, read_entries
+from ouroboros.checkpoints import cache as checkpoint_cache
+from ouroboros.checkpoints.workspace_files import FOLDER, move_aside, read_entries
 from tests.conftest import tmpfs_at
 from tests.test_checkpoints_hostile import Places, places, repo_of, take
 

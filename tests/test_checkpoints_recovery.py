@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from ouroboros.checkpoints.git_store import GitFailed, Unlisted
+from ouroboros.checkpoints.restore import prepare
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.checkpoint_rewind import prepare
-from ouroboros.run.git_store import GitFailed, Unlisted
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
 from tests.test_checkpoints import tree

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from ouroboros.context.compact import RECAP_HEADER, RECAP_SYSTEM, split_point
 from ouroboros.context.tokens import raw_estimate
-from ouroboros.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
+from ouroboros.ground.messages import AssistantMessage, Message, ToolMessage, tool_call_pairs_valid
 from ouroboros.model.llm import ContextOverflow, LLMError
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project
@@ -146,7 +146,7 @@ def test_split_points_leave_pairs_whole(history: list[Message]) -> None:
 
 @pytest.mark.parametrize(("keep", "expected"), [(0.3, 6), (0.6, 4), (0.95, None)])
 def test_split_point_examples(keep: float, expected: int | None) -> None:
-    from ouroboros.messages import SystemMessage, ToolCall, UserMessage
+    from ouroboros.ground.messages import SystemMessage, ToolCall, UserMessage
 
     def step(i: int) -> list[Message]:
         call = ToolCall(id=f"c{i}", name="file_read", arguments="{}")

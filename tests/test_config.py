@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.config import Settings
-from ouroboros.config_file import check_readable, load_settings
-from ouroboros.config_names import OTHER_VARIABLES, PREFIX, unknown_variables
-from ouroboros.errors import ConfigError
+from ouroboros.ground.config import Settings
+from ouroboros.ground.config_file import check_readable, load_settings
+from ouroboros.ground.config_names import OTHER_VARIABLES, PREFIX, unknown_variables
+from ouroboros.ground.errors import ConfigError
 from ouroboros.observe.status import state_dir_of
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"

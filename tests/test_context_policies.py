@@ -28,7 +28,8 @@ from ouroboros.context.truncate import (
     cap_output,
 )
 from ouroboros.context.view import ContextView
-from ouroboros.messages import (
+from ouroboros.ground.figures import Measurement
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -37,9 +38,8 @@ from ouroboros.messages import (
     UserMessage,
     tool_call_pairs_valid,
 )
-from ouroboros.run.call_figures import Measurement
-from ouroboros.run.records import JOURNAL_RECORD
-from ouroboros.run.state import RunState
+from ouroboros.state.fold import RunState
+from ouroboros.state.records import JOURNAL_RECORD
 
 POLICY = MaskPolicy(protected_count=3, protected_tokens=2000, min_tokens=100)
 

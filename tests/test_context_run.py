@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.model.llm import FatalError
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.model.scripted_wire import count_tokens
 from ouroboros.model.servers import ServerInfo, _ollama_counts_whole_prompt
-from ouroboros.run.jsonl import JsonlReader
-from ouroboros.run.records import (
+from ouroboros.state.records import (
     JOURNAL_RECORD,
     MessageRecord,
     RunEnd,

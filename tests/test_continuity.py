@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from ouroboros.context.tokens import Budget
-from ouroboros.messages import MESSAGE_ADAPTER, AssistantMessage, Message, ToolMessage, UserMessage
+from ouroboros.ground.messages import (
+    MESSAGE_ADAPTER,
+    AssistantMessage,
+    Message,
+    ToolMessage,
+    UserMessage,
+)
 from ouroboros.model.scripted import Reply, Responder, tool
 from tests.conftest import Project
 from tests.inprocess import run_here

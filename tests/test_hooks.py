@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from ouroboros.config import HookSettings
-from ouroboros.config_file import load_settings
-from ouroboros.errors import ConfigError
+from ouroboros.ground.config import HookSettings
+from ouroboros.ground.config_file import load_settings
+from ouroboros.ground.errors import ConfigError
+from ouroboros.ground.state_folder import PAUSE_REQUEST, RESUME_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.run import inbox
-from ouroboros.run.journal import Journal
-from ouroboros.run.records import SessionStart
-from ouroboros.run.state_folder import PAUSE_REQUEST, RESUME_REQUEST
-from ouroboros.sinks.hooks import Hooks
+from ouroboros.operator import inbox
+from ouroboros.operator.hooks import Hooks
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import SessionStart
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import ToolOutcome, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes

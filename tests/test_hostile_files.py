@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from ouroboros.context.truncate import saved_name
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolOutcome, ToolRunner, safefs
 from ouroboros.tools.processes import Processes

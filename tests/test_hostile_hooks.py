@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.sinks.hooks import ENV_CHARS
+from ouroboros.operator.hooks import ENV_CHARS
 from tests.conftest import Project
 from tests.inprocess import Ran, run_here
 from tests.test_hooks import journal_warnings

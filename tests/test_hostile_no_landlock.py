@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import ToolRunner, sandbox
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.workspace import Workspace

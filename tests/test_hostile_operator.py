@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.run import inbox
-from ouroboros.run.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
+from ouroboros.operator import inbox
 from tests.conftest import Project
 
 pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from ouroboros.ground.printable import printable
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.printable import printable
-from ouroboros.run import snapshot
+from ouroboros.state import snapshot
 from tests.conftest import Project, fill
 
 CLOSED = "http://127.0.0.1:9/v1"

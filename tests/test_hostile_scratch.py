@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolRunner, sandbox
 from ouroboros.tools.processes import Processes

@@ -22,14 +22,14 @@ from typing import Any
 import anyio
 import pytest
 
-from ouroboros import prompts
-from ouroboros.config import LLMSettings
 from ouroboros.context.ledger import Counting, Ledger
-from ouroboros.messages import Message, SystemMessage, UserMessage
+from ouroboros.ground import prompts
+from ouroboros.ground.config import LLMSettings
+from ouroboros.ground.messages import Message, SystemMessage, UserMessage
 from ouroboros.model.llm import Completion, LLMClient, TransientError
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.model.scripted_hostile import call, chunk, events, flood, one_line, trickle, usage
-from ouroboros.run.records import EndReason, MessageRecord, SessionEnd, SessionStart
+from ouroboros.state.records import EndReason, MessageRecord, SessionEnd, SessionStart
 from tests.conftest import Project, wait_for
 from tests.inprocess import Ran, Scripted, run_here
 

@@ -9,13 +9,21 @@ from typing import Any
 
 import pytest
 
-from ouroboros.errors import RunError
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.model.retry import Retry
-from ouroboros.run.call_figures import CallFigures, RunLimits, WindowFigures
-from ouroboros.run.journal import Journal, fold
 from ouroboros.run.lock import refuse_lost_journal
-from ouroboros.run.records import (
+from ouroboros.state.fold import RunState
+from ouroboros.state.journal import Journal, fold
+from ouroboros.state.records import (
     Compaction,
     Cut,
     EndReason,
@@ -31,9 +39,7 @@ from ouroboros.run.records import (
     ToolStarted,
     WindDown,
 )
-from ouroboros.run.snapshot import load, snapshot_path
-from ouroboros.run.state import RunState
-from ouroboros.run.state_folder import JOURNAL
+from ouroboros.state.snapshot import load, snapshot_path
 
 WINDOW = WindowFigures(
     server="llama-server",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ouroboros import prompts
-from ouroboros.clock import FakeClock
+from ouroboros.ground import prompts
+from ouroboros.ground.clock import FakeClock
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here

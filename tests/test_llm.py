@@ -7,9 +7,9 @@ from functools import partial
 import anyio
 import pytest
 
-from ouroboros.clock import FakeClock
-from ouroboros.config import LLMSettings
-from ouroboros.messages import Message, SystemMessage, UserMessage
+from ouroboros.ground.clock import FakeClock
+from ouroboros.ground.config import LLMSettings
+from ouroboros.ground.messages import Message, SystemMessage, UserMessage
 from ouroboros.model.llm import (
     Completion,
     ContextOverflow,

@@ -1,4 +1,4 @@
-"""Loops seen in the fold alone (`context/loops.py`), and what the policy does about them
+"""Loops seen in the fold alone (`policy/loops.py`), and what the policy does about them
 (`policy.loops_caught`): each detector on states built from records, at its threshold and one
 short of it; the escalation nudge -> wind-down and restart -> stuck."""
 
@@ -10,11 +10,18 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from ouroboros.config import LoopSettings
-from ouroboros.context import loops, policy, room
-from ouroboros.context.policy import End, FreeRoom
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.run.records import (
+from ouroboros.ground.config import LoopSettings
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ouroboros.policy import loops, policy, room
+from ouroboros.policy.policy import End, FreeRoom
+from ouroboros.state.fold import RunState
+from ouroboros.state.records import (
     EndReason,
     LoopDetected,
     LoopKind,
@@ -24,7 +31,6 @@ from ouroboros.run.records import (
     SessionStart,
     WindDown,
 )
-from ouroboros.run.state import RunState
 from tests.test_policy import rules_at
 
 IDS = itertools.count()

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ouroboros.config import LoopSettings
-from ouroboros.config_file import load_settings
+from ouroboros.ground.config import LoopSettings
+from ouroboros.ground.config_file import load_settings
 from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.observe.describe import describe

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import json
 
-from ouroboros.config import ContextSettings
-from ouroboros.context import policy, room, rounds
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.policy import FreeRoom
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.run.records import MaskReason, MessageRecord, SessionStart, WindDown
-from ouroboros.run.state import RunState
+from ouroboros.ground.config import ContextSettings
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ouroboros.policy import policy, room, rounds
+from ouroboros.policy.policy import FreeRoom
+from ouroboros.policy.room import Rules
+from ouroboros.state.fold import RunState
+from ouroboros.state.records import MaskReason, MessageRecord, SessionStart, WindDown
 
 MASKING = MaskPolicy(protected_count=1, protected_tokens=10**6, min_tokens=10)
 

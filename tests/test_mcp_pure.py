@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.config_file import load_settings
 from ouroboros.context.mask import placeholder
-from ouroboros.errors import ConfigError
+from ouroboros.ground.config_file import load_settings
+from ouroboros.ground.errors import ConfigError
+from ouroboros.ground.messages import ToolMessage
 from ouroboros.mcp.catalogue import McpTool, find_answer, found, mode_for
 from ouroboros.mcp.names import MAX_NAME, tool_names
 from ouroboros.mcp.schemas import fitted, normalised
-from ouroboros.messages import ToolMessage
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.conftest import Project
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from ouroboros.clock import FakeClock
+from ouroboros.ground.clock import FakeClock
+from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run import inbox
-from ouroboros.run.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
+from ouroboros.operator import inbox
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
 

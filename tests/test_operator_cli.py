@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from ouroboros.ground.state_folder import PAUSE_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.run import inbox
-from ouroboros.run.state_folder import PAUSE_REQUEST
+from ouroboros.operator import inbox
 from tests.conftest import Project, wait_for
 from tests.test_told_budget import first_shown
 

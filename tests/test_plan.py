@@ -14,7 +14,7 @@ import pytest
 from ouroboros.cli import main
 from ouroboros.context.plan import PlanItem, in_opening, plan_tokens, render
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.journal import fold
+from ouroboros.state.journal import fold
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
 from tests.test_context_run import fill_workspace

@@ -14,7 +14,7 @@ import pytest
 
 from ouroboros.context.plan import PlanItem, render
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.run.journal import fold
+from ouroboros.state.journal import fold
 from tests.conftest import Project
 
 pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from ouroboros.config_file import to_toml
 from ouroboros.context.plan import PlanItem, render
+from ouroboros.ground.config_file import to_toml
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from tests.test_real_server import N_CTX, RecordingProxy, make_project, real_server, server_count
 

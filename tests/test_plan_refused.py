@@ -10,7 +10,7 @@ import anyio
 
 from ouroboros.context.mask import MaskPolicy, choose_masks
 from ouroboros.context.plan import stays_whole
-from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.tools import PROBLEMS_SAID, ToolRunner
 from ouroboros.tools.workspace import Workspace
 

@@ -8,12 +8,11 @@ import itertools
 import json
 from typing import Any
 
-from ouroboros.context import policy
 from ouroboros.context.carryover import select_carryover
 from ouroboros.context.compact import RECAP_HEADER, RECAP_SYSTEM
 from ouroboros.context.mask import MaskPolicy, choose_masks
 from ouroboros.context.truncate import shown
-from ouroboros.messages import (
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -22,7 +21,8 @@ from ouroboros.messages import (
     UserMessage,
 )
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.records import Cut, MessageRecord
+from ouroboros.policy import policy
+from ouroboros.state.records import Cut, MessageRecord
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
 from tests.test_context_run import fill_workspace

@@ -6,15 +6,22 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from ouroboros.config import ContextSettings
-from ouroboros.context import policy, room
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.policy import End, FreeRoom
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ouroboros.run.record_base import Record
-from ouroboros.run.records import (
+from ouroboros.ground.config import ContextSettings
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ouroboros.policy import policy, room
+from ouroboros.policy.policy import End, FreeRoom
+from ouroboros.policy.room import Rules
+from ouroboros.state.fold import RunState
+from ouroboros.state.record_base import Record
+from ouroboros.state.records import (
     CompactionFailed,
     EndReason,
     Mask,
@@ -24,7 +31,6 @@ from ouroboros.run.records import (
     SessionStart,
     WindDown,
 )
-from ouroboros.run.state import RunState
 
 TURNS = 2
 MAX_OUTPUT = 16
@@ -36,7 +42,7 @@ def session_with_results(sizes: list[int]) -> RunState:
     opening = [SystemMessage(content="Work."), UserMessage(content="Begin.", origin="restart")]
     state.apply(SessionStart(session=1, reason="fresh", messages=opening))
     for n, size in enumerate(sizes):
-        # Different commands: three of the same would be a loop (`context/loops.py`).
+        # Different commands: three of the same would be a loop (`policy/loops.py`).
         command = json.dumps({"command": f"x{n}"})
         call = ToolCall(id=f"c{n}", name="shell_exec", arguments=command)
         reply = AssistantMessage(content="", tool_calls=(call,))

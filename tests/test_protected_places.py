@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ouroboros.context.mask import MaskPolicy, protected_ids
-from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
 
 
 def step(n: int, name: str = "file_read", error: bool = False) -> list[Message]:

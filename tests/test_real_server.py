@@ -39,11 +39,12 @@ import anyio
 import openai
 import pytest
 
-from ouroboros.config import LLMSettings
-from ouroboros.config_file import to_toml
 from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.context.tokens import Calibration, raw_estimate, tally
-from ouroboros.messages import (
+from ouroboros.ground.config import LLMSettings
+from ouroboros.ground.config_file import to_toml
+from ouroboros.ground.jsonl import JsonlReader
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -56,9 +57,8 @@ from ouroboros.model.cache_check import reuse_warning
 from ouroboros.model.llm import Completion, ContextOverflow, LLMClient, TransientError
 from ouroboros.model.retry import retrying
 from ouroboros.model.servers import ServerInfo, discover
-from ouroboros.run.journal import Journal
-from ouroboros.run.jsonl import JsonlReader
-from ouroboros.run.records import JOURNAL_RECORD, MessageRecord
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
 from tests.conftest import Project, load_module
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The room a step's results take (`context/result_room.py`), in whole runs in process: one big
+"""The room a step's results take (`policy/result_room.py`), in whole runs in process: one big
 result never costs a wind-down, and the newest results are not masked while they fit."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from ouroboros import prompts
-from ouroboros.context import policy, room
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.result_room import ceiling
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
-from ouroboros.messages import UserMessage
+from ouroboros.ground import prompts
+from ouroboros.ground.messages import UserMessage
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.model.scripted_wire import count_tokens
-from ouroboros.run.records import Mask, WindDown
-from ouroboros.run.state import RunState
+from ouroboros.policy import policy, room
+from ouroboros.policy.result_room import ceiling
+from ouroboros.policy.room import Rules
+from ouroboros.state.fold import RunState
+from ouroboros.state.records import Mask, WindDown
 from tests.conftest import Project
 from tests.inprocess import run_here
 from tests.test_context_run import fill_workspace

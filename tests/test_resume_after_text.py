@@ -5,7 +5,7 @@ did (a reply with calls is finished by `act_on`; one without calls is answered w
 from __future__ import annotations
 
 from ouroboros.model.scripted import Reply
-from ouroboros.run.snapshot import snapshot_path
+from ouroboros.state.snapshot import snapshot_path
 from tests.conftest import Project
 from tests.inprocess import run_here
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ouroboros import prompts
-from ouroboros.run.snapshot import snapshot_path
+from ouroboros.ground import prompts
+from ouroboros.state.snapshot import snapshot_path
 from tests.resume_runs import decisions, journal_path, killed_after, make_project, run_project
 
 pytestmark = pytest.mark.slow  # each test folds and resumes a scripted run after every record

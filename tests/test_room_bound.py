@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ouroboros.context.truncate import RECUT_MIN, SNAP, cap_output, shown
-from ouroboros.messages import ToolCall, ToolMessage
+from ouroboros.ground.messages import ToolCall, ToolMessage
 from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from ouroboros.context.carryover import recent_actions
-from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from ouroboros.ground.jsonl import Problem
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.jsonl import Problem
 from ouroboros.tools.search import search_commands, search_logs, search_sessions
 from tests.conftest import Project
 from tests.inprocess import run_here

@@ -14,14 +14,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ouroboros.config import ContextSettings, LLMSettings, Settings
+from ouroboros.ground.config import ContextSettings, LLMSettings, Settings
+from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.model.llm import LLMClient, TransientError
 from ouroboros.model.scripted import QuietServer, Reply, ScriptedServer
 from ouroboros.model.servers import ServerInfo, discover
-from ouroboros.run.journal import Journal
-from ouroboros.run.records import RunStart
-from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.window import ServerWindow, figures, reread, take_stated
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import RunStart
 from ouroboros.wiring import window_for
 from tests.conftest import Project
 from tests.test_context_run import fill_workspace, reader

@@ -8,10 +8,10 @@ from dataclasses import fields
 import pytest
 
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run.journal import fold
-from ouroboros.run.records import JOURNAL_RECORD
-from ouroboros.run.snapshot import load
-from ouroboros.run.state import RunState
+from ouroboros.state.fold import RunState
+from ouroboros.state.journal import fold
+from ouroboros.state.records import JOURNAL_RECORD
+from ouroboros.state.snapshot import load
 from tests.conftest import Project
 from tests.inprocess import run_here
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.config import LLMSettings, Settings
+from ouroboros.ground.config import LLMSettings, Settings
+from ouroboros.ground.jsonl import JsonlReader
+from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import ScriptedServer
-from ouroboros.run.journal import Journal, fold
-from ouroboros.run.jsonl import JsonlReader
-from ouroboros.run.records import JOURNAL_RECORD, Notice, RunStart
-from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.window import figures, refused_window, take_stated
+from ouroboros.state.journal import Journal, fold
+from ouroboros.state.records import JOURNAL_RECORD, Notice, RunStart
 from tests.conftest import Project, wait_for
 from tests.test_context_run import fill_workspace, reader
 

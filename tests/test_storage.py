@@ -10,10 +10,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ouroboros.errors import StateUnwritable
-from ouroboros.messages import ToolCall
+from ouroboros.ground.errors import StateUnwritable
+from ouroboros.ground.jsonl import JsonlWriter
+from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer
-from ouroboros.run.jsonl import JsonlWriter
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project, fill

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from ouroboros import prompts
+from ouroboros.ground import prompts
+from ouroboros.ground.jsonl import read_objects
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.run.jsonl import read_objects
 from ouroboros.run.lock import state_lock
 from tests.conftest import Project, wait_for
 from tests.inprocess import Scripted, run_here

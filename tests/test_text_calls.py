@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
+from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
 from ouroboros.model.reply_text import fences
 from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
 from ouroboros.model.text_prompt import names, text_wire, tools_section

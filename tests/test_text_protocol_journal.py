@@ -1,4 +1,4 @@
-"""What a run keeps of a reply read as text (`run/tool_protocol.py`), in the process
+"""What a run keeps of a reply read as text (`model/tool_protocol.py`), in the process
 (`run_here`): turns the model made up after a stop token are neither journalled nor sent back,
 in either protocol; arguments over `llm.max_tool_argument_bytes` are kept in neither the call nor
 the text; a reply with no call read from text breaks `auto`'s streak; and what the budget counts
@@ -11,13 +11,13 @@ from typing import Any
 
 from ouroboros.context.pretokens import raw_units
 from ouroboros.context.tokens import tools_estimate
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolMessage
+from ouroboros.ground.jsonl import JsonlReader
+from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
+from ouroboros.model.reply_checks import OMITTED
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.model.text_prompt import text_wire
-from ouroboros.run.jsonl import JsonlReader
-from ouroboros.run.records import JOURNAL_RECORD, MessageRecord
-from ouroboros.run.reply_checks import OMITTED
-from ouroboros.run.tool_protocol import schema_raw
+from ouroboros.model.tool_protocol import schema_raw
+from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project

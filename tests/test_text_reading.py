@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from ouroboros.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
+from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
 from ouroboros.model.reply_text import reply_text
 from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
 from ouroboros.model.text_prompt import HEADING, text_wire

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from ouroboros.ground.state_folder import INBOX
 from ouroboros.model.llm import ContextOverflow
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.run import inbox
-from ouroboros.run.state_folder import INBOX
+from ouroboros.operator import inbox
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
 from tests.test_operator import _copy_cut

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from ouroboros.config_file import load_settings
-from ouroboros.messages import AssistantMessage, ToolMessage
+from ouroboros.ground.config_file import load_settings
+from ouroboros.ground.jsonl import JsonlReader
+from ouroboros.ground.messages import AssistantMessage, ToolMessage
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.observe.status import read_status, render_status
-from ouroboros.run import inbox
-from ouroboros.run.jsonl import JsonlReader
-from ouroboros.run.records import JOURNAL_RECORD, MessageRecord, SessionStart
+from ouroboros.operator import inbox
+from ouroboros.state.records import JOURNAL_RECORD, MessageRecord, SessionStart
 from tests.conftest import Project
 from tests.inprocess import Scripted, run_here
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import ToolOutcome, ToolRunner
 from ouroboros.tools.workspace import Workspace
 from tests.conftest import wait_for

@@ -25,22 +25,22 @@ import pytest
 from rich.console import Console
 
 from ouroboros.cli import main
-from ouroboros.config_file import load_settings
-from ouroboros.errors import RunError
+from ouroboros.ground.config_file import load_settings
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.jsonl import JsonlReader
+from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.model.scripted import Reply, Responder, ScriptedServer, tool
 from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, read_status, render_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
-from ouroboros.run.journal import Journal, fold
-from ouroboros.run.jsonl import JsonlReader
 from ouroboros.run.lock import state_lock
-from ouroboros.run.records import JOURNAL_RECORD, RunStart
 from ouroboros.run.start import run
-from ouroboros.run.state import RunState
-from ouroboros.run.state_folder import JOURNAL
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.lines import lines_of
 from ouroboros.sinks.live import Terminal
+from ouroboros.state.fold import RunState
+from ouroboros.state.journal import Journal, fold
+from ouroboros.state.records import JOURNAL_RECORD, RunStart
 from tests.conftest import PROJECT_ROOT, Project, wait_for
 from tests.test_context_run import fill_workspace
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ouroboros.context.room import place, replies_in_a_row
 from ouroboros.context.tokens import Budget
+from ouroboros.policy.room import place, replies_in_a_row
 
 BUDGET = Budget.for_window(8192, 0.7, 0.9, 1024, 0.05)
 LEAST, MESSAGE, TURNS, MAX_OUTPUT = 100, 80, 2, 1024

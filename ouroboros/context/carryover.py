@@ -21,7 +21,13 @@ from collections.abc import Callable, Sequence
 from ouroboros.context.mask import masked
 from ouroboros.context.plan import stays_whole
 from ouroboros.context.truncate import MARKER_ALLOWANCE, saved_name, shown
-from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 
 Step = list[Message]
 Tokens = Callable[[Message], int]

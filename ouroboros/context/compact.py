@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 
 RECAP_HEADER = "[State snapshot of the earlier part of this session, written by you]"
 

@@ -17,8 +17,8 @@ from ouroboros.context.tokens import (
     Calibration,
     difference,
 )
+from ouroboros.ground.figures import Measurement, RawTally
 from ouroboros.model.chunks import above_window
-from ouroboros.run.call_figures import Measurement, RawTally
 
 
 @dataclass(frozen=True)

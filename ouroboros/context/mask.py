@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ouroboros.context.plan import stays_whole
 from ouroboros.context.truncate import saved_name
-from ouroboros.messages import AssistantMessage, Message, ToolMessage
+from ouroboros.ground.messages import AssistantMessage, Message, ToolMessage
 
 ROUND_WORTH = 0.5
 """A masking round frees at least this share of what it makes the server process again, below

@@ -2,7 +2,7 @@
 must pass, and how it is shown (in a session's opening, to the agent after a save, in `status`).
 
 The harness owns the plan: it is journalled with the result of the call that saved it
-(`MessageRecord.plan`), folded (`run/plan.py`), and rendered whole at the start of every
+(`MessageRecord.plan`), folded (`state/plan.py`), and rendered whole at the start of every
 session, so a restart never loses it. Its size is bounded by a small share of the prompt budget,
 so the plan always fits beside the rest of a session's opening.
 """
@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ouroboros.context.tokens import Calibration, output_kind, units
-from ouroboros.messages import Message, ToolMessage
+from ouroboros.ground.messages import Message, ToolMessage
 
 PLAN_TOOL = "plan"
 """The tool's name; its results are never masked or cut."""

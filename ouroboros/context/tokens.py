@@ -15,8 +15,8 @@ from functools import lru_cache
 from typing import Any
 
 from ouroboros.context.pretokens import raw_units, text_kind
-from ouroboros.messages import AssistantMessage, Message, ToolMessage
-from ouroboros.run.call_figures import RawTally, Zone
+from ouroboros.ground.figures import RawTally, Zone
+from ouroboros.ground.messages import AssistantMessage, Message, ToolMessage
 
 MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers, separators), unless the

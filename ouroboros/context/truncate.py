@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ouroboros.context.tokens import Calibration, output_kind, units
-from ouroboros.messages import ToolMessage
+from ouroboros.ground.messages import ToolMessage
 
 MARKER_ALLOWANCE = 240
 """Bytes a cap keeps for its marker: a path of ~100 bytes and the sentence around it."""

@@ -8,8 +8,8 @@ from dataclasses import replace
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
 from ouroboros.context.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
 from ouroboros.context.truncate import saved_name, shown
-from ouroboros.messages import Message, ToolMessage
-from ouroboros.run.call_figures import RawTally
+from ouroboros.ground.figures import RawTally
+from ouroboros.ground.messages import Message, ToolMessage
 
 
 class ContextView:

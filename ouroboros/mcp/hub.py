@@ -11,8 +11,8 @@ import anyio
 import mcp_types
 from pydantic import BaseModel, ConfigDict
 
-from ouroboros.config import Settings
 from ouroboros.context.tokens import tools_estimate
+from ouroboros.ground.config import Settings
 from ouroboros.mcp import catalogue
 from ouroboros.mcp.catalogue import CALL_TOOL, FIND_TOOL, FindToolsArgs, McpCallArgs, McpTool
 from ouroboros.mcp.names import tool_names
@@ -20,7 +20,7 @@ from ouroboros.mcp.records import McpFault, McpOffered
 from ouroboros.mcp.schemas import fitted
 from ouroboros.mcp.server import McpServer, ServerDown, answer
 from ouroboros.mcp.spawn import Spawner
-from ouroboros.run.journal import Journal
+from ouroboros.state.journal import Journal
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.builtin import Output, ToolFailed
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ouroboros.config import Settings
-from ouroboros.errors import RunError
-from ouroboros.run.journal import Journal
+from ouroboros.ground.config import Settings
+from ouroboros.ground.errors import RunError
+from ouroboros.state.journal import Journal
 
 if TYPE_CHECKING:
     from ouroboros.mcp.hub import McpHub

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ouroboros.run.record_base import Record
+from ouroboros.state.record_base import Record
 
 
 class McpOffered(Record):

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ouroboros.run.journal import Journal
+from ouroboros.state.journal import Journal
 
 SDK_LOGGERS = ("mcp", "client")
 """Where the SDK logs: its modules' own names, and `client` (its `ClientSession`'s)."""

@@ -18,9 +18,9 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from ouroboros.ground.mcp_settings import McpServerSettings
 from ouroboros.mcp.content import result_text
 from ouroboros.mcp.listing import Listing, checked
-from ouroboros.mcp.settings import McpServerSettings
 from ouroboros.mcp.stdio import Fault
 from ouroboros.tools.builtin import ToolFailed
 

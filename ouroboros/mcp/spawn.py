@@ -13,12 +13,12 @@ from pathlib import Path
 
 from mcp.client._transport import TransportStreams
 
-from ouroboros.config import Settings
+from ouroboros.ground.config import Settings
+from ouroboros.ground.mcp_settings import McpServerSettings
 from ouroboros.mcp.http import capped_http
 from ouroboros.mcp.server import Opener
-from ouroboros.mcp.settings import McpServerSettings
 from ouroboros.mcp.stdio import Fault, confined_stdio
-from ouroboros.run.journal import Journal
+from ouroboros.state.journal import Journal
 from ouroboros.tools.environment import command_env
 from ouroboros.tools.processes import Processes
 from ouroboros.tools.scratch import make_scratch, remove_scratch

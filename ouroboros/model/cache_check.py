@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ouroboros.messages import Message
+from ouroboros.ground.messages import Message
 
 T = TypeVar("T")
 REUSED_SHARE = 0.5

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ouroboros.context.tokens import PLAUSIBLE
-from ouroboros.messages import AssistantMessage, ToolCall
+from ouroboros.ground.messages import AssistantMessage, ToolCall
 
 # --- which figures a server sends can be believed ------------------------------------------
 #
@@ -116,7 +116,7 @@ class Completion:
     """Usage the server sent that is no count: ignored, the estimate used (`chunks`)."""
     calls_from_text: str | None = None
     """The format the reply's calls were read from its text in, when the server sent none
-    (`run/tool_protocol.py`)."""
+    (`model/tool_protocol.py`)."""
 
 
 CUT = "ouroboros_cut_bytes"

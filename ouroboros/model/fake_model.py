@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.messages import AssistantMessage, Message, ToolCall, to_wire
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
 from ouroboros.model.llm import Completion, ContextOverflow, Usage
 from ouroboros.model.scripted_wire import count_tokens
 from ouroboros.model.servers import ServerInfo

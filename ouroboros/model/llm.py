@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import anyio
 import openai
 
-from ouroboros.config import LLMSettings
-from ouroboros.messages import Message, to_wire
+from ouroboros.ground.config import LLMSettings
+from ouroboros.ground.messages import Message, to_wire
 from ouroboros.model.chunks import Completion, Prefill, ReportedBy, StreamState, Usage, count
 from ouroboros.model.reply_bytes import ReplyTooLarge, limited_client
 

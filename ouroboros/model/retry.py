@@ -17,8 +17,8 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from ouroboros.clock import SYSTEM_CLOCK, Clock
-from ouroboros.config import LLMSettings
+from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
+from ouroboros.ground.config import LLMSettings
 from ouroboros.model.llm import TransientError, Unreachable
 
 T = TypeVar("T")

@@ -26,7 +26,7 @@ from functools import partial
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
-from ouroboros.config_file import to_toml
+from ouroboros.ground.config_file import to_toml
 from ouroboros.model.cache_check import common_prefix
 from ouroboros.model.scripted_wire import Handler, Wire, count_tokens
 

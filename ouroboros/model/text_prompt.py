@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ouroboros.messages import (
+from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
     SystemMessage,

@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.text import Text
 
+from ouroboros.ground.printable import printable
 from ouroboros.observe.svg import escape
-from ouroboros.printable import printable
 
 MAX_ROWS = 100
 

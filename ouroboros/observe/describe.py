@@ -11,10 +11,10 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 from rich.text import Text
 
+from ouroboros.ground.printable import printable
 from ouroboros.mcp.records import offered_text
 from ouroboros.observe.checkpoint_view import DESCRIBED as CHECKPOINTS
 from ouroboros.observe.plan_view import change_text
-from ouroboros.printable import printable
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
 SHOWN_CHARS = 1000

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ouroboros.run.state_folder import LOCK
+from ouroboros.ground.state_folder import LOCK
 
 
 @dataclass(frozen=True)

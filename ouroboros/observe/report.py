@@ -10,9 +10,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ouroboros.config import Settings
 from ouroboros.context.tokens import Budget
-from ouroboros.errors import RunError
+from ouroboros.ground.config import Settings
+from ouroboros.ground.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
 from ouroboros.observe.checkpoint_view import checkpoint_table
 from ouroboros.observe.operator_table import operator_table

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ouroboros.run.jsonl import read_objects
-from ouroboros.run.state_folder import EVENTS, USAGE
+from ouroboros.ground.jsonl import read_objects
+from ouroboros.ground.state_folder import EVENTS, USAGE
 
 
 @dataclass(frozen=True)

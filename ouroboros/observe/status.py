@@ -23,20 +23,20 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ouroboros.errors import ConfigError
+from ouroboros.ground.errors import ConfigError
+from ouroboros.ground.printable import printable
+from ouroboros.ground.state_folder import JOURNAL, SUMMARY
 from ouroboros.observe.checkpoint_view import checkpoints_status
 from ouroboros.observe.describe import describe, loop_text, sandbox_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.status_rows import cache_text, context_text, window_text
-from ouroboros.printable import printable
-from ouroboros.run import inbox
-from ouroboros.run.record_base import wall_time
-from ouroboros.run.state_folder import JOURNAL, SUMMARY
+from ouroboros.operator import inbox
 from ouroboros.sinks import summary
+from ouroboros.state.record_base import wall_time
 
 if TYPE_CHECKING:
-    from ouroboros.config import Settings
+    from ouroboros.ground.config import Settings
 
 
 def _age(ts: str | None, now: float) -> str:
@@ -237,7 +237,7 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     # The limits the run was started with; today's settings only for a run that recorded none.
     limits = run.get("limits")
     if limits is None:
-        from ouroboros.run.call_figures import RunLimits
+        from ouroboros.ground.figures import RunLimits
 
         limits = RunLimits.of(settings()).model_dump()
     for name, value in _limits_left(limits, figures):

@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.text import Text
 
+from ouroboros.ground.printable import printable
 from ouroboros.observe.describe import ZONE_STYLE, bar, figure, line_marks
-from ouroboros.printable import printable
 
 
 def context_text(usage: dict[str, Any] | None) -> Text:

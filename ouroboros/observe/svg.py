@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ouroboros.printable import printable
+from ouroboros.ground.printable import printable
 
 W, H = 1100, 470
 LEFT, RIGHT, TOP, BOTTOM = 78, 190, 44, 92

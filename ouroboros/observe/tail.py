@@ -17,9 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from ouroboros.ground.jsonl import JsonlReader, offset_of_last
+from ouroboros.ground.state_folder import EVENTS, USAGE
 from ouroboros.observe.describe import describe
-from ouroboros.run.jsonl import JsonlReader, offset_of_last
-from ouroboros.run.state_folder import EVENTS, USAGE
 from ouroboros.sinks.live import Terminal
 
 POLL_S = 0.25

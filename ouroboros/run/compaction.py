@@ -11,19 +11,19 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from ouroboros.clock import Clock
-from ouroboros.config import Settings
-from ouroboros.context import room
 from ouroboros.context.compact import recap_message, recap_request, split_point
 from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import in_opening
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import tally
+from ouroboros.ground.clock import Clock
+from ouroboros.ground.config import Settings
+from ouroboros.ground.state_folder import COMPACT_REQUEST
 from ouroboros.model.llm import ContextOverflow, Model, TransientError
 from ouroboros.model.retry import retrying
-from ouroboros.run.journal import Journal
-from ouroboros.run.records import Compaction, CompactionFailed, SideCall
-from ouroboros.run.state_folder import COMPACT_REQUEST
+from ouroboros.policy import room
+from ouroboros.policy.room import Rules
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import Compaction, CompactionFailed, SideCall
 
 COMPACTION_REGROWTH = 1.25
 """After a failed compaction, how much the view must grow before the next try."""

@@ -13,9 +13,10 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from ouroboros.errors import RunError
-from ouroboros.run.jsonl import storage
-from ouroboros.run.records import (
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.jsonl import storage
+from ouroboros.ground.state_folder import JOURNAL, LOCK, USAGE
+from ouroboros.state.records import (
     JOURNAL_RECORD,
     McpOffered,
     Notice,
@@ -23,8 +24,7 @@ from ouroboros.run.records import (
     RunStart,
     Starting,
 )
-from ouroboros.run.snapshot import journal_size_then, snapshot_path
-from ouroboros.run.state_folder import JOURNAL, LOCK, USAGE
+from ouroboros.state.snapshot import journal_size_then, snapshot_path
 
 LOCK_PATIENCE_S = 1.0
 """`status` takes the lock for an instant to see whether a run holds it: a run starting in that

@@ -12,25 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ouroboros import prompts
-from ouroboros.clock import SYSTEM_CLOCK, Clock
-from ouroboros.config import Settings
-from ouroboros.context import policy, result_room, room
 from ouroboros.context.ledger import Counting
-from ouroboros.context.policy import ContextPolicy, Decision, End, FreeRoom
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
-from ouroboros.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from ouroboros.ground import prompts
+from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
+from ouroboros.ground.config import Settings
+from ouroboros.ground.figures import CallFigures, WindowFigures
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from ouroboros.model import reply_checks, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model
-from ouroboros.model.retry import Retry, retrying
-from ouroboros.run import operator, reply_checks, tool_protocol, window
-from ouroboros.run.call_figures import CallFigures, WindowFigures
-from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
-from ouroboros.run.journal import Journal
-from ouroboros.run.plan import plan_saved
-from ouroboros.run.record_base import wall_time
-from ouroboros.run.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
-from ouroboros.run.reply_checks import (
+from ouroboros.model.reply_checks import (
     Admitted,
     admitted_reply,
     cache_reuse,
@@ -38,6 +29,17 @@ from ouroboros.run.reply_checks import (
     overflow,
     silent_truncation,
 )
+from ouroboros.model.retry import Retry, retrying
+from ouroboros.operator import safe_point as operator
+from ouroboros.policy import policy, result_room, room
+from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
+from ouroboros.policy.room import Rules
+from ouroboros.run import window
+from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
+from ouroboros.state.journal import Journal
+from ouroboros.state.plan import plan_saved
+from ouroboros.state.record_base import wall_time
+from ouroboros.state.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
 from ouroboros.tools import Tools
 from ouroboros.tools.builtin import finish_summary
 from ouroboros.tools.results import Fit

@@ -9,23 +9,23 @@ from functools import partial
 
 import anyio
 
-from ouroboros.clock import SYSTEM_CLOCK, Clock
-from ouroboros.config import Settings
-from ouroboros.errors import RunError, StateUnwritable
+from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
+from ouroboros.ground.config import Settings
+from ouroboros.ground.errors import RunError, StateUnwritable
+from ouroboros.ground.figures import RunLimits
+from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.mcp.lifecycle import mcp_servers
 from ouroboros.model.llm import FatalError, LLMClient, LLMError, Model
 from ouroboros.model.servers import ServerInfo, discover
-from ouroboros.run.call_figures import RunLimits
-from ouroboros.run.journal import Journal
+from ouroboros.operator.hooks import Hooks
 from ouroboros.run.lock import refuse_lost_journal, state_lock
-from ouroboros.run.records import EndReason, RunEnd, Starting
 from ouroboros.run.session import Parts
-from ouroboros.run.state_folder import JOURNAL
 from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.run.window import ServerWindow
 from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.hooks import Hooks
 from ouroboros.sinks.live import Terminal
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import EndReason, RunEnd, Starting
 from ouroboros.wiring import build_parts, discover_server
 
 

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ouroboros import prompts
+from ouroboros.checkpoints.commit import take_checkpoint
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.plan import in_opening
 from ouroboros.context.tokens import tools_estimate
 from ouroboros.context.truncate import shown
-from ouroboros.errors import RunError
-from ouroboros.instructions import system_message
-from ouroboros.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
-from ouroboros.run import operator, window
-from ouroboros.run.call_figures import RunLimits, WindowFigures
-from ouroboros.run.checkpoints import take_checkpoint
+from ouroboros.ground import prompts
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.figures import RunLimits, WindowFigures
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+from ouroboros.operator import safe_point as operator
+from ouroboros.run import window
+from ouroboros.run.instructions import system_message
 from ouroboros.run.lock import mark_started
-from ouroboros.run.records import EndReason, Paused, RunEnd, RunStart, SessionEnd, SessionStart
 from ouroboros.run.session import Parts, Session, SessionEnded
+from ouroboros.state.records import EndReason, Paused, RunEnd, RunStart, SessionEnd, SessionStart
 
 CARRYOVER_SHARE = 0.25
 """Of the room under the soft line, what the steps before the last may fill together with it

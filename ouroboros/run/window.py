@@ -13,17 +13,17 @@ from dataclasses import dataclass, replace
 
 import anyio
 
-from ouroboros.config import ContextSettings, Settings
 from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.room import Rules
 from ouroboros.context.tokens import Budget
+from ouroboros.ground.config import ContextSettings, Settings
+from ouroboros.ground.figures import WindowFigures
 from ouroboros.model.llm import ContextOverflow, LLMError
 from ouroboros.model.servers import ServerInfo, choose_window
-from ouroboros.run.call_figures import WindowFigures
-from ouroboros.run.journal import Journal
-from ouroboros.run.records import WindowChange
-from ouroboros.run.state import RunState
+from ouroboros.policy.room import Rules
+from ouroboros.state.fold import RunState
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import WindowChange
 
 
 def figures(

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from ouroboros.run.jsonl import JsonlWriter, last_line
-from ouroboros.run.records import JournalRecord
-from ouroboros.run.state import RunState
-from ouroboros.run.state_folder import EVENTS, USAGE
+from ouroboros.ground.jsonl import JsonlWriter, last_line
+from ouroboros.ground.state_folder import EVENTS, USAGE
 from ouroboros.sinks.lines import USAGE_KIND, lines_of
 from ouroboros.sinks.live import Terminal
 from ouroboros.sinks.summary import Summary
+from ouroboros.state.fold import RunState
+from ouroboros.state.records import JournalRecord
 
 
 class EventLog:

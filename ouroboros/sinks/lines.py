@@ -10,10 +10,11 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Any
 
-from ouroboros.messages import ToolMessage
-from ouroboros.run.checkpoint_records import Checkpoint, Rewinding, Rewound
-from ouroboros.run.plan import plan_line
-from ouroboros.run.records import (
+from ouroboros.checkpoints.records import Checkpoint, Rewinding, Rewound
+from ouroboros.ground.messages import ToolMessage
+from ouroboros.state.fold import RunState
+from ouroboros.state.plan import plan_line
+from ouroboros.state.records import (
     SCHEMA_VERSION,
     Compaction,
     CompactionFailed,
@@ -38,7 +39,6 @@ from ouroboros.run.records import (
     WindDown,
     WindowChange,
 )
-from ouroboros.run.state import RunState
 
 USAGE_KIND = "token_usage"
 """The kind of the lines of `token_usage.jsonl`; every other kind goes to `events.jsonl`."""

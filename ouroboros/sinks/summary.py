@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ouroboros.errors import unwritable
-from ouroboros.run.state_folder import JOURNAL, SUMMARY
+from ouroboros.ground.errors import unwritable
+from ouroboros.ground.state_folder import JOURNAL, SUMMARY
 
 if TYPE_CHECKING:
-    from ouroboros.run.state import RunState
+    from ouroboros.state.fold import RunState
 
 SUMMARY_FORMAT = 3
 """3: with the newest record's time (`last_ts`), where a stopped run's wall time ends."""
@@ -147,10 +147,10 @@ def read(state_dir: Path) -> dict[str, Any] | None:
 def folded(state_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """`status.json` as the run would have written it, folded from its journal alone; and the
     journal's problems (lines skipped)."""
-    from ouroboros.run.jsonl import JsonlReader
-    from ouroboros.run.records import JOURNAL_RECORD
-    from ouroboros.run.state import RunState
+    from ouroboros.ground.jsonl import JsonlReader
     from ouroboros.sinks.lines import lines_of
+    from ouroboros.state.fold import RunState
+    from ouroboros.state.records import JOURNAL_RECORD
 
     data, state = fresh(), RunState()
     reader = JsonlReader(state_dir / JOURNAL)

@@ -14,7 +14,7 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from ouroboros.context.plan import PLAN_TOOL, PlanArgs, PlanCap, problem, saved
-from ouroboros.messages import ToolCall, ToolMessage
+from ouroboros.ground.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
 from ouroboros.tools.blocklist import Blocklist

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ouroboros.messages import ToolCall
+from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import safefs
 from ouroboros.tools.workspace import Location, PathRefused, Workspace
 

@@ -1,7 +1,7 @@
 """The environment a command runs with: what `tools.env` lets through from the harness's own, and
 the private temporary folder. Nothing else: the harness's environment holds the server's API
 key (`OUROBOROS_LLM__API_KEY`, `OPENAI_API_KEY`), cloud credentials and the user's SSH agent
-socket, none of which the agent's commands need or should see. A hook's (`sinks/hooks.py`) is
+socket, none of which the agent's commands need or should see. A hook's (`operator/hooks.py`) is
 what `hooks.env` lets through, by the same rule."""
 
 from __future__ import annotations

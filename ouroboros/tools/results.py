@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ouroboros.context.truncate import cap_output, recut_bytes, saved_name
-from ouroboros.messages import ToolCall, ToolMessage
+from ouroboros.ground.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
 from ouroboros.tools.builtin import Output

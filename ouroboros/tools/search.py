@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ouroboros.run.jsonl import Problem, parse_object
-from ouroboros.run.state_folder import EVENTS, JOURNAL
+from ouroboros.ground.jsonl import Problem, parse_object
+from ouroboros.ground.state_folder import EVENTS, JOURNAL
 from ouroboros.tools.builtin import Output, ToolArgs, ToolFailed
 
 EXCERPT_CHARS = 240

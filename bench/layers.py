@@ -1,0 +1,147 @@
+"""The package's layers, measured: import circles and imports that run up a layer.
+
+Each folder of the package is a layer (`LAYERS`, lowest first; the top-level modules are the
+commands and the wiring, the highest). Every `ouroboros` import of every module is read from its
+source (also those inside functions and under `TYPE_CHECKING`: a dependency is a dependency), and
+two figures are printed: the import circles (groups of modules that import one another, found as
+strongly connected components) and the imports from a module to one in a higher layer. Issue 30's
+targets: 0 circles, at most 3 imports up.
+
+Run: .venv/bin/python bench/layers.py
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ouroboros"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("ground",),
+    ("context",),
+    ("state",),
+    ("policy",),
+    ("model",),
+    ("tools",),
+    ("run",),
+    ("checkpoints", "operator", "mcp"),
+    ("sinks", "observe"),
+    ("",),
+)
+"""Folders by layer, lowest first; folders in one layer may import one another, not in circles.
+"" is the package's top level: the commands, the wiring, the demo and the features' register."""
+
+MAX_CIRCLES = 0
+MAX_UP = 3
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules `path` imports (`from ouroboros.x import m` names module `m`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if not node.module.startswith("ouroboros"):
+                continue
+            for alias in node.names:
+                inner = f"{node.module}.{alias.name}"
+                found.add(inner if inner in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("ouroboros."))
+    return {name for name in found if name in known}
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(path, known) - {name} for name, path in known.items()}
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    folder = parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in _FOLDERS) else ""
+    for rank, folders in enumerate(LAYERS):
+        if folder in folders:
+            return rank
+    raise SystemExit(f"bench/layers.py: {module} is in no layer: add its folder to LAYERS")
+
+
+_FOLDERS = {folder for folders in LAYERS for folder in folders if folder}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(edges[succ]))))
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def up_imports(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, deps in edges.items() for b in deps if layer(b) > layer(a))
+
+
+def main() -> int:
+    edges = graph()
+    found = circles(edges)
+    up = up_imports(edges)
+    for component in found:
+        print("circle: " + " -> ".join(component))
+    for a, b in up:
+        print(f"up: {a} -> {b}")
+    print(
+        f"{len(edges)} modules: {len(found)} import circles (target {MAX_CIRCLES}), "
+        f"{len(up)} imports up a layer (target ≤ {MAX_UP})"
+    )
+    return 0 if len(found) <= MAX_CIRCLES and len(up) <= MAX_UP else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Where a run stands: a fold over its journal records, the same code live and on resume.
+
+Nothing else holds a copy of the run's state: the view the model is sent (`ContextView`), the
+ledger (anchor and calibration) and the counters are all here, moved only by `apply`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from functools import singledispatchmethod
+
+from ouroboros.checkpoints.records import Checkpoint, Checkpoints, Rewinding, Rewound
+from ouroboros.context.ledger import Ledger
+from ouroboros.context.view import ContextView
+from ouroboros.ground.figures import PrefillTally, RunLimits, WindowFigures
+from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
+from ouroboros.mcp.records import McpFault, McpOffered, McpTally
+from ouroboros.operator.records import Letters
+from ouroboros.policy.loops import LoopTally, SessionLoops, session_calls
+from ouroboros.state.plan import RunPlan
+from ouroboros.state.protocol_tally import ProtocolTally, is_switch
+from ouroboros.state.records import (
+    Compaction,
+    CompactionFailed,
+    Cut,
+    EndReason,
+    LoopDetected,
+    Mask,
+    MessageRecord,
+    Notice,
+    Paused,
+    Record,
+    Refused,
+    Resumed,
+    RunEnd,
+    RunStart,
+    SessionEnd,
+    SessionStart,
+    SideCall,
+    Starting,
+    Told,
+    ToolStarted,
+    WindDown,
+    WindowChange,
+)
+
+RECENT = 200
+"""Replies and results looked at: the newest, so the lines follow what the agent does now."""
+
+SESSION = {"session": True}
+"""Marks the fields a session start resets: the rest is the run's, and all a snapshot keeps."""
+
+
+@dataclass
+class RunState:
+    """Every field is declared here once: the fold moves them, `snapshot` saves the run's ones
+    (those not marked `SESSION`) by this declaration."""
+
+    started_at: float | None = None
+    last_ts: str | None = None
+    """When the newest record was written: where the wall clock of a run that stopped stopped
+    (`record_base.wall_time`)."""
+    session: int = 0
+    session_open: bool = field(default=False, metadata=SESSION)
+    session_turns: int = field(default=0, metadata=SESSION)
+    total_turns: int = 0
+    total_prompt_tokens: int = 0
+    total_completion_tokens: int = 0
+    restarts: int = 0
+    prefill: PrefillTally = field(default_factory=PrefillTally)
+    ledger: Ledger = field(default_factory=Ledger)
+    view: ContextView = field(default_factory=ContextView, metadata=SESSION)
+    """The current (or just ended) session: its messages, and what the model is sent of them."""
+    started_calls: set[str] = field(default_factory=set, metadata=SESSION)
+    call_ids: set[str] = field(default_factory=set)
+    """Every tool-call id the run recorded: a new reply's may repeat none (`reply_checks`)."""
+    dropped_calls: int = field(default=0, metadata=SESSION)
+    """Calls the session's newest reply had past `llm.max_tool_calls_per_reply`: the agent is
+    told after its results."""
+    recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
+    """Completion tokens of the newest replies (they place the wind-down)."""
+    wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
+    """Every reply the agent gave after a wind-down message in the run: which one it was after
+    the message (1, 2, ...) and its completion tokens."""
+    wind_down_replies: int | None = field(default=None, metadata=SESSION)
+    """Replies the agent gave since this session's wind-down message; None before it."""
+    ended_reason: EndReason | None = field(default=None, metadata=SESSION)
+    """Why the last session ended, while no next session has started."""
+    ended_detail: str = field(default="", metadata=SESSION)
+    refused_unanswered: bool = field(default=False, metadata=SESSION)
+    """The server refused the newest request and nothing has been done about it yet: a resume
+    makes the room first, as the live run was doing, instead of asking again."""
+    refusal: str = field(default="", metadata=SESSION)
+    """What the server said when it last refused a prompt as too long."""
+    refusal_window: int | None = field(default=None, metadata=SESSION)
+    """The window the server stated refusing a prompt since the newest reply: the step before
+    was whole (a resume takes the window, and decides nothing again under it)."""
+    run_end: RunEnd | None = None
+    """How the supervisor last stopped; None while it runs."""
+    window: WindowFigures | None = None
+    limits: RunLimits | None = None
+    """As the latest start of the supervisor recorded them (the window: or a change since)."""
+    window_change: WindowChange | None = None
+    """The newest change of the window in force since the run began (a refusal stated a smaller
+    one): a resume keeps working in it."""
+    warned: set[str] = field(default_factory=set)
+    """Warnings given once a run, by name (`Notice.once`)."""
+    compaction_retry_above: int = field(default=0, metadata=SESSION)
+    """After a compaction, or a failed one: the raw size the view must reach before the next."""
+    last_request: tuple[list[Message], int] | None = field(default=None, metadata=SESSION)
+    """The session's newest request and its prompt tokens; None after a call the server's
+    cache saw in between (a compaction's): what the cache check compares the next with."""
+    loops: LoopTally = field(default_factory=LoopTally)
+    session_loops: SessionLoops = field(default_factory=SessionLoops, metadata=SESSION)
+
+    letters: Letters = field(default_factory=Letters)
+    paused: Paused | None = None
+    """Since when and by whom the run is paused; None while it goes on."""
+    resumed_between: bool = field(default=False, metadata=SESSION)
+    """Resumed since the session ended: the next starts without another pause (a kill before)."""
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    plan: RunPlan = field(default_factory=RunPlan)
+    """The agent's plan: the newest a `plan` call saved (shown at every session's start)."""
+    protocol: ProtocolTally = field(default_factory=ProtocolTally)
+    mcp: McpTally = field(default_factory=McpTally)
+    tools: dict[str, int | float | str | bool | None] | None = None
+    """How tool commands run (the sandbox, network, processes, limits): the run's `tools`
+    notice, for `status` (the terminal's line has only the sandbox's kind)."""
+
+    def __post_init__(self) -> None:
+        # A snapshot's list becomes the bounded deque again.
+        self.recent_replies = deque(self.recent_replies, maxlen=RECENT)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.total_prompt_tokens + self.total_completion_tokens
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.view.history
+
+    @property
+    def finished(self) -> bool:
+        """The agent finished: nothing follows."""
+        return self.run_end is not None and self.run_end.reason == EndReason.FINISH
+
+    def apply(self, record: Record) -> None:
+        """Fold one record in."""
+        self.last_ts = record.ts
+        self._fold(record)
+
+    @singledispatchmethod
+    def _fold(self, record: Record) -> None:
+        """What one record changes (a kind not listed here changes nothing)."""
+
+    @_fold.register
+    def _(self, record: MessageRecord) -> None:
+        self.refused_unanswered = False
+        if (usage := record.usage) is not None:
+            # The view is what was sent (first record after it): kept while the check can use it.
+            checked = usage.cached_tokens is not None and "cache" not in self.warned
+            self.last_request = (self.view.messages(), usage.prompt_tokens) if checked else None
+        self._message(record.message)
+        if isinstance(record.message, AssistantMessage):
+            self.dropped_calls = record.dropped_calls or 0
+            self.refusal_window = None
+        self.plan.apply(record)
+        self.protocol.message(record)
+        if record.usage is not None:
+            self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
+            self.letters.carried(self.session, record.ts)
+            self.ledger.apply(record.usage)
+            self.prefill.add(record.usage)
+
+    @_fold.register
+    def _(self, record: ToolStarted) -> None:
+        self.started_calls.add(record.call_id)
+
+    @_fold.register
+    def _(self, record: Mask) -> None:
+        self.view.mask(record.call_ids)
+        self.refused_unanswered = False
+
+    @_fold.register
+    def _(self, record: Cut) -> None:
+        self.view.cut(record.cuts)
+        self.refused_unanswered = False
+
+    @_fold.register
+    def _(self, record: WindDown) -> None:
+        if record.message is not None:
+            self._message(record.message)
+
+    @_fold.register
+    def _(self, record: Refused) -> None:
+        self.ledger.apply(record)  # an exact count of a refused prompt teaches; it is no turn
+        self.refused_unanswered = True
+
+    @_fold.register
+    def _(self, record: Compaction) -> None:
+        self.view.compact(record.start, record.recap)
+        # Not again before the history grows: a resume right after it decides as the run did.
+        self.compaction_retry_above = self.view.raw_total + 1
+
+    @_fold.register
+    def _(self, record: CompactionFailed) -> None:
+        self.compaction_retry_above = record.retry_above
+
+    @_fold.register
+    def _(self, record: Notice) -> None:
+        if record.once is not None:
+            self.warned.add(record.once)
+        if record.event == "tools" and not record.message:  # MCP servers' say it in words
+            self.tools = dict(record.details)
+        self.protocol.notice(record)
+        self.last_request = None if is_switch(record) else self.last_request
+        if record.event == "context_overflow":
+            # Without a count (`Refused`) a resume asks again: nothing learnt, the same room.
+            self.refusal, self.session_loops.refused = record.message, True
+            stated = record.details.get("n_ctx")
+            self.refusal_window = stated if isinstance(stated, int) else None
+
+    @_fold.register
+    def _(self, record: SideCall) -> None:
+        # Tokens spent outside the conversation: no turn, no anchor.
+        self.last_request = None
+        self.total_prompt_tokens += record.usage.prompt_tokens
+        self.total_completion_tokens += record.usage.completion_tokens
+        self.prefill.add(record.usage)
+
+    @_fold.register
+    def _(self, record: Told) -> None:
+        self.letters.taken(record)
+        self._message(record.message)
+
+    @_fold.register
+    def _(self, record: Paused | Resumed) -> None:
+        self.paused = record if isinstance(record, Paused) else None
+        self.resumed_between = isinstance(record, Resumed) and not self.session_open
+
+    @_fold.register
+    def _(self, record: Checkpoint | Rewinding | Rewound) -> None:
+        self.checkpoints.apply(record)
+        if isinstance(record, Rewinding) and record.ended_turns is not None:
+            self._fold(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
+
+    @_fold.register
+    def _(self, record: McpOffered | McpFault) -> None:
+        self.mcp.apply(record)
+
+    @_fold.register
+    def _(self, record: LoopDetected) -> None:
+        self.loops.caught(record)
+        if record.message is not None:
+            self._message(record.message)
+        self.session_loops.caught(record, len(self.view.history))
+
+    @_fold.register
+    def _(self, record: WindowChange) -> None:
+        self.window, self.window_change = record.window, record
+
+    @_fold.register
+    def _(self, record: SessionEnd) -> None:
+        self.session_open = False
+        self.ended_reason = record.reason
+        self.ended_detail = record.detail
+        # Only refusals no room could answer count: one the harness recovered from is no loop.
+        if record.reason == EndReason.CONTEXT_OVERFLOW:
+            self.loops.overflows += 1
+        else:
+            self.loops.overflows = 0
+
+    @_fold.register
+    def _(self, record: RunEnd) -> None:
+        self.run_end = record
+
+    def _message(self, message: Message) -> None:
+        self.view.append(message)
+        # Counted as records arrive, so no turn has to scan the session for it.
+        if isinstance(message, UserMessage) and message.origin == "wind_down":
+            self.wind_down_replies = 0
+        elif isinstance(message, AssistantMessage) and self.wind_down_replies is not None:
+            self.wind_down_replies += 1
+        if isinstance(message, AssistantMessage):
+            self.call_ids.update(c.id for c in message.tool_calls)
+
+    def _turn(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """A turn is a model reply with its usage: carried-over replies are none."""
+        self.recent_replies.append(completion_tokens)
+        if self.wind_down_replies is not None:
+            self.wind_down_reply_tokens.append((self.wind_down_replies, completion_tokens))
+        self.total_prompt_tokens += prompt_tokens
+        self.total_completion_tokens += completion_tokens
+        self.session_turns += 1
+        self.total_turns += 1
+
+    @_fold.register
+    def _(self, record: SessionStart) -> None:
+        if self.session:
+            self.restarts += 1
+            self.loops.previous_calls = session_calls(self.view, self.view.opening)
+        self.session = record.session
+        fresh = RunState()
+        for f in fields(RunState):
+            if f.metadata.get("session"):
+                setattr(self, f.name, getattr(fresh, f.name))
+        self.session_open = True
+        self.view = ContextView(record.messages)
+        self.letters.opened(record.session, record.messages)
+
+    @_fold.register
+    def _(self, record: Starting) -> None:
+        self.limits = record.limits
+
+    @_fold.register
+    def _(self, record: RunStart) -> None:
+        if self.started_at is None:
+            self.started_at = datetime.fromisoformat(record.ts).timestamp()
+        self.run_end = None
+        if record.window is not None:
+            self.window = record.window
+            self.ledger.calibration.set_frame(record.window.frame_tokens)
+        if record.limits is not None:
+            self.limits = record.limits
+
+
+def replay(records: list[Record]) -> RunState:
+    state = RunState()
+    for record in records:
+        state.apply(record)
+    return state

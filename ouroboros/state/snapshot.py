@@ -1,0 +1,99 @@
+"""The run's state as it stood right after a session start, so a resume folds only the records
+of the last session.
+
+Written at every session start, next to the journal: the session's own state is then its opening
+messages, and the rest is the run's fields of `RunState`, saved by their one declaration there.
+It is a cache: missing, unreadable, or not matching the journal's bytes at its offset, it is
+ignored and the whole journal is folded, which gives the same state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ValidationError, create_model
+
+from ouroboros.context.view import ContextView
+from ouroboros.ground.jsonl import storage
+from ouroboros.ground.messages import Message
+from ouroboros.state.fold import RunState
+
+SNAPSHOT_FORMAT = 4
+"""4: the run's fields as `RunState` declares them (an older snapshot is ignored: the whole
+journal is folded)."""
+
+_HINTS = get_type_hints(RunState)
+_RUN_FIELDS: dict[str, Any] = {
+    f.name: (_HINTS[f.name], ...) for f in fields(RunState) if not f.metadata.get("session")
+}
+SavedRun: type[BaseModel] = create_model("SavedRun", **_RUN_FIELDS)
+"""The run's fields of `RunState`: every one not reset by a session start."""
+
+
+class Snapshot(BaseModel):
+    format: int = SNAPSHOT_FORMAT
+    offset: int
+    """Bytes of the journal the state folds."""
+    lines: int
+    line_sha256: str
+    """Of the journal's last line before `offset`: the journal this state belongs to."""
+    line_bytes: int
+    run: SavedRun
+    messages: list[Message]
+    """The session's opening."""
+
+
+def snapshot_path(journal: Path) -> Path:
+    return journal.with_name(journal.name + ".snapshot")
+
+
+def save(journal: Path, state: RunState, offset: int, lines: int, last_line: bytes) -> None:
+    """Replace the snapshot (atomically: a crash leaves the old one or the new one) with
+    `state` as it is right after the session start record `last_line`."""
+    run: dict[str, Any] = {name: getattr(state, name) for name in SavedRun.model_fields}
+    snap = Snapshot(
+        offset=offset,
+        lines=lines,
+        line_sha256=hashlib.sha256(last_line).hexdigest(),
+        line_bytes=len(last_line),
+        run=SavedRun.model_validate(run),
+        messages=state.view.history,
+    )
+    path = snapshot_path(journal)
+    temporary = path.with_name(path.name + ".tmp")
+    # A snapshot that cannot be written stops the run like any file of the state folder (the
+    # session start it follows is on disk: nothing is lost).
+    with storage(path):
+        temporary.write_text(snap.model_dump_json())
+        os.replace(temporary, path)
+
+
+def journal_size_then(journal: Path) -> int | None:
+    """The journal's length when its snapshot was taken (None: no snapshot that reads). The
+    journal only grows (a torn tail set aside is past the snapshot's last whole line), so a
+    shorter one lost records."""
+    try:
+        return Snapshot.model_validate_json(snapshot_path(journal).read_bytes()).offset
+    except (OSError, ValidationError):
+        return None
+
+
+def load(journal: Path) -> tuple[RunState, int, int] | None:
+    """The state the snapshot holds, with the offset and line count it folds; None when there
+    is none that belongs to this journal."""
+    try:
+        snap = Snapshot.model_validate_json(snapshot_path(journal).read_bytes())
+        with journal.open("rb") as f:
+            f.seek(max(0, snap.offset - snap.line_bytes))
+            line = f.read(snap.line_bytes)
+    except (OSError, ValidationError):
+        return None
+    if snap.format != SNAPSHOT_FORMAT or hashlib.sha256(line).hexdigest() != snap.line_sha256:
+        return None
+    run = {name: getattr(snap.run, name) for name in SavedRun.model_fields}
+    state = RunState(**run, session_open=True, view=ContextView(snap.messages))
+    return state, snap.offset, snap.lines
