@@ -79,6 +79,7 @@ from ouroboros.ground.messages import (
     UserMessage,
     to_wire,
 )
+from ouroboros.model import reply_checks
 from ouroboros.model.cache_check import common_prefix
 from ouroboros.model.llm import Completion, ContextOverflow, Usage
 from ouroboros.model.scripted_wire import count_tokens
@@ -779,7 +780,7 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
     turn = state.session_turns + 1
-    usage: CallFigures | None = room.call_figures(
+    usage: CallFigures | None = reply_checks.call_figures(
         state, rules, replay.parts.counting, served, raw_prompt, turn
     )
     for message in messages:

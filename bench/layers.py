@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ouroboros"
@@ -79,48 +78,24 @@ def layer(module: str) -> int:
 _FOLDERS = {folder for folders in LAYERS for folder in folders if folder}
 
 
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for succ in edges[todo.pop()] - seen:
+            seen.add(succ)
+            todo.append(succ)
+    return seen
+
+
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
+    """Groups of more than one module each of which reaches every other by imports."""
+    reach = {module: reachable(edges, module) for module in edges}
     found: list[list[str]] = []
-
-    def visit(start: str) -> None:
-        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(edges[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, successors = work[-1]
-            for succ in successors:
-                if succ not in index:
-                    index[succ] = low[succ] = len(index)
-                    stack.append(succ)
-                    on_stack.add(succ)
-                    work.append((succ, iter(sorted(edges[succ]))))
-                    break
-                if succ in on_stack:
-                    low[node] = min(low[node], index[succ])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-
-    for node in sorted(edges):
-        if node not in index:
-            visit(node)
+    for module in sorted(edges):
+        group = sorted({module} | {other for other in reach[module] if module in reach[other]})
+        if len(group) > 1 and group not in found:
+            found.append(group)
     return found
 
 

@@ -18,7 +18,7 @@ from ouroboros.ground.errors import RunError
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.model import tool_protocol
 from ouroboros.model.llm import LLMClient, Model
-from ouroboros.model.retry import retrying
+from ouroboros.model.retry import journalled, retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
 from ouroboros.policy.room import Rules
 from ouroboros.run import window
@@ -80,7 +80,7 @@ async def discover_server(settings: Settings, client: LLMClient, journal: Journa
     """Ask the server what it is and its window (retried while it is not up yet)."""
     s = settings
     info = await retrying(
-        lambda: discover(client, s.llm.base_url, s.llm.model), s.llm, journal.retry
+        lambda: discover(client, s.llm.base_url, s.llm.model), s.llm, journalled(journal)
     )
     if not info.counts_whole_prompt:
         journal.notify(

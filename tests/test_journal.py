@@ -19,7 +19,7 @@ from ouroboros.ground.messages import (
     UserMessage,
 )
 from ouroboros.ground.state_folder import JOURNAL
-from ouroboros.model.retry import Retry
+from ouroboros.model.retry import Retry, journalled
 from ouroboros.run.lock import refuse_lost_journal
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal, fold
@@ -228,7 +228,7 @@ def test_a_notice_named_once_is_journalled_once_a_run_even_across_a_resume(
     journal = Journal(path)
     journal.notify("warning", "tools run unconfined", once="unconfined")
     journal.notify("warning", "tools run unconfined", once="unconfined")
-    journal.retry(Retry(2, 1.234, 3.0, RuntimeError("HTTP 503"), "http://x/v1", 0))
+    journalled(journal)(Retry(2, 1.234, 3.0, RuntimeError("HTTP 503"), "http://x/v1", 0))
     journal.close()
     resumed = Journal(path)
     resumed.notify("warning", "tools run unconfined", once="unconfined")
@@ -246,7 +246,7 @@ def test_notices_before_the_run_start_do_not_make_a_journal_lost(tmp_path: Path)
     journal.append(Starting(limits=RunLimits(max_total_turns=3, wind_down_turns=2)))
     assert journal.state.limits is not None
     assert journal.state.limits.max_total_turns == 3
-    journal.retry(Retry(1, 0.5, 0.0, RuntimeError("connection refused"), "http://x/v1", 0))
+    journalled(journal)(Retry(1, 0.5, 0.0, RuntimeError("connection refused"), "http://x/v1", 0))
     journal.notify("warning", "shell commands run unconfined: no Landlock")
     journal.close()
     refuse_lost_journal(tmp_path)

@@ -14,11 +14,50 @@ from typing import Literal
 from ouroboros.context.tokens import (
     FRAME_KIND,
     MIN_TOKENS_FOR_TRUNCATION_CHECK,
+    PLAUSIBLE,
     Calibration,
     difference,
 )
 from ouroboros.ground.figures import Measurement, RawTally
-from ouroboros.model.chunks import above_window
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Usage a server sent that the run did not believe."""
+
+    kind: str
+    """`not_a_count` or `above_window`: the run warns once per kind."""
+    detail: str
+
+
+def above_window(prompt_tokens: int, completion_tokens: int, limit: int) -> Rejected | None:
+    """Figures no prompt in a `limit`-token window can have, or None."""
+    if prompt_tokens > limit or completion_tokens > limit:
+        return Rejected(
+            "above_window",
+            f"prompt_tokens {prompt_tokens:,}, completion_tokens {completion_tokens:,} "
+            f"in a window of {limit:,}",
+        )
+    return None
+
+
+def refused_count(n_prompt_tokens: int, projected: int) -> Rejected | None:
+    """A refused prompt's count far from what was projected for it is not of this prompt:
+    learnt, it would price every later prompt by it."""
+    low, high = PLAUSIBLE
+    if low * projected <= n_prompt_tokens <= high * projected:
+        return None
+    return Rejected(
+        "refused_count",
+        f"a refused prompt counted {n_prompt_tokens:,} tokens, ~{projected:,} projected",
+    )
+
+
+def warning(rejected: Rejected) -> str:
+    return (
+        f"the server's token usage cannot be true ({rejected.detail}): ignored, the estimate "
+        "is used instead (warned once per run)"
+    )
 
 
 @dataclass(frozen=True)

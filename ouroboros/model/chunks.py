@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ouroboros.context.tokens import PLAUSIBLE
+from ouroboros.context.ledger import Rejected
 from ouroboros.ground.messages import AssistantMessage, ToolCall
 
 # --- which figures a server sends can be believed ------------------------------------------
@@ -43,45 +43,6 @@ def shown(value: object) -> str:
     """A figure as a warning quotes it: short, whatever it is."""
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """Usage a server sent that the run did not believe."""
-
-    kind: str
-    """`not_a_count` or `above_window`: the run warns once per kind."""
-    detail: str
-
-
-def above_window(prompt_tokens: int, completion_tokens: int, limit: int) -> Rejected | None:
-    """Figures no prompt in a `limit`-token window can have, or None."""
-    if prompt_tokens > limit or completion_tokens > limit:
-        return Rejected(
-            "above_window",
-            f"prompt_tokens {prompt_tokens:,}, completion_tokens {completion_tokens:,} "
-            f"in a window of {limit:,}",
-        )
-    return None
-
-
-def refused_count(n_prompt_tokens: int, projected: int) -> Rejected | None:
-    """A refused prompt's count far from what was projected for it is not of this prompt:
-    learnt, it would price every later prompt by it."""
-    low, high = PLAUSIBLE
-    if low * projected <= n_prompt_tokens <= high * projected:
-        return None
-    return Rejected(
-        "refused_count",
-        f"a refused prompt counted {n_prompt_tokens:,} tokens, ~{projected:,} projected",
-    )
-
-
-def warning(rejected: Rejected) -> str:
-    return (
-        f"the server's token usage cannot be true ({rejected.detail}): ignored, the estimate "
-        "is used instead (warned once per run)"
-    )
 
 
 ReportedBy = Literal["server", "timings"]

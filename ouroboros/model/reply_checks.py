@@ -30,17 +30,20 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
-from ouroboros.context.ledger import Counting, Ledger
+from ouroboros.context.ledger import Counting, Ledger, above_window, refused_count
+from ouroboros.context.ledger import warning as usage_warning
+from ouroboros.context.tokens import raw_estimate
 from ouroboros.ground import prompts
 from ouroboros.ground.config import LLMSettings
 from ouroboros.ground.figures import CallFigures, RawTally
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.cache_check import reuse_warning, shared_tokens
-from ouroboros.model.chunks import CUT, above_window, refused_count, shown, unfinished
-from ouroboros.model.chunks import warning as usage_warning
+from ouroboros.model.chunks import CUT, shown, unfinished
 from ouroboros.model.llm import Completion, ContextOverflow
+from ouroboros.policy.room import Rules, step_figures, zone
+from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Refused
 
@@ -260,3 +263,31 @@ def cache_reuse(
     shared = shared_tokens(*before, messages, state.ledger.calibration.message_tokens)
     if (warning := reuse_warning(cached_tokens, shared)) is not None:
         journal.notify("warning", warning, session=state.session, once="cache")
+
+
+def call_figures(
+    state: RunState,
+    rules: Rules,
+    counting: Counting,
+    completion: Completion,
+    raw_prompt: RawTally,
+    turn: int,
+    purpose: str | None = None,
+) -> CallFigures:
+    """A call's figures for its record (and `token_usage.jsonl`), with the hard line in force."""
+    ledger, usage = state.ledger, completion.usage
+    reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
+    m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported, counting)
+    used = m.prompt_tokens + m.completion_tokens
+    hard_line = step_figures(state, rules).hard_line
+    return CallFigures(
+        **m.model_dump(),
+        turn=turn,
+        estimated_prompt_tokens=ledger.calibration.tally_tokens(raw_prompt),
+        context_limit=rules.budget.limit,
+        zone=zone(state, rules, used, m.silent_truncation, hard_line),
+        finish_reason=completion.finish_reason,
+        purpose=purpose,
+        hard_line=hard_line,
+        **asdict(completion.prefill),
+    )

@@ -20,6 +20,7 @@ from tenacity.stop import stop_base
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import LLMSettings
 from ouroboros.model.llm import TransientError, Unreachable
+from ouroboros.state.journal import Journal
 
 T = TypeVar("T")
 
@@ -126,3 +127,23 @@ async def retrying(
         with attempt:
             return await call()
     raise AssertionError("unreachable: tenacity either returns or raises")
+
+
+def journalled(journal: Journal) -> Callable[[Retry], None]:
+    """The retry layer's report before it waits, as a notice: readers show that the run waits,
+    for what, until when, and why."""
+
+    def report(retry: Retry) -> None:
+        journal.notify(
+            "retry",
+            str(retry.error)[:300],
+            attempt=retry.attempt,
+            wait_s=round(retry.wait_s, 2),
+            waited_s=round(retry.waited_s),
+            server=retry.server,
+            retry_for_s=retry.for_s,
+            unreachable=retry.unreachable,
+            told=retry.told,
+        )
+
+    return report

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.tokens import SCHEMA_KIND, Budget, Calibration, raw_estimate
+from ouroboros.context.tokens import SCHEMA_KIND, Budget, Calibration
 from ouroboros.ground import prompts
 from ouroboros.ground.config import ContextSettings, LoopSettings
-from ouroboros.ground.figures import CallFigures, RawTally, Zone
+from ouroboros.ground.figures import RawTally, Zone
 from ouroboros.ground.messages import UserMessage
-from ouroboros.model.llm import Completion
 from ouroboros.state.fold import RECENT, RunState
 
 BYTES_PER_RAW_TOKEN = 4
@@ -211,31 +209,3 @@ def zone(state: RunState, rules: Rules, used: int, truncated: bool, hard_line: i
     found = budget.zone(used, hard_line)
     winding = state.wind_down_replies is not None
     return "hard" if winding and found in ("normal", "soft") else found
-
-
-def call_figures(
-    state: RunState,
-    rules: Rules,
-    counting: Counting,
-    completion: Completion,
-    raw_prompt: RawTally,
-    turn: int,
-    purpose: str | None = None,
-) -> CallFigures:
-    """A call's figures for its record (and `token_usage.jsonl`), with the hard line in force."""
-    ledger, usage = state.ledger, completion.usage
-    reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
-    m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported, counting)
-    used = m.prompt_tokens + m.completion_tokens
-    hard_line = step_figures(state, rules).hard_line
-    return CallFigures(
-        **m.model_dump(),
-        turn=turn,
-        estimated_prompt_tokens=ledger.calibration.tally_tokens(raw_prompt),
-        context_limit=rules.budget.limit,
-        zone=zone(state, rules, used, m.silent_truncation, hard_line),
-        finish_reason=completion.finish_reason,
-        purpose=purpose,
-        hard_line=hard_line,
-        **asdict(completion.prefill),
-    )

@@ -18,8 +18,9 @@ from ouroboros.context.tokens import tally
 from ouroboros.ground.clock import Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.state_folder import COMPACT_REQUEST
+from ouroboros.model import reply_checks
 from ouroboros.model.llm import ContextOverflow, Model, TransientError
-from ouroboros.model.retry import retrying
+from ouroboros.model.retry import journalled, retrying
 from ouroboros.policy import room
 from ouroboros.policy.room import Rules
 from ouroboros.state.journal import Journal
@@ -77,10 +78,10 @@ async def compact(
     request = recap_request(older, rules.budget.prompt_budget * RECAP_CHARS_PER_TOKEN)
     try:
         call = partial(model.complete, request, [])
-        completion = await retrying(call, settings.llm, journal.retry, clock)
+        completion = await retrying(call, settings.llm, journalled(journal), clock)
     except (ContextOverflow, TransientError) as e:
         return failed(before, None, f"the recap call failed: {e}")
-    figures = room.call_figures(
+    figures = reply_checks.call_figures(
         state, rules, counting, completion, tally(request), state.session_turns, "compaction"
     )
     journal.append(SideCall(session=state.session, usage=figures))

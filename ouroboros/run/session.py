@@ -29,7 +29,7 @@ from ouroboros.model.reply_checks import (
     overflow,
     silent_truncation,
 )
-from ouroboros.model.retry import Retry, retrying
+from ouroboros.model.retry import Retry, journalled, retrying
 from ouroboros.operator import safe_point as operator
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
@@ -235,7 +235,7 @@ class Session:
         def on_retry(retry: Retry) -> None:
             nonlocal retried
             retried = True
-            self.journal.retry(retry)
+            journalled(self.journal)(retry)
 
         for attempt in (1, 2):
             raw_prompt = room.raw_prompt(self.state, self.rules)
@@ -255,7 +255,9 @@ class Session:
                 continue
             # Figures of the reply as generated: its tokens came back in the server's count.
             st, turn = self.state, self.state.session_turns + 1
-            figures = room.call_figures(st, self.rules, self.counting, completion, raw_prompt, turn)
+            figures = reply_checks.call_figures(
+                st, self.rules, self.counting, completion, raw_prompt, turn
+            )
             before = st.last_request
             admitted = admitted_reply(self.journal, completion, self.settings.llm, self.counting)
             self.append(admitted.message, figures, admitted=admitted)

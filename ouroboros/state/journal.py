@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ouroboros.ground.jsonl import JsonlReader, JsonlWriter, Problem, storage
-from ouroboros.model.retry import Retry
 from ouroboros.state import snapshot
 from ouroboros.state.fold import RunState
 from ouroboros.state.records import JOURNAL_RECORD, JournalRecord, Notice, NoticeKind, SessionStart
@@ -76,21 +75,6 @@ class Journal:
             return
         self.append(
             Notice(event=event, message=message, session=session, once=once, details=details)
-        )
-
-    def retry(self, retry: Retry) -> None:
-        """The retry layer's report before it waits: readers show that the run waits, for what,
-        until when, and why."""
-        self.notify(
-            "retry",
-            str(retry.error)[:300],
-            attempt=retry.attempt,
-            wait_s=round(retry.wait_s, 2),
-            waited_s=round(retry.waited_s),
-            server=retry.server,
-            retry_for_s=retry.for_s,
-            unreachable=retry.unreachable,
-            told=retry.told,
         )
 
     def close(self) -> None:
