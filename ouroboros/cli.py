@@ -60,8 +60,8 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
         read_instructions,
     )
     from ouroboros.run.lock import fresh_state
-    from ouroboros.run.start import run_to_end
     from ouroboros.sinks.live import Terminal
+    from ouroboros.start import run_to_end
 
     settings = load()
     check_readable(settings)

@@ -22,8 +22,8 @@ from rich.console import Console
 from ouroboros.ground.config_file import load_settings, to_toml
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run.lock import fresh_state
-from ouroboros.run.start import run_to_end
 from ouroboros.sinks.live import Terminal
+from ouroboros.start import run_to_end
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")

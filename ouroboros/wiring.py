@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ouroboros.checkpoints.commit import Checkpointing
 from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
 from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
@@ -20,6 +21,7 @@ from ouroboros.model import tool_protocol
 from ouroboros.model.llm import LLMClient, Model
 from ouroboros.model.retry import journalled, retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
+from ouroboros.operator.safe_point import Operator
 from ouroboros.policy.room import Rules
 from ouroboros.run import window
 from ouroboros.run.lock import started_mark
@@ -152,8 +154,21 @@ def build_parts(
         """A window a refusal states later sizes the results and the plan too."""
         tools.fit(tool_caps(s, lines, journal))
 
+    features = (
+        Operator(s.paths.state_dir, journal, clock, s.supervisor.auto_restart),
+        Checkpointing(s, journal),
+    )
     parts = Parts(
-        s, spoken, tools, journal, rules, counting, clock=clock, fit_tools=fit_tools, server=server
+        s,
+        spoken,
+        tools,
+        journal,
+        rules,
+        counting,
+        clock=clock,
+        fit_tools=fit_tools,
+        server=server,
+        features=features,
     )
     return parts, figures
 

@@ -25,9 +25,9 @@ from ouroboros.model.fake_model import FakeModel
 from ouroboros.model.scripted import Reply, Responder, quick_config
 from ouroboros.model.scripted_wire import count_tokens
 from ouroboros.model.servers import ServerInfo
-from ouroboros.run.start import run
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
+from ouroboros.start import run
 from tests.conftest import Project
 
 _CALL_IDS = itertools.count(1)

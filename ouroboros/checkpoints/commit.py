@@ -33,11 +33,13 @@ from ouroboros.checkpoints.git_store import (
     commit_header,
     quoted,
 )
-from ouroboros.checkpoints.records import Checkpoint
+from ouroboros.checkpoints.records import Checkpoint, Checkpoints
 from ouroboros.checkpoints.workspace_files import FOLDER, read_entries, walk
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import NEEDED_FREE_BYTES
 from ouroboros.ground.state_folder import CHECKPOINTS
+from ouroboros.run.session import Feature
+from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 
 
@@ -163,6 +165,22 @@ async def _stream(
     for path, mode, data in kept:
         yield b"M %s %s %s\n" % (mode.encode(), data, quoted(path))
     yield b"\nget-mark :%d\ndone\n" % (len(kept) + 1)
+
+
+class Checkpointing(Feature):
+    """The feature's calls from the run: a checkpoint as each session starts, and a note of a
+    rewind in the next session's opening."""
+
+    def __init__(self, settings: Settings, journal: Journal):
+        self.settings, self.journal = settings, journal
+
+    async def session_starting(self, session: int) -> None:
+        await take_checkpoint(self.settings, self.journal, session)
+
+    def opening(self, state: RunState) -> tuple[str, bool]:
+        # After a rewind the last step's files are gone: nothing is carried (the note says why).
+        checkpoints = state.part(Checkpoints)
+        return checkpoints.note(state.session), checkpoints.pending(state.session) is None
 
 
 async def take_checkpoint(settings: Settings, journal: Journal, session: int) -> None:

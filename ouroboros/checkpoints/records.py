@@ -1,4 +1,5 @@
-"""The records of workspace checkpoints (`checkpoints.py`), and what the run remembers of them."""
+"""The records of workspace checkpoints (`commit.py`, `rewind.py`), and what the run remembers
+of them (`Checkpoints`, the feature's part of the run's state)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ouroboros.ground import prompts
+from ouroboros.state.fold import Part, RunState
 from ouroboros.state.record_base import Record
+from ouroboros.state.records import EndReason, SessionEnd
 
 LISTED = 5
 """Checkpoints `status` lists: the newest."""
@@ -45,6 +48,11 @@ class Rewinding(Record):
     ended_turns: int | None = None
     """The turns of `after_session`, open until this; None where no session was open."""
 
+    def implied(self) -> list[Record]:
+        if self.ended_turns is None:
+            return []
+        return [SessionEnd(session=self.after_session, reason=EndReason.REWOUND)]
+
     def ended_detail(self) -> str:
         return f"the workspace was rewound to the start of session {self.session}"
 
@@ -81,7 +89,7 @@ class Rewound(Record):
 
 
 @dataclass
-class Checkpoints:
+class Checkpoints(Part):
     """The run's checkpoints by session, the newest rewind, and one begun and not ended."""
 
     taken: dict[int, Checkpoint] = field(default_factory=dict)
@@ -89,12 +97,12 @@ class Checkpoints:
     rewinding: Rewinding | None = None
     """Begun, with no `Rewound` after it: killed part way."""
 
-    def apply(self, record: Checkpoint | Rewinding | Rewound) -> None:
+    def apply(self, record: Record, state: RunState) -> None:
         if isinstance(record, Checkpoint):
             self.taken[record.session] = record
         elif isinstance(record, Rewinding):
             self.rewinding = record
-        else:
+        elif isinstance(record, Rewound):
             self.rewound, self.rewinding = record, None
 
     def pending(self, session: int) -> Rewinding | Rewound | None:
@@ -110,18 +118,22 @@ class Checkpoints:
         finished = isinstance(newest, Rewound) and not newest.stopped
         return prompts.rewound(newest.session, newest.moved_aside, finished)
 
-    def summary(self) -> dict[str, Any]:
-        """For `status.json`: how many, the newest few, the newest rewind."""
+    def status(self) -> dict[str, Any]:
+        """How many, the newest few, the newest rewind."""
         newest = sorted(self.taken)[-LISTED:]
         return {
-            "count": len(self.taken),
-            "newest": [self.taken[n].model_dump(exclude={"v", "kind", "commit"}) for n in newest],
-            "rewound": None
-            if self.rewound is None
-            else self.rewound.model_dump(
-                include={"ts", "session", "moved_aside", "moved", "stopped"}
-            ),
-            "rewinding": None
-            if self.rewinding is None
-            else self.rewinding.model_dump(include={"ts", "session", "moved_aside"}),
+            "checkpoints": {
+                "count": len(self.taken),
+                "newest": [
+                    self.taken[n].model_dump(exclude={"v", "kind", "commit"}) for n in newest
+                ],
+                "rewound": None
+                if self.rewound is None
+                else self.rewound.model_dump(
+                    include={"ts", "session", "moved_aside", "moved", "stopped"}
+                ),
+                "rewinding": None
+                if self.rewinding is None
+                else self.rewinding.model_dump(include={"ts", "session", "moved_aside"}),
+            }
         }

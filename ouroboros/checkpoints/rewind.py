@@ -91,15 +91,16 @@ def rewind(settings: Settings, session: int) -> str:
 
 def _rewind(settings: Settings, journal: Journal, session: int) -> str:
     state = journal.state
-    checkpoint = state.checkpoints.taken.get(session)
+    checkpoints = state.part(Checkpoints)
+    checkpoint = checkpoints.taken.get(session)
     if checkpoint is None:
-        raise RunError(refusal(state.checkpoints, session))
+        raise RunError(refusal(checkpoints, session))
     try:
         aside = aside_folder(settings.paths.state_dir, session)
     except OSError as e:
         raise RunError(f"no folder for today's files: {failure(e)}") from None
     repo, limit = repo_of(settings), settings.checkpoints.max_bytes
-    earlier = state.checkpoints.rewinding
+    earlier = checkpoints.rewinding
     try:
         plan = anyio.run(prepare, repo, checkpoint.commit, aside.name, limit)
     except FAILURES as e:

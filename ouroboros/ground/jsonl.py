@@ -16,15 +16,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 import jsonlines
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from ouroboros.ground.errors import unwritable
 from ouroboros.ground.printable import BEYOND_C0
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 _JSON_ESCAPES = {code: f"\\u{code:04x}" for code in BEYOND_C0}
 
 
@@ -36,6 +37,12 @@ def storage(path: Path) -> Iterator[None]:
         yield
     except OSError as e:
         raise unwritable(path, e) from None
+
+
+class Parser(Protocol[T_co]):
+    """Reads a line as a record (a pydantic `TypeAdapter`, or the journal's `JournalParser`)."""
+
+    def validate_json(self, data: str | bytes, /) -> T_co: ...
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,7 @@ class JsonlReader:
         """Each line that is a JSON object."""
         yield from self._parsed(json.loads, dict)
 
-    def records(self, adapter: TypeAdapter[T]) -> Iterator[T]:
+    def records(self, adapter: Parser[T]) -> Iterator[T]:
         """Each line that is a valid record of `adapter`'s type."""
         yield from self._parsed(adapter.validate_json, None)
 

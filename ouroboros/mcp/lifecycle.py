@@ -1,5 +1,5 @@
 """The run's MCP servers, started when the run starts and stopped when it ends, around the
-supervisor (`run/start.py`). Imports the SDK only where servers are configured: without the
+supervisor (`start.py`). Imports the SDK only where servers are configured: without the
 `[mcp]` extra, a run without servers never needs it."""
 
 from __future__ import annotations

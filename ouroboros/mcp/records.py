@@ -1,4 +1,5 @@
-"""The MCP client's journal records, and what the fold keeps of them (`McpTally`)."""
+"""The MCP client's journal records, and what the fold keeps of them (`McpTally`, the feature's
+part of the run's state)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ouroboros.state.fold import Part, RunState
 from ouroboros.state.record_base import Record
 
 
@@ -13,6 +15,7 @@ class McpOffered(Record):
     """The servers' tools as the run offers them: said at every start of the run."""
 
     kind: Literal["mcp_offered"] = "mcp_offered"
+    before_run_start = True
     mode: Literal["direct", "search"]
     """`direct`: every tool's schema in every request; `search`: `mcp_find_tools` and
     `mcp_call` instead, the schemas being over `schema_share` of the prompt budget."""
@@ -27,6 +30,9 @@ class McpOffered(Record):
     failed: dict[str, str] = {}
     """Servers that did not start, and why."""
 
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
+
 
 class McpFault(Record):
     """A server hung, crashed, sent too much or what is not JSON-RPC: the call that met it got a
@@ -40,9 +46,12 @@ class McpFault(Record):
     fault: str
     starts_left: int
 
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
+
 
 @dataclass
-class McpTally:
+class McpTally(Part):
     """What `status` says of MCP: the mode and its cost, and the faults."""
 
     mode: str | None = None
@@ -54,14 +63,17 @@ class McpTally:
     faults: int = 0
     last_fault: str = ""
 
-    def apply(self, record: McpOffered | McpFault) -> None:
+    def apply(self, record: Record, state: RunState) -> None:
         if isinstance(record, McpOffered):
             self.mode, self.servers = record.mode, dict(record.servers)
             self.schema_tokens, self.offered_tokens = record.schema_tokens, record.offered_tokens
             self.share_tokens, self.failed = record.share_tokens, dict(record.failed)
-        else:
+        elif isinstance(record, McpFault):
             self.faults += 1
             self.last_fault = f"{record.server} {record.fault}"
+
+    def status(self) -> dict[str, Any]:
+        return {"mcp": self.line()}
 
     def line(self) -> str | None:
         """`status`'s line: None for a run without servers."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from ouroboros.ground.config import HookCommand, HookEventName, HookSettings
 from ouroboros.ground.printable import printable
+from ouroboros.operator.records import Letters, Paused, Told
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import (
@@ -42,12 +43,10 @@ from ouroboros.state.records import (
     LoopDetected,
     MessageRecord,
     Notice,
-    Paused,
     RunEnd,
     RunStart,
     SessionStart,
     SideCall,
-    Told,
 )
 from ouroboros.tools.environment import allowed_env
 
@@ -154,7 +153,7 @@ class Hooks:
         in every other sink."""
         journal.sinks.append(self)
         self.journal = journal
-        letters = journal.state.letters
+        letters = journal.state.part(Letters)
         self.told = set(letters.delivered) | set(letters.undelivered)
 
     def __call__(self, record: JournalRecord, state: RunState) -> None:

@@ -1,13 +1,14 @@
-"""The records of operating a run: what a person told it, its pauses, the loops it was caught in."""
+"""The records of operating a run: what a person told it, its pauses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from ouroboros.ground.messages import Message, UserMessage
-from ouroboros.state.reasons import LoopKind
+from ouroboros.ground.messages import UserMessage
+from ouroboros.state.fold import Part, RunState
 from ouroboros.state.record_base import Record
+from ouroboros.state.records import MessageRecord, SessionStart
 
 
 class Told(Record):
@@ -24,30 +25,38 @@ class Told(Record):
     """What the person wrote; `message` is how the agent was shown it."""
     message: UserMessage
 
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        told = {"session": self.session, "message_id": self.message_id, "sent_at": self.sent_at}
+        return [("told", {**told, "text": self.text})]
+
 
 @dataclass
-class Letters:
-    """What the fold keeps of the operator's messages (a run field)."""
+class Letters(Part):
+    """What the fold keeps of the operator's messages."""
 
     delivered: dict[str, str] = field(default_factory=dict)
     """Carried by a request the server accepted: id -> when it replied."""
     undelivered: dict[str, Told] = field(default_factory=dict)
     """Taken, and carried by no accepted request yet; its `session` the one whose view holds it."""
 
-    def taken(self, record: Told) -> None:
-        self.undelivered[record.message_id] = record
+    def apply(self, record: Record, state: RunState) -> None:
+        if isinstance(record, Told):
+            self.undelivered[record.message_id] = record
+            state.join(record.message)
+        elif isinstance(record, SessionStart):
+            # Those its opening carried over sit in the new session's view.
+            for told in list(self.undelivered.values()):
+                if told.message in record.messages:
+                    update = {"session": record.session}
+                    self.undelivered[told.message_id] = told.model_copy(update=update)
+        elif isinstance(record, MessageRecord) and record.usage is not None:
+            # A request the server accepted carried the session's messages (in its view).
+            for told in [t for t in self.undelivered.values() if t.session == state.session]:
+                self.delivered[told.message_id] = record.ts
+                del self.undelivered[told.message_id]
 
-    def opened(self, session: int, opening: list[Message]) -> None:
-        """A session started: those its opening carried over sit in its view."""
-        for told in list(self.undelivered.values()):
-            if told.message in opening:
-                self.undelivered[told.message_id] = told.model_copy(update={"session": session})
-
-    def carried(self, session: int, ts: str) -> None:
-        """A request the server accepted carried `session`'s messages (they sit in its view)."""
-        for told in [t for t in self.undelivered.values() if t.session == session]:
-            self.delivered[told.message_id] = ts
-            del self.undelivered[told.message_id]
+    def status(self) -> dict[str, Any]:
+        return {"delivered": self.delivered, "undelivered": sorted(self.undelivered)}
 
     def again(self, session: int) -> list[Told]:
         """Taken in a session before `session` that ended first, and not carried over: to be
@@ -62,19 +71,36 @@ class Paused(Record):
     by: str
     """`operator` (`python -m ouroboros pause`), or `auto_restart = false` between sessions."""
 
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("paused", {"by": self.by, "message": "`python -m ouroboros resume` goes on"})]
+
 
 class Resumed(Record):
     kind: Literal["resumed"] = "resumed"
     by: str = "operator"
 
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("resumed", {"by": self.by})]
 
-class LoopDetected(Record):
-    """The agent goes in circles (`policy/loops.py`), and what is done: 1 a nudge (`message`
-    joins the session with this record), 2 a wind-down and restart, 3 a stop as `stuck`."""
 
-    kind: Literal["loop"] = "loop"
-    session: int
-    loop: LoopKind
-    evidence: list[str]
-    level: int
-    message: UserMessage | None = None
+@dataclass
+class Pausing(Part):
+    """Whether the run is paused."""
+
+    paused: Paused | None = None
+    """Since when and by whom; None while it goes on."""
+    resumed_between: bool = False
+    """Resumed since the session ended: the next starts without another pause (a kill before);
+    a session start resets it."""
+
+    def apply(self, record: Record, state: RunState) -> None:
+        if isinstance(record, Paused | Resumed):
+            self.paused = record if isinstance(record, Paused) else None
+            self.resumed_between = isinstance(record, Resumed) and not state.session_open
+        elif isinstance(record, SessionStart):
+            self.resumed_between = False
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "paused": None if self.paused is None else self.paused.model_dump(include={"by", "ts"})
+        }

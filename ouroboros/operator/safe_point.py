@@ -20,8 +20,9 @@ from ouroboros.ground.jsonl import storage
 from ouroboros.ground.messages import UserMessage
 from ouroboros.ground.state_folder import PAUSE_REQUEST, RESUME_REQUEST
 from ouroboros.operator import inbox
+from ouroboros.operator.records import Letters, Paused, Pausing, Resumed, Told
+from ouroboros.run.session import Feature
 from ouroboros.state.journal import Journal
-from ouroboros.state.records import Paused, Resumed, Told
 
 POLL_S = 0.5
 """How often a paused run looks for `resume`."""
@@ -34,6 +35,27 @@ TOLD_SHARE = 0.1
 (the rest wait for the next steps; each is kept whole in the journal)."""
 BYTES_PER_TOKEN = 2
 """Conservative: the densest text costs about a token every two bytes."""
+
+
+class Operator(Feature):
+    """The feature's calls from the run: the safe point before each model call, and the pause
+    between sessions when `supervisor.auto_restart` is off."""
+
+    def __init__(self, state_dir: Path, journal: Journal, clock: Clock, auto_restart: bool):
+        self.state_dir, self.journal, self.clock = state_dir, journal, clock
+        self.auto_restart = auto_restart
+
+    async def before_call(self, prompt_budget: int) -> None:
+        await safe_point(self.state_dir, self.journal, self.clock, prompt_budget)
+
+    async def between_sessions(self) -> None:
+        if self.auto_restart:
+            return
+        # The run pauses between sessions: `resume` (or Enter here) goes on, as from a pause.
+        pausing = self.journal.state.part(Pausing)
+        if pausing.paused is None and not pausing.resumed_between:
+            self.journal.append(Paused(by=BY_AUTO_RESTART_OFF))
+        await hold(self.state_dir, self.journal, self.clock, enter=True)
 
 
 async def safe_point(state_dir: Path, journal: Journal, clock: Clock, prompt_budget: int) -> None:
@@ -63,9 +85,10 @@ def take_requests(state_dir: Path, journal: Journal) -> None:
     if not present:
         return
     newest = max(present)[1]
-    if newest == PAUSE_REQUEST and journal.state.paused is None:
+    paused = journal.state.part(Pausing).paused
+    if newest == PAUSE_REQUEST and paused is None:
         journal.append(Paused(by=BY_OPERATOR))
-    elif newest == RESUME_REQUEST and journal.state.paused is not None:
+    elif newest == RESUME_REQUEST and paused is not None:
         journal.append(Resumed(by=BY_OPERATOR))
     for path in requests:
         with storage(path):
@@ -78,7 +101,7 @@ async def hold(state_dir: Path, journal: Journal, clock: Clock, enter: bool = Fa
     # Polled, not read in a thread: a thread blocked in readline would keep the process alive
     # after the run ends, and swallow the next Enter.
     terminal = enter and sys.stdin is not None and sys.stdin.isatty()
-    while journal.state.paused is not None:
+    while journal.state.part(Pausing).paused is not None:
         if terminal and select.select([sys.stdin], [], [], 0)[0]:
             sys.stdin.readline()
             journal.append(Resumed(by="Enter in the run's terminal"))
@@ -93,10 +116,11 @@ def deliver(state_dir: Path, journal: Journal, room_bytes: int) -> None:
     then its inbox file removed. Waiting are those in the inbox, and those taken before whose
     session ended before a request the server accepted carried them (`Letters.again`)."""
     state = journal.state
-    known = state.letters.delivered.keys() | state.letters.undelivered.keys()
+    letters = state.part(Letters)
+    known = letters.delivered.keys() | letters.undelivered.keys()
     offers: list[tuple[str, inbox.Letter | None]] = [
         (told.message_id, inbox.Letter(told.message_id, told.text, told.sent_at))
-        for told in state.letters.again(state.session)
+        for told in letters.again(state.session)
     ]
     for message_id in inbox.waiting(state_dir):
         if message_id in known:

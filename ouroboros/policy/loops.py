@@ -2,73 +2,30 @@
 
 Pure: each detector reads the session's history (from its opening, or from the newest loop the
 agent was told of: a loop it was told of is not caught twice) and what the previous session did
-(`LoopTally.previous_calls`), and returns the `Loop` it sees, with its evidence, or None. The
-policy's `loops_caught` (`policy.py`) escalates: a nudge, then a wind-down and restart, then a
-stop as `stuck`. A threshold of 0 turns its detector off.
+(the fold's tally, `state/loop_tally.py`), and returns the `Loop` it sees, with its evidence,
+or None. The policy's `loops_caught` (`policy.py`) escalates: a nudge, then a wind-down and
+restart, then a stop as `stuck`. A threshold of 0 turns its detector off.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from ouroboros.context.view import ContextView
 from ouroboros.ground.config import LoopSettings
 from ouroboros.ground.messages import AssistantMessage, ToolMessage
-from ouroboros.state.records import LoopDetected, LoopKind
-
-if TYPE_CHECKING:
-    from ouroboros.state.fold import RunState
+from ouroboros.state.fold import RunState
+from ouroboros.state.loop_tally import READING, calls_with_results, digest
+from ouroboros.state.records import LoopKind
 
 SHOWN_CHARS = 80
 """Of a call or a reply, in the evidence: enough to recognise it."""
-READING = frozenset({"file_read", "list_dir", "search_context"})
-"""Tools that only read: redoing them after a restart is finding one's bearings, not a loop."""
 READING_SPAN = 4
 """Of the newest calls, so many times the threshold are looked at for the ones that are not
 reading."""
 FAILURES_LOOKED_AT = 4
 """Of the newest failing calls, so many times the threshold are looked at for one that failed
 the same way that often."""
-
-
-@dataclass
-class LoopTally:
-    """The run's loops: they count across restarts and resumes."""
-
-    detections: int = 0
-    restarts: int = 0
-    """Sessions restarted because the agent looped on after a nudge."""
-    latest: LoopDetected | None = None
-    previous_calls: list[tuple[str, str]] = field(default_factory=list)
-    """The calls of the session before this one, from its opening: (call, result) digests."""
-    overflows: int = 0
-    """Sessions in a row that a refused prompt ended (one that cannot be made smaller ends its
-    session), since the newest loop caught."""
-
-    def caught(self, record: LoopDetected) -> None:
-        self.detections, self.latest, self.overflows = self.detections + 1, record, 0
-        self.restarts += record.level == 2
-
-
-@dataclass
-class SessionLoops:
-    """This session's: reset by a session start."""
-
-    nudged: bool = False
-    since: int = 0
-    """History index from which the detectors look: after the newest loop caught."""
-    winding: LoopDetected | None = None
-    """The loop the session winds down for, before its restart."""
-    refused: bool = False
-    """The server refused one of this session's prompts as too long."""
-
-    def caught(self, record: LoopDetected, history_length: int) -> None:
-        self.nudged, self.since = True, history_length
-        if record.level == 2:
-            self.winding = record
 
 
 @dataclass(frozen=True)
@@ -78,51 +35,12 @@ class Loop:
     """What repeated: the calls (and the error, or the reply), shortened."""
 
 
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def short(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def failed(result: ToolMessage) -> bool:
     return result.error or result.exit_code not in (0, None)
-
-
-def calls_with_results(
-    view: ContextView, start: int, most: int | None = None
-) -> list[tuple[str, ToolMessage]]:
-    """The calls from `start` on that have their result, in order: (the call, the result); only
-    the newest `most` of them when given (read from the end: a step costs what it looks at,
-    not the session's length)."""
-    results: dict[str, ToolMessage] = {}
-    found: list[tuple[str, ToolMessage]] = []
-    history = view.history
-    for index in range(len(history) - 1, start - 1, -1):
-        message = history[index]
-        if isinstance(message, ToolMessage):
-            results[message.tool_call_id] = message
-        elif isinstance(message, AssistantMessage):
-            found.extend(
-                (f"{c.name} {c.arguments}", results[c.id])
-                for c in reversed(message.tool_calls)
-                if c.id in results
-            )
-            if most is not None and len(found) >= most:
-                break
-    found.reverse()
-    return found if most is None else found[-most:]
-
-
-def session_calls(view: ContextView, start: int) -> list[tuple[str, str]]:
-    """The calls from `start` on that change or run something, as digests of the call and of
-    its result (reading is what an agent does to find its bearings after a restart)."""
-    return [
-        (digest(call), digest(result.content))
-        for call, result in calls_with_results(view, start)
-        if result.name not in READING
-    ]
 
 
 def _start(state: RunState) -> int:
@@ -223,7 +141,7 @@ def repeated_session(state: RunState, after: int) -> Loop | None:
     return None
 
 
-Detector = Callable[["RunState", int], "Loop | None"]
+Detector = Callable[[RunState, int], "Loop | None"]
 
 
 def detectors(settings: LoopSettings) -> list[tuple[Detector, int]]:

@@ -16,14 +16,7 @@ from pydantic import ValidationError
 from ouroboros.ground.errors import RunError
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.state_folder import JOURNAL, LOCK, USAGE
-from ouroboros.state.records import (
-    JOURNAL_RECORD,
-    McpOffered,
-    Notice,
-    RunEnd,
-    RunStart,
-    Starting,
-)
+from ouroboros.state.records import JOURNAL_RECORD, RunStart
 from ouroboros.state.snapshot import journal_size_then, snapshot_path
 
 LOCK_PATIENCE_S = 1.0
@@ -111,8 +104,9 @@ def _before_a_start(line: bytes) -> bool:
         record = JOURNAL_RECORD.validate_json(line) if line.endswith(b"\n") else None
     except ValidationError:
         return False
-    # The command's limits, then what the wiring writes, come before the run start.
-    return isinstance(record, Starting | Notice | McpOffered | RunEnd)
+    # The command's limits, then what the wiring writes (notices, the MCP servers' tools), come
+    # before the run start.
+    return record is not None and record.before_run_start
 
 
 def _is_run_start(line: bytes) -> bool:

@@ -30,12 +30,12 @@ from ouroboros.model.reply_checks import (
     silent_truncation,
 )
 from ouroboros.model.retry import Retry, journalled, retrying
-from ouroboros.operator import safe_point as operator
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.policy.room import Rules
 from ouroboros.run import window
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
+from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.plan import plan_saved
 from ouroboros.state.record_base import wall_time
@@ -52,6 +52,25 @@ class SessionEnded(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class Feature:
+    """A feature the run calls at its points (the operator's, the checkpoints'): built by the
+    wiring, passed in `Parts`. Each point does nothing unless the feature says otherwise."""
+
+    async def before_call(self, prompt_budget: int) -> None:
+        """At the safe point before each model call, the step before it whole."""
+
+    async def between_sessions(self) -> None:
+        """A session ended and the next is to start (not before the first)."""
+
+    async def session_starting(self, session: int) -> None:
+        """Before session `session`'s start is journalled."""
+
+    def opening(self, state: RunState) -> tuple[str, bool]:
+        """What the next session's opening says of it, and whether that session may carry the
+        last steps over (after a rewind their files are gone)."""
+        return "", True
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,7 @@ class Parts:
     """Sizes the tools' caps for a window's lines (None: tools whose caps are fixed)."""
     server: window.ServerWindow | None = None
     """Asks the server its window again (None: an in-process model, whose window is fixed)."""
+    features: tuple[Feature, ...] = ()
 
     def fitted(self, figures: WindowFigures | None) -> Parts:
         """These parts for the window in force (a refusal may have stated a smaller one)."""
@@ -106,8 +126,8 @@ class Session:
         while True:
             self.check_limits()
             # After the limits: a message goes to a session that makes a call with it.
-            state_dir, budget = self.settings.paths.state_dir, self.rules.budget.prompt_budget
-            await operator.safe_point(state_dir, self.journal, self.clock, budget)
+            for feature in self.parts.features:
+                await feature.before_call(self.rules.budget.prompt_budget)
             reply, dropped = await self.call_model()
             at_max_tokens = reply.finish_reason == "length"
             await self.act_on(reply.message, at_max_tokens=at_max_tokens, dropped=dropped)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ouroboros.checkpoints.commit import take_checkpoint
 from ouroboros.context.carryover import recent_actions, select_carryover
 from ouroboros.context.plan import in_opening
 from ouroboros.context.tokens import tools_estimate
@@ -19,12 +18,11 @@ from ouroboros.ground.messages import (
     ToolMessage,
     UserMessage,
 )
-from ouroboros.operator import safe_point as operator
 from ouroboros.run import window
 from ouroboros.run.instructions import system_message
 from ouroboros.run.lock import mark_started
 from ouroboros.run.session import Parts, Session, SessionEnded
-from ouroboros.state.records import EndReason, Paused, RunEnd, RunStart, SessionEnd, SessionStart
+from ouroboros.state.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
 
 CARRYOVER_SHARE = 0.25
 """Of the room under the soft line, what the steps before the last may fill together with it
@@ -112,28 +110,21 @@ class Supervisor:
     async def next_session(self) -> RunOutcome | None:
         state = self.journal.state
         if state.session == 0:
-            await take_checkpoint(self.settings, self.journal, 1)
-            self.start_session(1, "fresh", [], self.system_message())
+            await self.start_session(1, "fresh", [])
             return None
         limit = self.settings.supervisor.max_restarts
         if limit is not None and state.restarts >= limit:
             return self.finished(EndReason.MAX_RESTARTS, f"{state.restarts} restarts")
-        if not self.settings.supervisor.auto_restart:
-            # The run pauses between sessions: `resume` (or Enter here) goes on, as from a pause.
-            if state.paused is None and not state.resumed_between:
-                self.journal.append(Paused(by=operator.BY_AUTO_RESTART_OFF))
-            state_dir, clock = self.settings.paths.state_dir, self.parts.clock
-            await operator.hold(state_dir, self.journal, clock, enter=True)
+        for feature in self.parts.features:
+            await feature.between_sessions()
         # The server may have been reloaded or restarted with another window since the start.
         await window.reread(self.parts.server, self.journal, self.settings)
         self.parts = self.parts.fitted(state.window)
         # A session that could not make one turn with what it carried: the next carries nothing.
         system = self.system_message()
-        # After a rewind the last step's files are gone: nothing is carried (the note says why).
-        carried = state.session_turns and not state.checkpoints.pending(state.session)
+        carried = state.session_turns and all(f.opening(state)[1] for f in self.parts.features)
         carry = await self.carryover(state.messages, system) if carried else []
-        await take_checkpoint(self.settings, self.journal, state.session + 1)
-        self.start_session(state.session + 1, state.ended_reason or "restart", carry, system)
+        await self.start_session(state.session + 1, state.ended_reason or "restart", carry, system)
         return None
 
     async def carryover(self, previous: list[Message], system: SystemMessage) -> list[Message]:
@@ -177,10 +168,14 @@ class Supervisor:
         last = next((m for m in self.journal.state.messages if isinstance(m, SystemMessage)), None)
         return system_message(s, self.parts.rules.budget, self.journal, last)
 
-    def start_session(
-        self, number: int, reason: str, carried: list[Message], system: SystemMessage
+    async def start_session(
+        self, number: int, reason: str, carried: list[Message], system: SystemMessage | None = None
     ) -> None:
-        """Record the new session and its opening messages in one journal line (atomic)."""
+        """Record the new session and its opening messages in one journal line (atomic); the
+        first's system message is read after the features' start (a checkpoint)."""
+        for feature in self.parts.features:
+            await feature.session_starting(number)
+        system = system or self.system_message()
         state = self.journal.state
         previous_turns = state.session_turns
         first = (
@@ -195,7 +190,7 @@ class Supervisor:
                 state.ended_detail,
             )
         )
-        first += state.checkpoints.note(state.session)
+        first += "".join(feature.opening(state)[0] for feature in self.parts.features)
         first += in_opening(state.plan.items)  # whole: its size is capped when it is saved
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:

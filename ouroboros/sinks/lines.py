@@ -10,7 +10,6 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Any
 
-from ouroboros.checkpoints.records import Checkpoint, Rewinding, Rewound
 from ouroboros.ground.messages import ToolMessage
 from ouroboros.state.fold import RunState
 from ouroboros.state.plan import plan_line
@@ -22,19 +21,14 @@ from ouroboros.state.records import (
     EndReason,
     LoopDetected,
     Mask,
-    McpFault,
-    McpOffered,
     MessageRecord,
     Notice,
-    Paused,
     Record,
-    Resumed,
     RunEnd,
     RunStart,
     SessionEnd,
     SessionStart,
     SideCall,
-    Told,
     ToolRun,
     WindDown,
     WindowChange,
@@ -56,7 +50,7 @@ def lines_of(record: Record, state: RunState) -> list[Line]:
 
 @singledispatch
 def _lines(record: Record, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    return []
+    return record.lines()  # a feature's record says its own
 
 
 @_lines.register
@@ -84,18 +78,6 @@ def _(record: Notice, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     said = {"message": record.message} if record.message else {}
     where = {} if record.session is None else {"session": record.session}
     return [(record.event, {**said, **where, **record.details})]
-
-
-@_lines.register
-def _(record: McpOffered | McpFault, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    return [(record.kind, record.model_dump(exclude={"v", "ts", "kind"}))]
-
-
-@_lines.register
-def _(
-    record: Checkpoint | Rewinding | Rewound, state: RunState
-) -> list[tuple[str, dict[str, Any]]]:
-    return record.lines()
 
 
 @_lines.register
@@ -177,22 +159,6 @@ def _(record: SessionStart, state: RunState) -> list[tuple[str, dict[str, Any]]]
         made.append(("session_restart", restart))
     made.append(("session_start", {"session": record.session, "reason": record.reason}))
     return made
-
-
-@_lines.register
-def _(record: Told, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    told = {"session": record.session, "message_id": record.message_id, "sent_at": record.sent_at}
-    return [("told", {**told, "text": record.text})]
-
-
-@_lines.register
-def _(record: Paused, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    return [("paused", {"by": record.by, "message": "`python -m ouroboros resume` goes on"})]
-
-
-@_lines.register
-def _(record: Resumed, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    return [("resumed", {"by": record.by})]
 
 
 @_lines.register

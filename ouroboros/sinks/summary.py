@@ -51,9 +51,6 @@ def of_state(state: RunState) -> dict[str, Any]:
         "run_end": None
         if end is None
         else {"reason": str(end.reason), "detail": end.detail, "ts": end.ts},
-        "paused": None if state.paused is None else state.paused.model_dump(include={"by", "ts"}),
-        "delivered": state.letters.delivered,
-        "undelivered": sorted(state.letters.undelivered),
         "loops": {
             "detections": state.loops.detections,
             "restarts": state.loops.restarts,
@@ -63,12 +60,10 @@ def of_state(state: RunState) -> dict[str, Any]:
         },
         "limits": None if state.limits is None else state.limits.model_dump(),
         "window": None if state.window is None else state.window.model_dump(),
-        "checkpoints": state.checkpoints.summary(),
         "tool_calls": state.protocol.line(),
         "plan": state.plan.summary() if state.plan.changes else None,
-        "mcp": state.mcp.line(),
         "tools": state.tools,
-    }
+    } | {key: value for part in state.parts.values() for key, value in part.status().items()}
 
 
 def update(data: dict[str, Any], lines: list[dict[str, Any]], state: RunState) -> None:

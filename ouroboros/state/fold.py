@@ -10,15 +10,13 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import singledispatchmethod
+from typing import Any, TypeVar, cast
 
-from ouroboros.checkpoints.records import Checkpoint, Checkpoints, Rewinding, Rewound
 from ouroboros.context.ledger import Ledger
 from ouroboros.context.view import ContextView
 from ouroboros.ground.figures import PrefillTally, RunLimits, WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
-from ouroboros.mcp.records import McpFault, McpOffered, McpTally
-from ouroboros.operator.records import Letters
-from ouroboros.policy.loops import LoopTally, SessionLoops, session_calls
+from ouroboros.state.loop_tally import LoopTally, SessionLoops, session_calls
 from ouroboros.state.plan import RunPlan
 from ouroboros.state.protocol_tally import ProtocolTally, is_switch
 from ouroboros.state.records import (
@@ -30,17 +28,14 @@ from ouroboros.state.records import (
     Mask,
     MessageRecord,
     Notice,
-    Paused,
     Record,
     Refused,
-    Resumed,
     RunEnd,
     RunStart,
     SessionEnd,
     SessionStart,
     SideCall,
     Starting,
-    Told,
     ToolStarted,
     WindDown,
     WindowChange,
@@ -51,6 +46,34 @@ RECENT = 200
 
 SESSION = {"session": True}
 """Marks the fields a session start resets: the rest is the run's, and all a snapshot keeps."""
+
+
+class Part:
+    """A feature's share of the run's state (its folder declares it; `ouroboros/features.py`
+    imports it): one instance in every `RunState`, shown every record after the core has
+    folded it. What a session start resets, it resets when shown the `SessionStart`: a snapshot
+    keeps the whole part as it stands right after one. A subclass is a dataclass, every field
+    with a default."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        PARTS.append(cls)
+
+    def apply(self, record: Record, state: RunState) -> None:
+        """Fold one record in (any kind: most change nothing here)."""
+
+    def status(self) -> dict[str, Any]:
+        """Its entries of `status.json`'s `run` (`sinks/summary.py`), as plain JSON."""
+        return {}
+
+
+PARTS: list[type[Part]] = []
+"""Every feature's part, as its class was defined."""
+P = TypeVar("P", bound=Part)
+
+
+def new_parts() -> dict[str, Part]:
+    return {part.__name__: part() for part in PARTS}
 
 
 @dataclass
@@ -114,20 +137,14 @@ class RunState:
     cache saw in between (a compaction's): what the cache check compares the next with."""
     loops: LoopTally = field(default_factory=LoopTally)
     session_loops: SessionLoops = field(default_factory=SessionLoops, metadata=SESSION)
-
-    letters: Letters = field(default_factory=Letters)
-    paused: Paused | None = None
-    """Since when and by whom the run is paused; None while it goes on."""
-    resumed_between: bool = field(default=False, metadata=SESSION)
-    """Resumed since the session ended: the next starts without another pause (a kill before)."""
-    checkpoints: Checkpoints = field(default_factory=Checkpoints)
     plan: RunPlan = field(default_factory=RunPlan)
     """The agent's plan: the newest a `plan` call saved (shown at every session's start)."""
     protocol: ProtocolTally = field(default_factory=ProtocolTally)
-    mcp: McpTally = field(default_factory=McpTally)
     tools: dict[str, int | float | str | bool | None] | None = None
     """How tool commands run (the sandbox, network, processes, limits): the run's `tools`
     notice, for `status` (the terminal's line has only the sandbox's kind)."""
+    parts: dict[str, Part] = field(default_factory=new_parts)
+    """The features' states, by their class's name (`part`)."""
 
     def __post_init__(self) -> None:
         # A snapshot's list becomes the bounded deque again.
@@ -146,10 +163,22 @@ class RunState:
         """The agent finished: nothing follows."""
         return self.run_end is not None and self.run_end.reason == EndReason.FINISH
 
+    def part(self, kind: type[P]) -> P:
+        """The feature's state of this class."""
+        return cast(P, self.parts[kind.__name__])
+
     def apply(self, record: Record) -> None:
         """Fold one record in."""
         self.last_ts = record.ts
+        self.fold(record)
+
+    def fold(self, record: Record) -> None:
+        """The core's part first, then each feature's, then what the record implies."""
         self._fold(record)
+        for part in self.parts.values():
+            part.apply(record, self)
+        for implied in record.implied():
+            self.fold(implied)
 
     @singledispatchmethod
     def _fold(self, record: Record) -> None:
@@ -162,7 +191,7 @@ class RunState:
             # The view is what was sent (first record after it): kept while the check can use it.
             checked = usage.cached_tokens is not None and "cache" not in self.warned
             self.last_request = (self.view.messages(), usage.prompt_tokens) if checked else None
-        self._message(record.message)
+        self.join(record.message)
         if isinstance(record.message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
             self.refusal_window = None
@@ -170,7 +199,6 @@ class RunState:
         self.protocol.message(record)
         if record.usage is not None:
             self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
-            self.letters.carried(self.session, record.ts)
             self.ledger.apply(record.usage)
             self.prefill.add(record.usage)
 
@@ -191,7 +219,7 @@ class RunState:
     @_fold.register
     def _(self, record: WindDown) -> None:
         if record.message is not None:
-            self._message(record.message)
+            self.join(record.message)
 
     @_fold.register
     def _(self, record: Refused) -> None:
@@ -231,30 +259,10 @@ class RunState:
         self.prefill.add(record.usage)
 
     @_fold.register
-    def _(self, record: Told) -> None:
-        self.letters.taken(record)
-        self._message(record.message)
-
-    @_fold.register
-    def _(self, record: Paused | Resumed) -> None:
-        self.paused = record if isinstance(record, Paused) else None
-        self.resumed_between = isinstance(record, Resumed) and not self.session_open
-
-    @_fold.register
-    def _(self, record: Checkpoint | Rewinding | Rewound) -> None:
-        self.checkpoints.apply(record)
-        if isinstance(record, Rewinding) and record.ended_turns is not None:
-            self._fold(SessionEnd(session=record.after_session, reason=EndReason.REWOUND))
-
-    @_fold.register
-    def _(self, record: McpOffered | McpFault) -> None:
-        self.mcp.apply(record)
-
-    @_fold.register
     def _(self, record: LoopDetected) -> None:
         self.loops.caught(record)
         if record.message is not None:
-            self._message(record.message)
+            self.join(record.message)
         self.session_loops.caught(record, len(self.view.history))
 
     @_fold.register
@@ -276,7 +284,8 @@ class RunState:
     def _(self, record: RunEnd) -> None:
         self.run_end = record
 
-    def _message(self, message: Message) -> None:
+    def join(self, message: Message) -> None:
+        """A message joins the session's view."""
         self.view.append(message)
         # Counted as records arrive, so no turn has to scan the session for it.
         if isinstance(message, UserMessage) and message.origin == "wind_down":
@@ -308,7 +317,6 @@ class RunState:
                 setattr(self, f.name, getattr(fresh, f.name))
         self.session_open = True
         self.view = ContextView(record.messages)
-        self.letters.opened(record.session, record.messages)
 
     @_fold.register
     def _(self, record: Starting) -> None:

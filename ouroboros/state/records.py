@@ -1,6 +1,7 @@
-"""Everything the journal holds, typed: one record per line of `journal.jsonl`.
+"""The core's journal records, typed: one record per line of `journal.jsonl` (the features'
+records are in their folders: every kind registers itself, `record_base.KINDS`).
 
-A run is a fold over these records (`state.py`); what people read (`events.jsonl`,
+A run is a fold over the records (`fold.py`); what people read (`events.jsonl`,
 `token_usage.jsonl`, the terminal) is derived from them as they are appended (`events.py`).
 Every decision the harness makes (mask, cut, wind-down, compaction, restart) is a record, written
 before anything depends on it. Fields are only ever added, with defaults, so a journal written by
@@ -9,25 +10,17 @@ an older version folds the same way.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from ouroboros.checkpoints.records import Checkpoint as Checkpoint
-from ouroboros.checkpoints.records import Rewinding as Rewinding
-from ouroboros.checkpoints.records import Rewound as Rewound
 from ouroboros.context.plan import PlanItem
 from ouroboros.ground.figures import CallFigures, Measurement, RunLimits, WindowFigures
 from ouroboros.ground.messages import Message, UserMessage
-from ouroboros.mcp.records import McpFault as McpFault
-from ouroboros.mcp.records import McpOffered as McpOffered
-from ouroboros.operator.records import LoopDetected as LoopDetected
-from ouroboros.operator.records import Paused as Paused
-from ouroboros.operator.records import Resumed as Resumed
-from ouroboros.operator.records import Told as Told
 from ouroboros.state.reasons import EndReason as EndReason
 from ouroboros.state.reasons import LoopKind as LoopKind
 from ouroboros.state.reasons import MaskReason as MaskReason
+from ouroboros.state.record_base import JOURNAL_RECORD as JOURNAL_RECORD
 from ouroboros.state.record_base import SCHEMA_VERSION as SCHEMA_VERSION
 from ouroboros.state.record_base import Record as Record
 from ouroboros.state.record_base import now_iso as now_iso
@@ -49,6 +42,7 @@ class Starting(Record):
     server is asked, which may take for ever, so `status` shows them while the run waits."""
 
     kind: Literal["starting"] = "starting"
+    before_run_start = True
     limits: RunLimits
 
 
@@ -187,6 +181,7 @@ class Notice(Record):
     Journalled like everything else, so what people read is a fold of the journal."""
 
     kind: Literal["notice"] = "notice"
+    before_run_start = True
     event: NoticeKind
     session: int | None = None
     message: str = ""
@@ -206,6 +201,18 @@ class CompactionFailed(Record):
     projected_before: int | None = None
     projected_after: int | None = None
     retry_above: int = 0
+
+
+class LoopDetected(Record):
+    """The agent goes in circles (`policy/loops.py`), and what is done: 1 a nudge (`message`
+    joins the session with this record), 2 a wind-down and restart, 3 a stop as `stuck`."""
+
+    kind: Literal["loop"] = "loop"
+    session: int
+    loop: LoopKind
+    evidence: list[str]
+    level: int
+    message: UserMessage | None = None
 
 
 class WindowChange(Record):
@@ -239,36 +246,11 @@ class RunEnd(Record):
     resumes."""
 
     kind: Literal["run_end"] = "run_end"
+    before_run_start = True
     reason: EndReason
     detail: str = Field("", validation_alias=AliasChoices("detail", "summary"))
 
 
-JournalRecord = Annotated[
-    RunStart
-    | Starting
-    | SessionStart
-    | MessageRecord
-    | ToolStarted
-    | Mask
-    | Cut
-    | Refused
-    | Compaction
-    | WindDown
-    | SideCall
-    | Notice
-    | CompactionFailed
-    | LoopDetected
-    | Told
-    | Paused
-    | Resumed
-    | Checkpoint
-    | Rewinding
-    | Rewound
-    | McpOffered
-    | McpFault
-    | WindowChange
-    | SessionEnd
-    | RunEnd,
-    Field(discriminator="kind"),
-]
-JOURNAL_RECORD: TypeAdapter[JournalRecord] = TypeAdapter(JournalRecord)
+JournalRecord = Record
+"""A record as the journal holds it: of a kind the core (above) or a feature registered
+(`record_base.KINDS`)."""

@@ -2,7 +2,8 @@
 of the last session.
 
 Written at every session start, next to the journal: the session's own state is then its opening
-messages, and the rest is the run's fields of `RunState`, saved by their one declaration there.
+messages, and the rest is the run's fields of `RunState`, saved by their one declaration there,
+and the features' parts whole.
 It is a cache: missing, unreadable, or not matching the journal's bytes at its offset, it is
 ignored and the whole journal is folded, which gives the same state.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import fields
+from functools import cache
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -20,21 +22,14 @@ from pydantic import BaseModel, ValidationError, create_model
 from ouroboros.context.view import ContextView
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.messages import Message
-from ouroboros.state.fold import RunState
+from ouroboros.state.fold import PARTS, RunState
 
-SNAPSHOT_FORMAT = 4
-"""4: the run's fields as `RunState` declares them (an older snapshot is ignored: the whole
-journal is folded)."""
-
-_HINTS = get_type_hints(RunState)
-_RUN_FIELDS: dict[str, Any] = {
-    f.name: (_HINTS[f.name], ...) for f in fields(RunState) if not f.metadata.get("session")
-}
-SavedRun: type[BaseModel] = create_model("SavedRun", **_RUN_FIELDS)
-"""The run's fields of `RunState`: every one not reset by a session start."""
+SNAPSHOT_FORMAT = 5
+"""5: the features' parts by name (an older snapshot is ignored: the whole journal is
+folded)."""
 
 
-class Snapshot(BaseModel):
+class Saved(BaseModel):
     format: int = SNAPSHOT_FORMAT
     offset: int
     """Bytes of the journal the state folds."""
@@ -42,9 +37,24 @@ class Snapshot(BaseModel):
     line_sha256: str
     """Of the journal's last line before `offset`: the journal this state belongs to."""
     line_bytes: int
-    run: SavedRun
     messages: list[Message]
     """The session's opening."""
+
+
+RUN_FIELDS = [f.name for f in fields(RunState) if not f.metadata.get("session")]
+"""The run's fields of `RunState`: every one not reset by a session start."""
+RUN_FIELDS.remove("parts")
+
+
+@cache
+def snapshot_model(parts: tuple[type, ...]) -> type[Saved]:
+    """A snapshot with the run's fields of `RunState` and the features' `parts` (those
+    registered: a feature loaded later makes another)."""
+    hints = get_type_hints(RunState)
+    run: dict[str, Any] = {name: (hints[name], ...) for name in RUN_FIELDS}
+    run |= {part.__name__: (part, ...) for part in parts}
+    saved_run = create_model("SavedRun", **run)
+    return create_model("Snapshot", __base__=Saved, run=(saved_run, ...))
 
 
 def snapshot_path(journal: Path) -> Path:
@@ -54,13 +64,13 @@ def snapshot_path(journal: Path) -> Path:
 def save(journal: Path, state: RunState, offset: int, lines: int, last_line: bytes) -> None:
     """Replace the snapshot (atomically: a crash leaves the old one or the new one) with
     `state` as it is right after the session start record `last_line`."""
-    run: dict[str, Any] = {name: getattr(state, name) for name in SavedRun.model_fields}
-    snap = Snapshot(
+    run: dict[str, Any] = {name: getattr(state, name) for name in RUN_FIELDS}
+    snap = snapshot_model(tuple(PARTS))(
         offset=offset,
         lines=lines,
         line_sha256=hashlib.sha256(last_line).hexdigest(),
         line_bytes=len(last_line),
-        run=SavedRun.model_validate(run),
+        run=run | state.parts,
         messages=state.view.history,
     )
     path = snapshot_path(journal)
@@ -77,7 +87,7 @@ def journal_size_then(journal: Path) -> int | None:
     journal only grows (a torn tail set aside is past the snapshot's last whole line), so a
     shorter one lost records."""
     try:
-        return Snapshot.model_validate_json(snapshot_path(journal).read_bytes()).offset
+        return Saved.model_validate_json(snapshot_path(journal).read_bytes()).offset
     except (OSError, ValidationError):
         return None
 
@@ -86,7 +96,7 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
     """The state the snapshot holds, with the offset and line count it folds; None when there
     is none that belongs to this journal."""
     try:
-        snap = Snapshot.model_validate_json(snapshot_path(journal).read_bytes())
+        snap = snapshot_model(tuple(PARTS)).model_validate_json(snapshot_path(journal).read_bytes())
         with journal.open("rb") as f:
             f.seek(max(0, snap.offset - snap.line_bytes))
             line = f.read(snap.line_bytes)
@@ -94,6 +104,7 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
         return None
     if snap.format != SNAPSHOT_FORMAT or hashlib.sha256(line).hexdigest() != snap.line_sha256:
         return None
-    run = {name: getattr(snap.run, name) for name in SavedRun.model_fields}
-    state = RunState(**run, session_open=True, view=ContextView(snap.messages))
+    run = {name: getattr(snap.run, name) for name in RUN_FIELDS}  # type: ignore[attr-defined]
+    parts = {part.__name__: getattr(snap.run, part.__name__) for part in PARTS}  # type: ignore[attr-defined]
+    state = RunState(**run, parts=parts, session_open=True, view=ContextView(snap.messages))
     return state, snap.offset, snap.lines
