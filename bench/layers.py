@@ -26,12 +26,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("tools",),
     ("run",),
-    ("checkpoints", "operator", "mcp"),
     ("sinks", "observe"),
+    ("checkpoints", "operator", "mcp"),
     ("",),
 )
 """Folders by layer, lowest first; folders in one layer may import one another, not in circles.
-"" is the package's top level: the commands, the wiring, the demo and the features' register."""
+The features sit above sinks and observe: a feature's command (`rewind`) writes the logs, and
+its view is built on observe's; sinks and observe show every feature through what it registered
+(`observe/shown.py`, `ouroboros/features.py`), and import none. "" is the package's top level:
+the commands, the run's start, the wiring, the demo and the features' register."""
 
 MAX_CIRCLES = 0
 MAX_UP = 3

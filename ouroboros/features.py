@@ -1,15 +1,21 @@
 """The features that plug into the run, in one place: each folder declares its journal records
 (they register their kinds as they are defined), its part of the run's state (`fold.Part`), the
-lines its records make and its entries of `status.json`. Importing this module loads them; the
-package's `__init__` does, so every reader of a journal knows every kind.
+lines its records make and its entries of `status.json` (its `records.py`), and what people are
+shown of it (its `view.py`, registered here). What the run calls it at is built by the wiring
+(`run.session.Feature`). The package's `__init__` imports this module, so every reader of a
+journal knows every kind, and `tail`, `status` and `report` show every feature.
 
-Only their records here: cheap to import (the MCP client's SDK, an optional extra, is never
-loaded by it). The loops and the plan are the core's: the policy decides on them every step."""
+Cheap to import: the MCP client's SDK, an optional extra, is never loaded here. The loops and
+the plan are the core's, not features: the policy decides on them every step, and the context
+view carries the plan over."""
 
 from __future__ import annotations
 
-from ouroboros.checkpoints import records as checkpoints
-from ouroboros.mcp import records as mcp
-from ouroboros.operator import records as operator
+from ouroboros.checkpoints import view as checkpoints
+from ouroboros.mcp import view as mcp
+from ouroboros.observe.shown import SHOWN
+from ouroboros.operator import view as operator
 
-FEATURES = (checkpoints, operator, mcp)
+FEATURES = (operator, checkpoints, mcp)
+"""In the order `status` shows their rows and the report their sections."""
+SHOWN.extend(feature.SHOWN for feature in FEATURES)

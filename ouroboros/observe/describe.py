@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType
@@ -12,8 +12,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ouroboros.ground.printable import printable
-from ouroboros.mcp.records import offered_text
-from ouroboros.observe.checkpoint_view import DESCRIBED as CHECKPOINTS
+from ouroboros.observe import shown as features
 from ouroboros.observe.plan_view import change_text
 
 ZONE_STYLE = {"normal": "green", "soft": "yellow", "hard": "red", "over": "bold red"}
@@ -139,10 +138,7 @@ def line_width(console: Console) -> int | None:
     return console.width if console.is_terminal or "COLUMNS" in os.environ else None
 
 
-Describe = Callable[[dict[str, Any]], "str | list[str]"]
-"""A record's text, or its texts from the fullest to the shortest (`fit` picks one)."""
-
-_DESCRIBE: dict[str, tuple[str, Describe]] = {
+_DESCRIBE: dict[str, tuple[str, features.Describe]] = {
     "run_start": (
         "bold",
         lambda r: f"run {'resumed' if r.get('resumed') else 'started'}: model {r.get('model')}",
@@ -248,19 +244,7 @@ _DESCRIBE: dict[str, tuple[str, Describe]] = {
     ),
     "warning": ("yellow", lambda r: f"warning: {r.get('message')}"),
     "waiting": ("yellow", lambda r: f"waiting: {r.get('message')}"),
-    "told": ("bold cyan", lambda r: f"told (sent {str(r.get('sent_at'))[11:19]}): {r.get('text')}"),
-    "paused": ("bold yellow", lambda r: f"paused by {r.get('by')}: {r.get('message')}"),
-    "resumed": ("bold", lambda r: f"resumed by {r.get('by')}"),
     "plan": ("cyan", change_text),
-    **CHECKPOINTS,
-    "mcp_offered": ("dim", lambda r: f"mcp: {offered_text(r)}"),
-    "mcp_fault": (
-        "yellow",
-        lambda r: (
-            f"mcp server {r.get('server')} ({r.get('tool')}): {r.get('fault')}; "
-            f"may start again {r.get('starts_left')} more time(s) this session"
-        ),
-    ),
     "error": ("bold red", lambda r: f"error: {r.get('message')}"),
     "tool_call": (
         "dim",
@@ -367,7 +351,7 @@ def describe(record: dict[str, Any], tools: bool = False, width: int | None = No
         return None
     if kind == "retry" and record.get("told") is False and not tools:
         return None  # the wait was told, not long ago
-    style, text = _DESCRIBE.get(kind, ("cyan", _generic))
+    style, text = _DESCRIBE.get(kind) or features.line(kind) or ("cyan", _generic)
     said = text(record)
     levels = [said] if isinstance(said, str) else said
     return fit([_stamp(record) + Text(t.rstrip(), style=style) for t in levels], width)

@@ -14,12 +14,10 @@ from ouroboros.context.tokens import Budget
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
-from ouroboros.observe.checkpoint_view import checkpoint_table
-from ouroboros.observe.operator_table import operator_table
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
-from ouroboros.observe.status import duration
+from ouroboros.observe.shown import SHOWN, duration
 from ouroboros.observe.svg import escape
 
 NOTABLE = (
@@ -206,15 +204,17 @@ run recorded them call by call. Hover a point for its figures.</p>
 {_sessions(data.sessions)}
 <h2>The plan</h2>
 {plan_section(data.events)}
-<h2>Workspace checkpoints</h2>
-{checkpoint_table(data.events)}
-<h2>Told, paused, resumed</h2>
-{operator_table(data.events)}
-<h2>Errors, warnings and retries</h2>
+{_features(data.events)}<h2>Errors, warnings and retries</h2>
 {notable_table(data.events)}
 {"".join(f"<p class=note>{escape(line)}</p>" for line in data.skipped)}
 </body></html>
 """
+
+
+def _features(events: list[dict[str, Any]]) -> str:
+    """Each feature's section (`observe/shown.py`): checkpoints, what the operator did."""
+    sections = [feature.report for feature in SHOWN if feature.report]
+    return "".join(f"<h2>{head}</h2>\n{section(events)}\n" for head, section in sections)
 
 
 def _charts(data: RunData, lines: Lines, session: int | None = None) -> str:

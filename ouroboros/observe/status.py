@@ -26,32 +26,17 @@ from rich.text import Text
 from ouroboros.ground.errors import ConfigError
 from ouroboros.ground.printable import printable
 from ouroboros.ground.state_folder import JOURNAL, SUMMARY
-from ouroboros.observe.checkpoint_view import checkpoints_status
 from ouroboros.observe.describe import describe, loop_text, sandbox_text
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
+from ouroboros.observe.shown import age as _age
+from ouroboros.observe.shown import duration, feature_rows
 from ouroboros.observe.status_rows import cache_text, context_text, window_text
-from ouroboros.operator import inbox
 from ouroboros.sinks import summary
 from ouroboros.state.record_base import wall_time
 
 if TYPE_CHECKING:
     from ouroboros.ground.config import Settings
-
-
-def _age(ts: str | None, now: float) -> str:
-    if not ts:
-        return "never"
-    return f"{duration(now - datetime.fromisoformat(ts).timestamp())} ago"
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 @dataclass(frozen=True)
@@ -165,35 +150,13 @@ def _event(line: dict[str, Any] | None, now: float) -> Text:
     return text
 
 
-def _operator_rows(figures: StatusFigures) -> list[tuple[str, Text]]:
-    """A pause, and the messages `tell` left: those not yet delivered (in the inbox, or taken
-    but carried by no request the server accepted), and the newest delivered."""
-    rows = []
-    paused = figures.run.get("paused")
-    if paused:
-        since = _age(paused.get("ts"), figures.now)
-        said = f"since {since}, by {paused.get('by')}: `python -m ouroboros resume` goes on"
-        rows.append(("paused", Text(said, style="bold yellow")))
-    delivered: dict[str, str] = figures.run.get("delivered") or {}
-    taken: list[str] = figures.run.get("undelivered") or []
-    waiting = {name for name in inbox.waiting(figures.state_dir) if name not in delivered}
-    pending = waiting | set(taken)
-    if pending:
-        rows.append(("messages", Text(f"{len(pending)} pending (delivered at the next step)")))
-    if delivered:
-        newest = max(delivered.values())
-        said = f"{len(delivered)} delivered, the newest {_age(newest, figures.now)}"
-        rows.append(("messages" if not pending else "", Text(said)))
-    return rows
-
-
 def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> Panel:
     run = figures.run
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", justify="right")
     grid.add_column()
     grid.add_row("run", _run_line(figures))
-    for row, shown in _operator_rows(figures):
+    for row, shown in feature_rows(run, figures.now, figures.state_dir):
         grid.add_row(row, shown)
     ended = f"ended: {run['ended_reason']}"
     session = f"{run['session']} ({'open' if run['session_open'] else ended})"
@@ -206,9 +169,7 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     grid.add_row("plan", plan_status(run.get("plan")))
     grid.add_row("context", context_text(figures.usage))
     grid.add_row("window", window_text(run.get("window")))
-    grid.add_row("checkpoints", checkpoints_status(run.get("checkpoints")))
     grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
-    grid.add_row("mcp", printable(run.get("mcp") or "no servers"))
     if tools := run.get("tools"):  # the terminal's line has the sandbox's kind only
         grid.add_row("tools", printable(sandbox_text(tools)))
     tokens = run["prompt_tokens"] + run["completion_tokens"]
@@ -249,10 +210,8 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
 
 def status(state_dir: Path, settings: Callable[[], Settings], out: Console) -> int:
     if not any((state_dir / name).exists() for name in (JOURNAL, SUMMARY)):
-        waiting = len(inbox.waiting(state_dir))
-        pending = (
-            f"; {waiting} message(s) from `tell` pending for when it starts" if waiting else ""
-        )
+        rows = feature_rows({}, time.time(), state_dir)
+        pending = "".join(f"; {text.plain} for when it starts" for _, text in rows)
         out.print(f"no run in {escape(str(state_dir))}{pending}")
         return 1
     out.print(render_status(read_status(state_dir), settings))

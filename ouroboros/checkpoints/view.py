@@ -1,14 +1,15 @@
-"""Workspace checkpoints as people read them: the `checkpoint` and `rewound` lines (`tail`, the
-terminal), the row of `status`, and the report's table."""
+"""Workspace checkpoints as people read them (`SHOWN`): the `checkpoint` and `rewound` lines
+(`tail`, the terminal), the row of `status`, and the report's table."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
 
 from ouroboros.ground.printable import printable
-from ouroboros.observe.svg import escape
+from ouroboros.observe.shown import Shown, table
 
 MAX_ROWS = 100
 
@@ -57,7 +58,11 @@ DESCRIBED = {
 """The lines `describe` shows for them."""
 
 
-def checkpoints_status(summary: dict[str, Any] | None) -> Text:
+def checkpoints_status(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
+    return [("checkpoints", status_text(run.get("checkpoints")))] if run else []
+
+
+def status_text(summary: dict[str, Any] | None) -> Text:
     """`status`'s row: how many, the newest few (session, when, files, size), a rewind."""
     if not summary or not summary.get("count"):
         return Text("none yet", style="dim")
@@ -85,18 +90,18 @@ def checkpoint_table(events: list[dict[str, Any]]) -> str:
     chosen = [e for e in events if e.get("kind") in DESCRIBED][-MAX_ROWS:]
     if not chosen:
         return '<p class="note">No checkpoint of the workspace.</p>'
-    rows = []
-    for e in reversed(chosen):
-        cells = [
+    rows = [
+        [
             ("text", str(e.get("ts", ""))[:19].replace("T", " ")),
             ("", e.get("session", "")),
             ("", e.get("files", e.get("restored", ""))),
             ("", size(e["bytes"]) if "bytes" in e else ""),
             ("text", DESCRIBED[str(e["kind"])][1](e)),
         ]
-        rows.append("<tr>" + "".join(f'<td class="{c}">{escape(v)}</td>' for c, v in cells))
-    head = (
-        "<tr><th class=text>time (UTC)</th><th>session</th><th>files</th><th>size</th>"
-        "<th class=text>what</th></tr>"
-    )
-    return f'<table id="checkpoints">{head}{"</tr>".join(rows)}</tr></table>'
+        for e in reversed(chosen)
+    ]
+    head = [("text", "time (UTC)"), ("", "session"), ("", "files"), ("", "size"), ("text", "what")]
+    return table("checkpoints", head, rows)
+
+
+SHOWN = Shown(DESCRIBED, checkpoints_status, ("Workspace checkpoints", checkpoint_table))

@@ -1,0 +1,69 @@
+"""What a feature shows people, declared in its folder and registered by `ouroboros/features.py`:
+its lines of `tail` and the run's terminal (by the kind of the logged line), its rows of
+`status` (from `status.json`'s `run` and the state folder) and its section of the report (from
+the logged lines). `describe`, `status` and `report` show every registered feature's, without
+importing one. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+
+Describe = Callable[[dict[str, Any]], "str | list[str]"]
+"""A line's text, or its texts from the fullest to the shortest (`describe.fit` picks one)."""
+StatusRows = Callable[[dict[str, Any], float, Path], list[tuple[str, Text]]]
+"""`status`'s rows from the run (`status.json`'s, {} before a run), the time, the state folder."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    lines: Mapping[str, tuple[str, Describe]] = field(default_factory=dict)
+    """By kind of logged line: its style and its text."""
+    status: StatusRows | None = None
+    report: tuple[str, Callable[[list[dict[str, Any]]], str]] | None = None
+    """The report's heading, and its section from every logged line."""
+
+
+SHOWN: list[Shown] = []
+"""Every feature's, in the order `ouroboros/features.py` lists them."""
+
+
+def line(kind: str) -> tuple[str, Describe] | None:
+    return next((s.lines[kind] for s in SHOWN if kind in s.lines), None)
+
+
+def feature_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
+    return [row for s in SHOWN if s.status for row in s.status(run, now, state_dir)]
+
+
+def age(ts: str | None, now: float) -> str:
+    """How long ago `ts` was, as `status` says it."""
+    from datetime import datetime
+
+    if not ts:
+        return "never"
+    return f"{duration(now - datetime.fromisoformat(ts).timestamp())} ago"
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def table(name: str, head: list[tuple[str, str]], rows: list[list[tuple[str, Any]]]) -> str:
+    """A report's table: `head` and each row's cells as (class, value); values escaped."""
+    from ouroboros.observe.svg import escape
+
+    def cells(tag: str, row: list[tuple[str, Any]]) -> str:
+        return "".join(f'<{tag} class="{c}">{escape(v)}</{tag}>' for c, v in row)
+
+    body = "".join(f"<tr>{cells('td', row)}</tr>" for row in rows)
+    return f'<table id="{name}"><tr>{cells("th", head)}</tr>{body}</table>'
