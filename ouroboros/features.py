@@ -11,11 +11,16 @@ view carries the plan over."""
 
 from __future__ import annotations
 
+from ouroboros.checkpoints import records as checkpoints_records
 from ouroboros.checkpoints import view as checkpoints
+from ouroboros.mcp import records as mcp_records
 from ouroboros.mcp import view as mcp
 from ouroboros.observe.shown import SHOWN
+from ouroboros.operator import records as operator_records
 from ouroboros.operator import view as operator
 
+RECORDS = (operator_records, checkpoints_records, mcp_records)
+"""Their records and parts: imported here, so that every reader of a journal has them."""
 FEATURES = (operator, checkpoints, mcp)
-"""In the order `status` shows their rows and the report their sections."""
+"""What people are shown of them, in the order of `status`'s rows and the report's sections."""
 SHOWN.extend(feature.SHOWN for feature in FEATURES)
