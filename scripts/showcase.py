@@ -24,8 +24,7 @@ from ouroboros.cli import main as ouroboros
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
 from ouroboros.state.journal import Journal
-from ouroboros.state.reasons import EndReason
-from ouroboros.state.records import RunEnd
+from ouroboros.state.records import EndReason, RunEnd
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 10_000

@@ -11,8 +11,7 @@ import pytest
 
 from ouroboros.checkpoints.records import Checkpoint, Checkpoints, Rewinding
 from ouroboros.state.fold import RunState
-from ouroboros.state.record_base import Record
-from ouroboros.state.records import JOURNAL_RECORD, EndReason, SessionStart
+from ouroboros.state.records import JOURNAL_RECORD, EndReason, Record, SessionStart
 from tests.conftest import PROJECT_ROOT
 
 ON_DISK = {
@@ -28,7 +27,7 @@ def test_a_reader_of_the_journal_alone_knows_every_kind_the_features_included() 
     # A fresh interpreter that imports the journal and nothing of a feature.
     code = (
         "from ouroboros.state.journal import fold\n"
-        "from ouroboros.state.record_base import KINDS\n"
+        "from ouroboros.state.records import KINDS\n"
         "print(' '.join(sorted(KINDS)))\n"
         "import sys; print('mcp' in sys.modules)"
     )

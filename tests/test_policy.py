@@ -20,7 +20,6 @@ from ouroboros.policy import policy, room
 from ouroboros.policy.policy import End, FreeRoom
 from ouroboros.policy.room import Rules
 from ouroboros.state.fold import RunState
-from ouroboros.state.record_base import Record
 from ouroboros.state.records import (
     CompactionFailed,
     EndReason,
@@ -28,6 +27,7 @@ from ouroboros.state.records import (
     MaskReason,
     MessageRecord,
     Notice,
+    Record,
     SessionStart,
     WindDown,
 )

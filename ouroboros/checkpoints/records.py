@@ -8,8 +8,7 @@ from typing import Any, Literal
 
 from ouroboros.ground import prompts
 from ouroboros.state.fold import Part, RunState
-from ouroboros.state.record_base import Record
-from ouroboros.state.records import EndReason, SessionEnd
+from ouroboros.state.records import EndReason, Record, SessionEnd
 
 LISTED = 5
 """Checkpoints `status` lists: the newest."""

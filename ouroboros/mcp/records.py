@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ouroboros.state.fold import Part, RunState
-from ouroboros.state.record_base import Record
+from ouroboros.state.records import Record
 
 
 class McpOffered(Record):

@@ -33,7 +33,7 @@ from ouroboros.observe.shown import age as _age
 from ouroboros.observe.shown import duration, feature_rows
 from ouroboros.observe.status_rows import cache_text, context_text, window_text
 from ouroboros.sinks import summary
-from ouroboros.state.record_base import wall_time
+from ouroboros.state.records import wall_time
 
 if TYPE_CHECKING:
     from ouroboros.ground.config import Settings
@@ -118,7 +118,7 @@ def _left(limit: float | None, used: float, show: Callable[[float], str]) -> str
 
 
 def _elapsed(figures: StatusFigures) -> float:
-    """The run's wall time (`record_base.wall_time`): up to now while it runs; up to its newest
+    """The run's wall time (`records.wall_time`): up to now while it runs; up to its newest
     record once it ended or is not running (killed): the same from `status.json` and the
     journal, whenever it is read."""
     run = figures.run

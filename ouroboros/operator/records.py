@@ -7,8 +7,7 @@ from typing import Any, Literal
 
 from ouroboros.ground.messages import UserMessage
 from ouroboros.state.fold import Part, RunState
-from ouroboros.state.record_base import Record
-from ouroboros.state.records import MessageRecord, SessionStart
+from ouroboros.state.records import MessageRecord, Record, SessionStart
 
 
 class Told(Record):

@@ -38,8 +38,15 @@ from ouroboros.run.compaction import compact, compaction_requested, drop_compact
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.plan import plan_saved
-from ouroboros.state.record_base import wall_time
-from ouroboros.state.records import Cut, EndReason, Mask, MessageRecord, ToolRun, ToolStarted
+from ouroboros.state.records import (
+    Cut,
+    EndReason,
+    Mask,
+    MessageRecord,
+    ToolRun,
+    ToolStarted,
+    wall_time,
+)
 from ouroboros.tools import Tools
 from ouroboros.tools.builtin import finish_summary
 from ouroboros.tools.results import Fit

@@ -84,7 +84,7 @@ class RunState:
     started_at: float | None = None
     last_ts: str | None = None
     """When the newest record was written: where the wall clock of a run that stopped stopped
-    (`record_base.wall_time`)."""
+    (`records.wall_time`)."""
     session: int = 0
     session_open: bool = field(default=False, metadata=SESSION)
     session_turns: int = field(default=0, metadata=SESSION)

@@ -1,5 +1,6 @@
-"""The core's journal records, typed: one record per line of `journal.jsonl` (the features'
-records are in their folders: every kind registers itself, `record_base.KINDS`).
+"""The journal's records, typed: one record per line of `journal.jsonl`; here the core's, the
+features' in their folders (each kind registers itself in `KINDS` as its class is defined, and
+the journal is read by kind: `JOURNAL_RECORD`), and the reasons and kinds they name.
 
 A run is a fold over the records (`fold.py`); what people read (`events.jsonl`,
 `token_usage.jsonl`, the terminal) is derived from them as they are appended (`events.py`).
@@ -10,20 +11,143 @@ an older version folds the same way.
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal, Union, cast
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from ouroboros.context.plan import PlanItem
 from ouroboros.ground.figures import CallFigures, Measurement, RunLimits, WindowFigures
 from ouroboros.ground.messages import Message, UserMessage
-from ouroboros.state.reasons import EndReason as EndReason
-from ouroboros.state.reasons import LoopKind as LoopKind
-from ouroboros.state.reasons import MaskReason as MaskReason
-from ouroboros.state.record_base import JOURNAL_RECORD as JOURNAL_RECORD
-from ouroboros.state.record_base import SCHEMA_VERSION as SCHEMA_VERSION
-from ouroboros.state.record_base import Record as Record
-from ouroboros.state.record_base import now_iso as now_iso
+
+SCHEMA_VERSION = 2
+"""Written in every line. 1: before typed records (folds the same)."""
+
+KINDS: dict[str, type[Record]] = {}
+"""Every record class, by the `kind` it is written with."""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Record(BaseModel):
+    # A field a later version removed is ignored rather than refused: old journals still fold.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    v: int = SCHEMA_VERSION
+    ts: str = Field(default_factory=now_iso)
+    before_run_start: ClassVar[bool] = False
+    """Of a kind the command or the wiring may write before the run's start (`run/lock.py`)."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        kind = cls.model_fields["kind"].default if "kind" in cls.model_fields else None
+        if isinstance(kind, str):
+            if KINDS.setdefault(kind, cls) is not cls:
+                raise TypeError(f"record kind {kind!r} is taken by {KINDS[kind].__name__}")
+
+    def implied(self) -> list[Record]:
+        """Records this one means too, folded after it (a rewind ends the session it finds)."""
+        return []
+
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        """The lines of `events.jsonl` a feature's record makes (`sinks/lines.py` makes the
+        core's, which need the run's state)."""
+        return []
+
+
+class JournalParser:
+    """Reads a journal line as the record its `kind` names, among those registered when it is
+    read (one discriminated union, rebuilt when a kind joins)."""
+
+    def __init__(self) -> None:
+        self._adapter: TypeAdapter[Any] | None = None
+        self._kinds = 0
+
+    def _current(self) -> TypeAdapter[Any]:
+        if self._adapter is None or self._kinds != len(KINDS):
+            union: Any = Union[tuple(KINDS.values())]  # noqa: UP007
+            self._adapter = TypeAdapter(Annotated[union, Field(discriminator="kind")])
+            self._kinds = len(KINDS)
+        return self._adapter
+
+    def validate_json(self, data: str | bytes, /) -> Record:
+        return cast(Record, self._current().validate_json(data))
+
+    def validate_python(self, data: Any, /) -> Record:
+        return cast(Record, self._current().validate_python(data))
+
+
+JOURNAL_RECORD = JournalParser()
+
+
+def wall_time(started_at: float | None, now: float, stopped_at: str | None = None) -> float:
+    """A run's wall time, the one definition its limit and `status` share: from its first start
+    to `now` while it runs; once it stopped (ended, or killed), to its newest record
+    (`stopped_at`, an ISO timestamp), whoever reads it and whenever."""
+    if started_at is None:
+        return 0.0
+    end = now if stopped_at is None else datetime.fromisoformat(stopped_at).timestamp()
+    return max(0.0, end - started_at)
+
+
+class EndReason(StrEnum):
+    """Why a session, or a run, ended."""
+
+    FINISH = "finish"
+    CONTEXT_FULL = "context_full"
+    CONTEXT_OVERFLOW = "context_overflow"
+    MAX_TURNS = "max_turns"
+    MAX_TOTAL_TURNS = "max_total_turns"
+    MAX_TOTAL_TOKENS = "max_total_tokens"
+    MAX_WALL_TIME = "max_wall_time"
+    MAX_RESTARTS = "max_restarts"
+    STOPPED = "stopped"
+    ERROR = "error"
+    LOOP = "loop"
+    """The agent looped on after it was told: restarted (`LoopDetected`)."""
+    STUCK = "stuck"
+    """It looped on after `loops.max_loops` such restarts: the run stops."""
+    REWOUND = "rewound"
+    """`python -m ouroboros rewind` ended it while the run was not running."""
+
+    @property
+    def restarts(self) -> bool:
+        """A session that ended so is followed by another."""
+        return self in (
+            EndReason.CONTEXT_FULL,
+            EndReason.CONTEXT_OVERFLOW,
+            EndReason.MAX_TURNS,
+            EndReason.LOOP,
+        )
+
+
+class MaskReason(StrEnum):
+    SOFT_THRESHOLD = "soft_threshold"
+    """Past the soft line."""
+    WIND_DOWN_LINE = "wind_down_line"
+    """Past the hard line the run placed, when it comes before the soft line."""
+    WIND_DOWN_ROOM = "wind_down_room"
+    """A wind-down's promised replies need room only results already seen can give."""
+    OVERFLOW = "overflow"
+    """The server refused the prompt."""
+
+
+class LoopKind(StrEnum):
+    REPEAT = "repeat"
+    """The same calls, reply after reply."""
+    CYCLE = "cycle"
+    """Two or three calls in turn, over and over."""
+    FAILING = "failing"
+    """The same call failing the same way, among nothing but failures."""
+    NO_CALLS = "no_calls"
+    """Replies in a row that call no tool."""
+    OVERFLOWS = "overflows"
+    """Prompts the server refused as too long, again and again in one session."""
+    SESSION_REPEAT = "session_repeat"
+    """A new session doing what the previous one did, with the same results."""
 
 
 class RunStart(Record):
