@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from ouroboros.ground.printable import printable
-from ouroboros.observe.shown import Shown, table
+from ouroboros.observe.shown import Shown, table, utc
 
 MAX_ROWS = 100
 
@@ -92,7 +92,7 @@ def checkpoint_table(events: list[dict[str, Any]]) -> str:
         return '<p class="note">No checkpoint of the workspace.</p>'
     rows = [
         [
-            ("text", str(e.get("ts", ""))[:19].replace("T", " ")),
+            ("text", utc(e)),
             ("", e.get("session", "")),
             ("", e.get("files", e.get("restored", ""))),
             ("", size(e["bytes"]) if "bytes" in e else ""),

@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 
 from ouroboros.ground.printable import printable
+from ouroboros.observe.shown import table, utc
 from ouroboros.observe.svg import escape
 
 MAX_CHANGE_ROWS = 100
@@ -49,14 +50,11 @@ def plan_section(events: list[dict[str, Any]]) -> str:
         for i in items
     )
     current = f'<ol id="plan">{listed}</ol>' if items else '<p class="note">Cleared.</p>'
-    rows = "".join(
-        "<tr>"
-        + f'<td class="text">{escape(str(e.get("ts", ""))[:19].replace("T", " "))}</td>'
-        + f"<td>{escape(e.get('session', ''))}</td>"
-        + f'<td class="text">{escape(change_text(e))}</td></tr>'
+    rows = [
+        [("text", utc(e)), ("", e.get("session", "")), ("text", change_text(e))]
         for e in reversed(changes[-MAX_CHANGE_ROWS:])
-    )
-    head = "<tr><th class=text>time (UTC)</th><th>session</th><th class=text>change</th></tr>"
+    ]
+    head = [("text", "time (UTC)"), ("", "session"), ("text", "change")]
     more = len(changes) - MAX_CHANGE_ROWS
     note = f'<p class="note">The {MAX_CHANGE_ROWS} newest of {len(changes):,} changes.</p>'
-    return f'{current}{note if more > 0 else ""}<table id="plan-changes">{head}{rows}</table>'
+    return f"{current}{note if more > 0 else ''}{table('plan-changes', head, rows)}"

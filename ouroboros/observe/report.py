@@ -5,7 +5,6 @@ plain HTML a test can check; the lines are those the run recorded (its `context_
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from ouroboros.observe.chart import Lines, chart_svg
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
-from ouroboros.observe.shown import SHOWN, duration
+from ouroboros.observe.shown import SHOWN, Cells, duration, table, utc
 from ouroboros.observe.svg import escape
 
 NOTABLE = (
@@ -56,17 +55,11 @@ th { background: #f3f5f8; } td.text, th.text { text-align: left; }
 """
 
 
-def _row(cells: Iterable[tuple[str, object]]) -> str:
-    return "<tr>" + "".join(f'<td class="{c}">{escape(v)}</td>' for c, v in cells) + "</tr>"
-
-
 def session_table(sessions: list[SessionSummary]) -> str:
-    head = (
-        "<tr><th>session</th><th class=text>started</th><th class=text>because</th>"
-        "<th>turns</th><th>prompt tokens</th><th>completion tokens</th><th>peak of budget</th>"
-        "<th>cache hit</th><th>masks (results)</th><th>compactions</th><th>wind-downs</th>"
-        "<th class=text>ended</th></tr>"
-    )
+    head = [("", "session"), ("text", "started"), ("text", "because"), ("", "turns")]
+    head += [("", "prompt tokens"), ("", "completion tokens"), ("", "peak of budget")]
+    head += [("", "cache hit"), ("", "masks (results)"), ("", "compactions")]
+    head += [("", "wind-downs"), ("text", "ended")]
     rows = []
     for s in sessions:
         peak = s.peak
@@ -75,7 +68,7 @@ def session_table(sessions: list[SessionSummary]) -> str:
             if peak
             else "-"
         )
-        cells: list[tuple[str, object]] = [
+        cells: Cells = [
             ("", s.number),
             ("text", s.started[:19].replace("T", " ")),
             ("text", s.start_reason),
@@ -89,8 +82,8 @@ def session_table(sessions: list[SessionSummary]) -> str:
             ("", s.wind_downs),
             ("text", " → ".join(s.ends) or "(still open)"),
         ]
-        rows.append(_row(cells).replace("<tr>", '<tr class="session">', 1))
-    return f'<table id="sessions">{head}{"".join(rows)}</table>'
+        rows.append(cells)
+    return table("sessions", head, rows, row_class="session")
 
 
 def notable_table(events: list[dict[str, Any]]) -> str:
@@ -109,24 +102,19 @@ def notable_table(events: list[dict[str, Any]]) -> str:
         counts[str(e.get("kind"))] = counts.get(str(e.get("kind")), 0) + 1
     tally = " · ".join(f"{kind} <b>{n:,}</b>" for kind, n in sorted(counts.items()))
     rows = [
-        _row(
-            [
-                ("text", str(e.get("ts", ""))[:19].replace("T", " ")),
-                ("text", e.get("kind")),
-                ("", e.get("session", "")),
-                ("text", _event_text(e)),
-            ]
-        )
+        [
+            ("text", utc(e)),
+            ("text", e.get("kind")),
+            ("", e.get("session", "")),
+            ("text", _event_text(e)),
+        ]
         for e in reversed(chosen[-MAX_NOTABLE_ROWS:])
     ]
     more = len(chosen) - MAX_NOTABLE_ROWS
     note = f" The {MAX_NOTABLE_ROWS} newest are listed." if more > 0 else ""
-    head = (
-        "<tr><th class=text>time (UTC)</th><th class=text>kind</th><th>session</th>"
-        "<th class=text>what</th></tr>"
-    )
+    head = [("text", "time (UTC)"), ("text", "kind"), ("", "session"), ("text", "what")]
     summary = f'<p class="note" id="notable-counts">{tally}.{note} {cuts}</p>'
-    return f'{summary}<table id="notable">{head}{"".join(rows)}</table>'
+    return summary + table("notable", head, rows)
 
 
 def _event_text(e: dict[str, Any]) -> str:

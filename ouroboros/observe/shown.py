@@ -58,12 +58,25 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def table(name: str, head: list[tuple[str, str]], rows: list[list[tuple[str, Any]]]) -> str:
-    """A report's table: `head` and each row's cells as (class, value); values escaped."""
+Cells = list[tuple[str, Any]]
+"""A table's row: each cell's class and value."""
+
+
+def table(name: str, head: Cells, rows: list[Cells], row_class: str = "") -> str:
+    """A report's table: its head, then the rows; values escaped."""
     from ouroboros.observe.svg import escape
 
-    def cells(tag: str, row: list[tuple[str, Any]]) -> str:
-        return "".join(f'<{tag} class="{c}">{escape(v)}</{tag}>' for c, v in row)
+    def cells(tag: str, row: Cells) -> str:
+        return "".join(f"<{tag}{_class(c)}>{escape(v)}</{tag}>" for c, v in row)
 
-    body = "".join(f"<tr>{cells('td', row)}</tr>" for row in rows)
+    body = "".join(f"<tr{_class(row_class)}>{cells('td', row)}</tr>" for row in rows)
     return f'<table id="{name}"><tr>{cells("th", head)}</tr>{body}</table>'
+
+
+def _class(name: str) -> str:
+    return f' class="{name}"' if name else ""
+
+
+def utc(line: dict[str, Any]) -> str:
+    """When a logged line was written, as the report's tables show it."""
+    return str(line.get("ts", ""))[:19].replace("T", " ")

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.text import Text
 
-from ouroboros.observe.shown import Shown, age, table
+from ouroboros.observe.shown import Shown, age, table, utc
 from ouroboros.operator import inbox
 
 MAX_ROWS = 100
@@ -48,7 +48,7 @@ def operator_table(events: list[dict[str, Any]]) -> str:
         return '<p class="note">No message from <code>tell</code>, no pause.</p>'
     rows = [
         [
-            ("text", str(e.get("ts", ""))[:19].replace("T", " ")),
+            ("text", utc(e)),
             ("text", e.get("kind")),
             ("", e.get("session", "")),
             ("text", str(e.get("text") or f"by {e.get('by')}")[:400]),
