@@ -26,12 +26,19 @@ from rich.text import Text
 from ouroboros.ground.errors import ConfigError
 from ouroboros.ground.printable import printable
 from ouroboros.ground.state_folder import JOURNAL, SUMMARY
-from ouroboros.observe.describe import describe, loop_text, sandbox_text
+from ouroboros.observe.describe import (
+    ZONE_STYLE,
+    bar,
+    describe,
+    figure,
+    line_marks,
+    loop_text,
+    sandbox_text,
+)
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.shown import age as _age
 from ouroboros.observe.shown import duration, feature_rows
-from ouroboros.observe.status_rows import cache_text, context_text, window_text
 from ouroboros.sinks import summary
 from ouroboros.state.records import wall_time
 
@@ -148,6 +155,41 @@ def _event(line: dict[str, Any] | None, now: float) -> Text:
     shown = describe(line, tools=True)
     text.append(shown[9:] if shown is not None else Text(str(line.get("kind"))))
     return text
+
+
+def context_text(usage: dict[str, Any] | None) -> Text:
+    if usage is None:
+        return Text("no model call yet", style="dim")
+    zone = str(usage.get("zone", "normal"))
+    fraction = float(usage.get("fraction", 0.0))
+    text = Text(
+        f"{bar(fraction, lines=line_marks(usage))} {fraction:.0%} {zone}",
+        style=ZONE_STYLE.get(zone, "white"),
+    )
+    text.append(
+        f"  {figure(usage.get('total_tokens'))} of {figure(usage.get('prompt_budget'))} tokens "
+        f"(session {usage.get('session')}, turn {usage.get('turn')}, {usage.get('source')})"
+    )
+    return text
+
+
+def window_text(window: dict[str, Any] | None) -> Text:
+    """The window in force: the start's, or a smaller one a refusal stated since."""
+    if window is None:
+        return Text("not known yet", style="dim")
+    said = f"{figure(window.get('context_limit'))} tokens ({window.get('server')}: "
+    return Text(printable(f"{said}{window.get('detail')})"))
+
+
+def cache_text(prefill: dict[str, Any]) -> Text:
+    cached, processed = prefill.get("cached_tokens", 0), prefill.get("processed_tokens", 0)
+    if not cached + processed:
+        return Text("not reported by the server", style="dim")
+    text = f"{cached / (cached + processed):.0%} of prompt tokens cached over "
+    text += f"{prefill.get('calls', 0):,} calls"
+    if prefill.get("timed_calls"):
+        text += f", prefill {prefill['prefill_ms'] / prefill['timed_calls'] / 1000:.1f} s per call"
+    return Text(text)
 
 
 def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> Panel:
