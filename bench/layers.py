@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("tools",),
     ("run",),
-    ("checkpoints", "operator", "mcp"),
+    ("checkpoints", "operator", "mcp", "server"),
     ("sinks", "observe"),
     ("",),
 )
