@@ -55,8 +55,9 @@ def test_a_server_killed_with_9_is_started_again_and_stopped_with_the_run(tmp_pa
             first = watched.starts[0]
             assert (tmp_path / PIDFILE).read_text().split()[0] == str(first)
             os.kill(first, signal.SIGKILL)
-            while len(watched.starts) < 2:
-                await anyio.sleep(0.05)
+            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+                while len(watched.starts) < 2:
+                    await anyio.sleep(0.05)
             async with httpx2.AsyncClient() as client:
                 for _ in range(600):
                     try:
@@ -96,8 +97,9 @@ def test_a_stalled_server_is_killed_and_started_again(tmp_path: Path) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(watched.server.serve)
             watched.server.stalled()
-            while len(watched.starts) < 2:
-                await anyio.sleep(0.05)
+            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+                while len(watched.starts) < 2:
+                    await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
 
     anyio.run(main)
