@@ -11,8 +11,10 @@ import anyio
 import pytest
 
 from ouroboros.ground.messages import ToolCall
-from ouroboros.tools import ToolOutcome, ToolRunner
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import wait_for
 
 
@@ -21,7 +23,8 @@ def runner(tmp_path: Path) -> Iterator[ToolRunner]:
     (tmp_path / "ws").mkdir()
     (tmp_path / "SYSTEM_PROMPT.md").write_text("prompt")
     (tmp_path / "secret.txt").write_text("secret")
-    tools = ToolRunner(Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md"), 2.0, 2000, True)
+    workspace = Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md")
+    tools = ToolRunner(workspace, built_in(ShellExec(2.0), None, True), ToolCaps(2000))
     yield tools
     tools.close()
 

@@ -1,4 +1,5 @@
-"""The built-in tools. Each takes validated arguments and returns text for the model."""
+"""The built-in tools but `shell_exec` and `search_context`: the file tools, `plan`, `finish`.
+Each takes validated arguments and returns text for the model."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import io
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ouroboros.context.plan import PLAN_TOOL, PlanArgs, problem, saved
 from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import safefs
+from ouroboros.tools.abandonable import abandonable
+from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
 from ouroboros.tools.workspace import Location, PathRefused, Workspace
 
 READ_DEFAULT_LINES = 400
@@ -23,20 +26,6 @@ COUNT_MAX_BYTES = 64 * 1024 * 1024
 SKIP_MAX_BYTES = 64 * READ_MAX_BYTES
 """An offset further into a file than this is refused (shell_exec reads that deep): lines are
 found by reading, and an offset into a huge or sparse file would read for minutes."""
-
-
-class ToolFailed(Exception):
-    """The tool could not do what was asked; the message goes back to the model."""
-
-
-@dataclass(frozen=True)
-class Output:
-    text: str
-    exit_code: int | None = None
-
-
-class ToolArgs(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class FileReadArgs(ToolArgs):
@@ -60,14 +49,6 @@ class ListDirArgs(ToolArgs):
     path: str = "."
 
 
-class ShellExecArgs(ToolArgs):
-    """Run a bash command in the workspace: its exit code and output."""
-
-    command: str
-    timeout_s: float = Field(0, ge=0)
-    """0: `session.shell_timeout_s`."""
-
-
 class FinishArgs(ToolArgs):
     """Only when the whole task is done: end the run for good, with a summary of what was done
     and where the results are."""
@@ -78,6 +59,45 @@ class FinishArgs(ToolArgs):
 def finish_summary(call: ToolCall) -> str:
     """The summary of a finish call that ran (its arguments were valid then)."""
     return FinishArgs.model_validate_json(call.arguments).summary
+
+
+class FileRead(Tool):
+    name, args = "file_read", FileReadArgs
+
+    async def run(self, args: FileReadArgs, context: ToolContext) -> Output:
+        return await abandonable(file_read, context.workspace, args)
+
+
+class FileWrite(Tool):
+    name, args = "file_write", FileWriteArgs
+
+    async def run(self, args: FileWriteArgs, context: ToolContext) -> Output:
+        return await abandonable(file_write, context.workspace, args)
+
+
+class ListDir(Tool):
+    name, args = "list_dir", ListDirArgs
+
+    async def run(self, args: ListDirArgs, context: ToolContext) -> Output:
+        return await abandonable(list_dir, context.workspace, args)
+
+
+class Plan(Tool):
+    """Checked here, kept by the session: the result's record carries the plan."""
+
+    name, args = PLAN_TOOL, PlanArgs
+
+    async def run(self, args: PlanArgs, context: ToolContext) -> Output:
+        if (wrong := problem(args.items, context.plan_cap)) is not None:
+            raise ToolFailed(f"{wrong}. Nothing was changed")
+        return Output(saved(args.items))
+
+
+class Finish(Tool):
+    name, args = "finish", FinishArgs
+
+    async def run(self, args: FinishArgs, context: ToolContext) -> Output:
+        return Output(f"run finished: {args.summary}", finished=args.summary)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from ouroboros.context.truncate import cap_output, recut_bytes, saved_name
 from ouroboros.ground.messages import ToolCall, ToolMessage
 from ouroboros.tools import builtin
 from ouroboros.tools.abandonable import abandonable
-from ouroboros.tools.builtin import Output
+from ouroboros.tools.tool import Output
 from ouroboros.tools.workspace import Workspace
 
 Fit = Callable[[str], int]
