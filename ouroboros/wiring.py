@@ -4,7 +4,6 @@ sessions are built with (`Parts`)."""
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,9 +27,8 @@ from ouroboros.state.journal import Journal
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.builtin import FileRead, FileWrite, Finish, ListDir, Plan
-from ouroboros.tools.environment import command_env
+from ouroboros.tools.environment import command_env, make_scratch
 from ouroboros.tools.processes import confined_processes
-from ouroboros.tools.scratch import make_scratch
 from ouroboros.tools.search import SearchContext
 from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.tool import Tool
@@ -60,23 +58,19 @@ def tool_output_cap(settings: Settings, budget: Budget) -> int:
     return min(settings.context.max_tool_output_bytes or bound, bound)
 
 
-def output_cap(journal: Journal, tokens: int, text: str) -> int:
-    """Bytes of `text` its cap of `tokens` keeps, priced as the run prices content now."""
-    return capped_bytes(journal.state.ledger.calibration, tokens, text)
-
-
-def plan_price(journal: Journal, text: str) -> int:
-    """Tokens of a plan, priced as the run prices content now (as `output_cap`)."""
-    return content_tokens(journal.state.ledger.calibration, text)
-
-
 def tool_caps(settings: Settings, budget: Budget, journal: Journal) -> ToolCaps:
-    """The caps of tool results and of the plan, for the window whose lines are `budget`."""
-    return ToolCaps(
-        tool_output_cap(settings, budget),
-        partial(output_cap, journal, tool_output_tokens(settings, budget)),
-        PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
-    )
+    """The caps of tool results and of the plan, for the window whose lines are `budget`, each
+    priced as the run prices content when it is applied."""
+    tokens = tool_output_tokens(settings, budget)
+
+    def output_cap(text: str) -> int:
+        return capped_bytes(journal.state.ledger.calibration, tokens, text)
+
+    def plan_price(text: str) -> int:
+        return content_tokens(journal.state.ledger.calibration, text)
+
+    plan_cap = PlanCap(plan_tokens(budget.prompt_budget), plan_price)
+    return ToolCaps(tool_output_cap(settings, budget), output_cap, plan_cap)
 
 
 async def discover_server(settings: Settings, client: LLMClient, journal: Journal) -> ServerInfo:

@@ -20,8 +20,8 @@ import pytest
 from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.tools import ToolCaps, ToolRunner, sandbox
+from ouroboros.tools.environment import PREFIX
 from ouroboros.tools.processes import Processes
-from ouroboros.tools.scratch import PREFIX
 from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
 from ouroboros.wiring import built_in

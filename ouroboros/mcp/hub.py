@@ -80,8 +80,9 @@ class McpHub:
         share = int(self.settings.mcp.schema_share * prompt_budget)
         mode = catalogue.mode_for(tokens, prompt_budget, self.settings.mcp.schema_share)
         self.mode = mode
-        offered: list[Tool] = [_Direct(self, tool) for tool in tools]
-        if mode == "search":  # every configured server named, started or not: the prefix stays
+        if mode == "direct":
+            offered: list[Tool] = [_Direct(self, tool) for tool in tools]
+        else:  # every configured server named, started or not: the prefix stays the same
             schemas = catalogue.search_schemas(list(self.servers))
             offered = [_Find(self, schemas[FIND_TOOL]), _Call(self, schemas[CALL_TOOL])]
         servers = {name: sum(t.server == name for t in tools) for name in self.listed}
@@ -122,7 +123,7 @@ class McpHub:
                 offered, server, t.name, t.description or "", parameters.schema
             )
 
-    async def _start_failed(self) -> None:
+    async def start_failed(self) -> None:
         """At a session's first search, the servers that did not start are tried again (within
         `mcp.max_server_starts`); their tools are found from then on. Search mode only: in
         direct mode a new tool would change what every request offers."""
@@ -150,17 +151,6 @@ class McpHub:
     def _say_left_out(self, name: str) -> None:
         for line in self.servers[name].left_out:
             self.journal.notify("warning", f"MCP server {name}: {line}")
-
-    async def find(self, args: FindToolsArgs) -> Output:
-        await self._start_failed()
-        return Output(catalogue.find_answer(list(self.tools.values()), args.query, args.limit))
-
-    async def call_named(self, args: McpCallArgs) -> Output:
-        await self._start_failed()
-        tool = self.tools.get(args.name)
-        if tool is None:
-            raise ToolFailed(f"no MCP tool is named {args.name!r}: find one with {FIND_TOOL}")
-        return await self.call(tool, args.arguments)
 
     async def call(self, tool: McpTool, arguments: dict[str, Any]) -> Output:
         server = self.servers[tool.server]
@@ -235,14 +225,20 @@ class _Find(_Served):
     args = FindToolsArgs
 
     async def run(self, args: FindToolsArgs, context: ToolContext) -> Output:
-        return await self.hub.find(args)
+        await self.hub.start_failed()
+        tools = list(self.hub.tools.values())
+        return Output(catalogue.find_answer(tools, args.query, args.limit))
 
 
 class _Call(_Served):
     args = McpCallArgs
 
     async def run(self, args: McpCallArgs, context: ToolContext) -> Output:
-        return await self.hub.call_named(args)
+        await self.hub.start_failed()
+        tool = self.hub.tools.get(args.name)
+        if tool is None:
+            raise ToolFailed(f"no MCP tool is named {args.name!r}: find one with {FIND_TOOL}")
+        return await self.hub.call(tool, args.arguments)
 
 
 def _kept(tool: str, enabled: list[str] | None, disabled: list[str]) -> bool:

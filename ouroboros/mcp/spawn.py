@@ -19,9 +19,8 @@ from ouroboros.mcp.http import capped_http
 from ouroboros.mcp.server import Opener
 from ouroboros.mcp.stdio import Fault, confined_stdio
 from ouroboros.state.journal import Journal
-from ouroboros.tools.environment import command_env
+from ouroboros.tools.environment import command_env, make_scratch, remove_scratch
 from ouroboros.tools.processes import Processes, confined_processes
-from ouroboros.tools.scratch import make_scratch, remove_scratch
 
 
 class Spawner:

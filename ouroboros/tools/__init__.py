@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from ouroboros.context.plan import PlanCap
 from ouroboros.ground.messages import ToolCall, ToolMessage
-from ouroboros.tools.results import Fit, save_whole, shaped_and_saved
+from ouroboros.tools.results import Fit, save_whole, shaped_result, spill
 from ouroboros.tools.tool import Output, Tool, ToolContext, ToolFailed
 from ouroboros.tools.workspace import PathRefused, Workspace
 
@@ -138,7 +138,9 @@ class ToolRunner:
             output, error = Output(f"error: {e}"), str(e)
             blocked = e.blocked if isinstance(e, ToolFailed) else None
         cap, token_cap = self.caps.max_output_bytes, self.caps.token_cap
-        message = await shaped_and_saved(call, output, cap, room, self.workspace, token_cap)
+        message = shaped_result(call, output, cap, room, token_cap)
+        if message.saved_to is not None:
+            await spill(self.workspace, message.saved_to, output.text)
         if error is not None:
             message = message.model_copy(update={"error": True})
         return ToolOutcome(

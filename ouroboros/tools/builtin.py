@@ -16,7 +16,7 @@ from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import safefs
 from ouroboros.tools.abandonable import abandonable
 from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
-from ouroboros.tools.workspace import Location, PathRefused, Workspace
+from ouroboros.tools.workspace import Location, Workspace
 
 READ_DEFAULT_LINES = 400
 READ_MAX_BYTES = 1024 * 1024
@@ -28,78 +28,6 @@ SKIP_MAX_BYTES = 64 * READ_MAX_BYTES
 found by reading, and an offset into a huge or sparse file would read for minutes."""
 
 
-class FileReadArgs(ToolArgs):
-    """Read a text file: `limit` lines from line `offset` (1-based)."""
-
-    path: str
-    offset: int = Field(1, ge=1)
-    limit: int = Field(READ_DEFAULT_LINES, ge=1)
-
-
-class FileWriteArgs(ToolArgs):
-    """Create or overwrite a text file (and its folders) with `content`."""
-
-    path: str
-    content: str
-
-
-class ListDirArgs(ToolArgs):
-    """List a folder (the workspace without a path)."""
-
-    path: str = "."
-
-
-class FinishArgs(ToolArgs):
-    """Only when the whole task is done: end the run for good, with a summary of what was done
-    and where the results are."""
-
-    summary: str
-
-
-def finish_summary(call: ToolCall) -> str:
-    """The summary of a finish call that ran (its arguments were valid then)."""
-    return FinishArgs.model_validate_json(call.arguments).summary
-
-
-class FileRead(Tool):
-    name, args = "file_read", FileReadArgs
-
-    async def run(self, args: FileReadArgs, context: ToolContext) -> Output:
-        return await abandonable(file_read, context.workspace, args)
-
-
-class FileWrite(Tool):
-    name, args = "file_write", FileWriteArgs
-
-    async def run(self, args: FileWriteArgs, context: ToolContext) -> Output:
-        return await abandonable(file_write, context.workspace, args)
-
-
-class ListDir(Tool):
-    name, args = "list_dir", ListDirArgs
-
-    async def run(self, args: ListDirArgs, context: ToolContext) -> Output:
-        return await abandonable(list_dir, context.workspace, args)
-
-
-class Plan(Tool):
-    """Checked here, kept by the session: the result's record carries the plan."""
-
-    name, args = PLAN_TOOL, PlanArgs
-
-    async def run(self, args: PlanArgs, context: ToolContext) -> Output:
-        if (wrong := problem(args.items, context.plan_cap)) is not None:
-            raise ToolFailed(f"{wrong}. Nothing was changed")
-        return Output(saved(args.items))
-
-
-class Finish(Tool):
-    name, args = "finish", FinishArgs
-
-    async def run(self, args: FinishArgs, context: ToolContext) -> Output:
-        return Output(f"run finished: {args.summary}", finished=args.summary)
-
-
 @contextlib.contextmanager
 def _told(loc: Location, missing: str) -> Iterator[None]:
     """A system error on `loc` as one line naming it (`missing` when it does not exist)."""
@@ -109,6 +37,21 @@ def _told(loc: Location, missing: str) -> Iterator[None]:
         raise ToolFailed(f"{missing}: {loc.shown}") from None
     except OSError as e:
         raise ToolFailed(f"{loc.shown}: {e.strerror or e}") from None
+
+
+class FileReadArgs(ToolArgs):
+    """Read a text file: `limit` lines from line `offset` (1-based)."""
+
+    path: str
+    offset: int = Field(1, ge=1)
+    limit: int = Field(READ_DEFAULT_LINES, ge=1)
+
+
+class FileRead(Tool):
+    name, args = "file_read", FileReadArgs
+
+    async def run(self, args: FileReadArgs, context: ToolContext) -> Output:
+        return await abandonable(file_read, context.workspace, args)
 
 
 def file_read(ws: Workspace, args: FileReadArgs) -> Output:
@@ -165,6 +108,20 @@ def _count(f: io.BufferedReader, seen: int, more: bool) -> int:
     return count + (last != b"\n")  # a last line without its newline
 
 
+class FileWriteArgs(ToolArgs):
+    """Create or overwrite a text file (and its folders) with `content`."""
+
+    path: str
+    content: str
+
+
+class FileWrite(Tool):
+    name, args = "file_write", FileWriteArgs
+
+    async def run(self, args: FileWriteArgs, context: ToolContext) -> Output:
+        return await abandonable(file_write, context.workspace, args)
+
+
 def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     loc = ws.locate(args.path)
     if not loc.parts:
@@ -175,6 +132,19 @@ def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     with _told(loc, "no such folder"):
         safefs.replace_file(loc, data)
     return Output(f"wrote {len(data):,} bytes to {loc.shown}")
+
+
+class ListDirArgs(ToolArgs):
+    """List a folder (the workspace without a path)."""
+
+    path: str = "."
+
+
+class ListDir(Tool):
+    name, args = "list_dir", ListDirArgs
+
+    async def run(self, args: ListDirArgs, context: ToolContext) -> Output:
+        return await abandonable(list_dir, context.workspace, args)
 
 
 def list_dir(ws: Workspace, args: ListDirArgs) -> Output:
@@ -192,8 +162,31 @@ def list_dir(ws: Workspace, args: ListDirArgs) -> Output:
     return Output("\n".join(lines) or "(empty folder)")
 
 
-def spill(ws: Workspace, relative: str, text: str) -> None:
-    """Write a whole output into the workspace where the agent can page through it. Where a
-    planted link or folder is in the way nothing is written: the journal keeps the result."""
-    with contextlib.suppress(OSError, PathRefused):
-        safefs.create_file(ws.locate(relative), text.encode())
+class Plan(Tool):
+    """Checked here, kept by the session: the result's record carries the plan."""
+
+    name, args = PLAN_TOOL, PlanArgs
+
+    async def run(self, args: PlanArgs, context: ToolContext) -> Output:
+        if (wrong := problem(args.items, context.plan_cap)) is not None:
+            raise ToolFailed(f"{wrong}. Nothing was changed")
+        return Output(saved(args.items))
+
+
+class FinishArgs(ToolArgs):
+    """Only when the whole task is done: end the run for good, with a summary of what was done
+    and where the results are."""
+
+    summary: str
+
+
+class Finish(Tool):
+    name, args = "finish", FinishArgs
+
+    async def run(self, args: FinishArgs, context: ToolContext) -> Output:
+        return Output(f"run finished: {args.summary}", finished=args.summary)
+
+
+def finish_summary(call: ToolCall) -> str:
+    """The summary of a finish call that ran (its arguments were valid then)."""
+    return FinishArgs.model_validate_json(call.arguments).summary

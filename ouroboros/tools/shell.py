@@ -22,8 +22,8 @@ from pydantic import Field
 from ouroboros.tools import safefs
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.child_exit import failed_step
+from ouroboros.tools.environment import remove_scratch
 from ouroboros.tools.processes import Processes
-from ouroboros.tools.scratch import remove_scratch
 from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
 from ouroboros.tools.workspace import PathRefused, Workspace
 
@@ -73,7 +73,18 @@ class ShellExec(Tool):
         blocked = await anyio.to_thread.run_sync(self.blocklist.reason, args.command)
         if blocked:
             raise ToolFailed(f"refused: this command is blocked ({blocked})", blocked)
-        return await shell_exec(context.workspace, args, self.timeout_s, self.processes, self.env)
+        timeout = min(args.timeout_s or self.timeout_s, self.timeout_s)
+        ran = await run_command(context.workspace, args.command, timeout, self.processes, self.env)
+        output, total, code, note = ran
+        text = output.decode(errors="replace")
+        if total > len(output):
+            text += f"\n[{total - len(output):,} more bytes not captured]"
+        if code is None:
+            return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
+        step = failed_step(code, output)
+        if step is not None:
+            raise ToolFailed(f"the command never ran: {step} (exit code {code})")
+        return Output(f"exit code {code}\n{text}{note}", code)
 
     def end_session(self) -> None:
         """Background jobs the session's commands left are killed."""
@@ -208,23 +219,3 @@ def _open_log(ws: Workspace, pid: int) -> tuple[int | None, str]:
         except PathRefused as e:
             return None, f"no log: {e}"
     return None, f"no log: {why}"
-
-
-async def shell_exec(
-    ws: Workspace,
-    args: ShellExecArgs,
-    default_timeout: float,
-    processes: Processes,
-    env: Mapping[str, str],
-) -> Output:
-    timeout = min(args.timeout_s or default_timeout, default_timeout)
-    output, total, code, note = await run_command(ws, args.command, timeout, processes, env)
-    text = output.decode(errors="replace")
-    if total > len(output):
-        text += f"\n[{total - len(output):,} more bytes not captured]"
-    if code is None:
-        return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
-    step = failed_step(code, output)
-    if step is not None:
-        raise ToolFailed(f"the command never ran: {step} (exit code {code})")
-    return Output(f"exit code {code}\n{text}{note}", code)
