@@ -59,13 +59,12 @@ class Spawner:
 
     def _for(self, network: bool) -> Processes:
         if network not in self._processes:
-            who = "MCP servers"
+            s, journal = self.settings, self.journal
             processes, summary = confined_processes(
-                self.settings, self.scratch, network, self.journal, who
+                s, self.scratch, network, journal, "MCP servers"
             )
+            journal.notify("tools", f"MCP servers (network {str(network).lower()}): {summary}")
             self._processes[network] = processes
-            said = f"{who} (network {str(network).lower()}): {summary}"
-            self.journal.notify("tools", said)
         return self._processes[network]
 
     def close(self) -> None:

@@ -12,8 +12,9 @@ from typing import Any, NamedTuple, Protocol
 from pydantic import BaseModel, ValidationError
 
 from ouroboros.context.plan import PlanCap
+from ouroboros.context.truncate import saved_name
 from ouroboros.ground.messages import ToolCall, ToolMessage
-from ouroboros.tools.results import Fit, save_whole, shaped_result, spill
+from ouroboros.tools.results import Fit, shaped_result, spill
 from ouroboros.tools.tool import Output, Tool, ToolContext, ToolFailed
 from ouroboros.tools.workspace import PathRefused, Workspace
 
@@ -155,4 +156,8 @@ class ToolRunner:
     async def save_whole(self, results: list[ToolMessage]) -> None:
         """Save results about to be masked or cut whose whole text is in no file yet, where
         their placeholders and cut markers say."""
-        await save_whole(self.workspace, results)
+        for m in results:
+            # A result cut at the cap had its whole output saved when it ran.
+            whole = m.output_bytes is None or m.output_bytes == len(m.content.encode())
+            if not m.masked and whole:
+                await spill(self.workspace, saved_name(m.name, m.content), m.content)

@@ -49,16 +49,6 @@ def shaped_result(
     )
 
 
-async def save_whole(workspace: Workspace, results: list[ToolMessage]) -> None:
-    """Save results about to be masked or cut whose whole text is in no file yet, where
-    their placeholders and cut markers say."""
-    for m in results:
-        # A result cut at the cap had its whole output saved when it ran.
-        whole = m.output_bytes is None or m.output_bytes == len(m.content.encode())
-        if not m.masked and whole:
-            await spill(workspace, saved_name(m.name, m.content), m.content)
-
-
 async def spill(workspace: Workspace, relative: str, text: str) -> None:
     """Write a whole output into the workspace where the agent can page through it. The journal
     keeps the result at the cap whatever happens here: where a planted link or folder is in the
