@@ -95,11 +95,12 @@ from ouroboros.sinks.live import Terminal
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Cut, EndReason, Mask, MaskReason, MessageRecord
-from ouroboros.tools import ToolOutcome, ToolRunner
-from ouroboros.tools.builtin import Output
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner
 from ouroboros.tools.results import Fit, shaped_result
+from ouroboros.tools.shell import ShellExec
+from ouroboros.tools.tool import Output
 from ouroboros.tools.workspace import Workspace
-from ouroboros.wiring import tool_output_cap
+from ouroboros.wiring import built_in, tool_output_cap
 
 SEED = 20240611
 MIN_TOOL_CALLS = 330
@@ -469,11 +470,18 @@ class ScriptedModel:
         out.sent = list(messages)
 
 
+def tool_runner(cap: int) -> ToolRunner:
+    """The built-in tools as a run without a state folder offers them."""
+    return ToolRunner(
+        Workspace(WORKSPACE, PROMPT_PATH), built_in(ShellExec(120), None, True), ToolCaps(cap)
+    )
+
+
 class ScriptedTools:
     """The tools print what the script says; the output is capped as `ToolRunner` caps it."""
 
     def __init__(self, replay: Replay, cap: int | None):
-        self.runner = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, cap or 1 << 30, True)
+        self.runner = tool_runner(cap or 1 << 30)
         self.r = replay
         self.cap = cap
         self.observations = {o.call.id: o for s in replay.script for o in s.observations}
@@ -492,7 +500,7 @@ class ScriptedTools:
             return ToolOutcome(tool_message(observation, self.cap), 0.0, size)
         # The real session shows less near the top of the window.
         output = Output(observation.text, observation.exit_code)
-        cap = self.runner.max_output_bytes
+        cap = self.runner.caps.max_output_bytes
         return ToolOutcome(shaped_result(call, output, cap, room), 0.0, size)
 
     async def save_whole(self, results: list[ToolMessage]) -> None:
@@ -829,7 +837,7 @@ async def main() -> int:
     WORKSPACE.mkdir(parents=True)
     PROMPT_PATH.write_text(INSTRUCTIONS)
     script = ScriptBuilder(SEED).build()
-    schemas = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, 30_000, True).schemas()
+    schemas = tool_runner(30_000).schemas()
     server = TokenServer(schemas)
     calls = sum(len(s.observations) for s in script)
     output = sum(len(o.text.encode()) for s in script for o in s.observations)

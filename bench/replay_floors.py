@@ -21,8 +21,8 @@ from ouroboros.ground.messages import (
 )
 from ouroboros.policy.room import LONGEST_WIND_DOWN, MIN_OUTPUT_BYTES
 from ouroboros.run.window import mask_policy
-from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result
+from ouroboros.tools.tool import Output
 
 
 def step_tokens(run: Run) -> tuple[int, list[StepTokens]]:
