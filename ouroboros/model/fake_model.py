@@ -15,7 +15,7 @@ from typing import Any
 
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
 from ouroboros.model.llm import Completion, ContextOverflow, Usage
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.scripted import count_tokens
 from ouroboros.model.servers import ServerInfo
 
 Replier = Callable[[list[Message]], AssistantMessage | Completion]

@@ -20,7 +20,7 @@ Of a reply, the harness records and runs only what holds whatever the server sen
   "length") the last call's arguments may stop mid-way: when they are no JSON, the recorded call
   holds a stand-in naming how many bytes came, and its error result says which tool, where it
   was cut and how to do it in smaller calls (`prompts.cut_in_call`).
-- **Usage that cannot be true is not believed** (`chunks`), and is named once a run; so is a
+- **Usage that cannot be true is not believed** (`llm.count`), and is named once a run; so is a
   refused prompt's count far from its projection, a count that shows a silently cut prompt, and
   a server that processed again what its cache should have kept.
 """
@@ -32,16 +32,21 @@ import secrets
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
 
-from ouroboros.context.ledger import Counting, Ledger, above_window, refused_count
-from ouroboros.context.ledger import warning as usage_warning
-from ouroboros.context.tokens import raw_estimate
+from ouroboros.context.tokens import (
+    CallFigures,
+    Counting,
+    Ledger,
+    RawTally,
+    above_window,
+    raw_estimate,
+    refused_count,
+)
+from ouroboros.context.tokens import warning as usage_warning
 from ouroboros.ground import prompts
 from ouroboros.ground.config import LLMSettings
-from ouroboros.ground.figures import CallFigures, RawTally
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.cache_check import reuse_warning, shared_tokens
-from ouroboros.model.chunks import CUT, shown, unfinished
-from ouroboros.model.llm import Completion, ContextOverflow
+from ouroboros.model.llm import CUT, Completion, ContextOverflow, shown, unfinished
 from ouroboros.policy.room import Rules, step_figures, zone
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal

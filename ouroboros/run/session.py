@@ -12,15 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ouroboros.context.ledger import Counting
-from ouroboros.context.tokens import Budget
+from ouroboros.context.tokens import Budget, CallFigures, Counting
 from ouroboros.ground import prompts
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
-from ouroboros.ground.figures import CallFigures, WindowFigures
+from ouroboros.ground.figures import WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from ouroboros.model import reply_checks, tool_protocol
-from ouroboros.model.llm import Completion, ContextOverflow, Model
+from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
 from ouroboros.model.reply_checks import (
     Admitted,
     admitted_reply,
@@ -29,7 +28,6 @@ from ouroboros.model.reply_checks import (
     overflow,
     silent_truncation,
 )
-from ouroboros.model.retry import Retry, journalled, retrying
 from ouroboros.operator import safe_point as operator
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom

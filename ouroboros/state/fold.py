@@ -12,9 +12,9 @@ from datetime import datetime
 from functools import singledispatchmethod
 
 from ouroboros.checkpoints.records import Checkpoint, Checkpoints, Rewinding, Rewound
-from ouroboros.context.ledger import Ledger
+from ouroboros.context.tokens import Ledger, PrefillTally
 from ouroboros.context.view import ContextView
-from ouroboros.ground.figures import PrefillTally, RunLimits, WindowFigures
+from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
 from ouroboros.mcp.records import McpFault, McpOffered, McpTally
 from ouroboros.operator.records import Letters

@@ -17,7 +17,8 @@ from ouroboros.checkpoints.records import Checkpoint as Checkpoint
 from ouroboros.checkpoints.records import Rewinding as Rewinding
 from ouroboros.checkpoints.records import Rewound as Rewound
 from ouroboros.context.plan import PlanItem
-from ouroboros.ground.figures import CallFigures, Measurement, RunLimits, WindowFigures
+from ouroboros.context.tokens import CallFigures, Measurement
+from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import Message, UserMessage
 from ouroboros.mcp.records import McpFault as McpFault
 from ouroboros.mcp.records import McpOffered as McpOffered
