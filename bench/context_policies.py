@@ -76,11 +76,10 @@ from ouroboros.ground.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-    to_wire,
 )
-from ouroboros.model import reply_checks
+from ouroboros.model import tool_protocol
 from ouroboros.model.cache_check import common_prefix
-from ouroboros.model.llm import Completion, ContextOverflow, Usage
+from ouroboros.model.llm import Completion, ContextOverflow, Usage, to_wire
 from ouroboros.model.scripted import count_tokens
 from ouroboros.policy import policy as managed
 from ouroboros.policy import room
@@ -778,7 +777,7 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
     turn = state.session_turns + 1
-    usage: CallFigures | None = reply_checks.call_figures(
+    usage: CallFigures | None = tool_protocol.call_figures(
         state, rules, replay.parts.counting, served, raw_prompt, turn
     )
     for message in messages:

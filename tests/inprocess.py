@@ -19,9 +19,9 @@ from rich.console import Console
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config_file import load_settings
 from ouroboros.ground.errors import RunError
-from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.fake_model import FakeModel
-from ouroboros.model.llm import Completion, Usage
+from ouroboros.model.llm import Completion, Usage, to_wire
 from ouroboros.model.scripted import Reply, Responder, count_tokens, quick_config
 from ouroboros.model.servers import ServerInfo
 from ouroboros.run.start import run

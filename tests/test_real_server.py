@@ -50,10 +50,16 @@ from ouroboros.ground.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-    to_wire,
 )
 from ouroboros.model.cache_check import reuse_warning
-from ouroboros.model.llm import Completion, ContextOverflow, LLMClient, TransientError, retrying
+from ouroboros.model.llm import (
+    Completion,
+    ContextOverflow,
+    LLMClient,
+    TransientError,
+    retrying,
+    to_wire,
+)
 from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord

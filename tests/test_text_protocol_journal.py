@@ -12,9 +12,8 @@ from typing import Any
 from ouroboros.context.tokens import raw_units, tools_estimate
 from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
-from ouroboros.model.reply_checks import OMITTED
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.model.tool_protocol import schema_raw, text_wire
+from ouroboros.model.tool_protocol import OMITTED, schema_raw, text_wire
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.tools import ToolRunner
 from ouroboros.tools.workspace import Workspace

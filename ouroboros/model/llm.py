@@ -45,7 +45,7 @@ from tenacity.stop import stop_base
 from ouroboros.context.tokens import Rejected
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import LLMSettings
-from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.state.journal import Journal
 
 
@@ -267,7 +267,7 @@ class Completion:
 
 CUT = "ouroboros_cut_bytes"
 """The one key of the arguments that stand in for a call the reply was cut off in: one the byte
-cap fell in (`StreamState.cut_in`), one whose arguments stop mid-way (`run/reply_checks`)."""
+cap fell in (`StreamState.cut_in`), one whose arguments stop mid-way (`tool_protocol.admit`)."""
 _NAMED_CALL = re.compile(rb'"tool_calls".{0,400}?"name"\s*:\s*"([\w.-]{1,64})"', re.DOTALL)
 
 
@@ -281,7 +281,7 @@ class _ToolCallBuilder:
 def unfinished(arguments: str) -> bool:
     """Arguments that stop mid-way: no JSON (none at all is an empty object, as the tools read
     it). JSON that parses is whole; JSON too deep to read is not run anyway
-    (`run/reply_checks`)."""
+    (`tool_protocol.admit`)."""
     try:
         json.loads(arguments or "{}")
     except ValueError:
@@ -501,6 +501,25 @@ def limited_client(limit: int) -> httpx2.AsyncClient:
     hooks: dict[str, list[Callable[[httpx2.Response], Awaitable[None]]]] = {"response": [bound]}
     identity = {"Accept-Encoding": "identity"}
     return openai.DefaultAsyncHttpxClient(event_hooks=hooks, headers=identity)
+
+
+def to_wire(message: Message) -> dict[str, Any]:
+    """The OpenAI chat-completions form of one message."""
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if isinstance(message, AssistantMessage):
+        wire: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            wire["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in message.tool_calls
+            ]
+        return wire
+    return {"role": message.kind, "content": message.content}
 
 
 class LLMClient:

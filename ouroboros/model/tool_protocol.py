@@ -1,5 +1,6 @@
 """How the model's tool calls travel (`llm.tool_protocol`): natively, as the server's structured
-calls, or as text the harness writes and reads back.
+calls, or as text the harness writes and reads back; and what a session checks of each reply
+and call before anything depends on it.
 
 `ProtocolModel` stands between a session and the model. In the native protocol it sends the
 tool schemas, and a reply with no structured call whose text holds a well-formed call of an
@@ -33,6 +34,30 @@ is wrong with the reply.
 template cannot render them, or the model has written its calls as text `TEXT_STREAK` replies
 in a row; then it is text for the rest of the run, said once in a warning the fold keeps
 (`protocol_tally.SWITCH`).
+
+Of a reply, the harness records and runs only what holds whatever the server sent; every
+finding is a journal record (`Notice`, `Refused`), never a line aside:
+
+- **Call ids are unique in the run.** Results, started calls, masks and cuts are all found by id:
+  a server that sends `call_0` for every call would have each later call taken for one already
+  run (and answered "interrupted"). A repeated or missing id, or one no id looks like (long,
+  control characters), is replaced by a fresh one before the reply is journalled; the message
+  record keeps which id the server sent (`renamed_calls`).
+- **A reply runs at most `llm.max_tool_calls_per_reply` calls.** The rest are dropped from the
+  recorded reply and the agent is told how many in one message: an error result each would
+  itself fill the window (5,000 calls, 5,000 results), and a step that big cannot be carried
+  into the next session.
+- **Arguments longer than `llm.max_tool_argument_bytes`, or nested too deeply for the JSON
+  parser, are not run, nor kept.** The recorded call holds a stand-in naming the size; its
+  error result says why. Otherwise the arguments would be stored twice (in the call, and
+  beside its result) and sent back every turn.
+- **A call the reply was cut off in is not run, nor kept.** At the output limit (`finish_reason`
+  "length") the last call's arguments may stop mid-way: when they are no JSON, the recorded call
+  holds a stand-in naming how many bytes came, and its error result says which tool, where it
+  was cut and how to do it in smaller calls (`prompts.cut_in_call`).
+- **Usage that cannot be true is not believed** (`llm.count`), and is named once a run; so is a
+  refused prompt's count far from its projection, a count that shows a silently cut prompt, and
+  a server that processed again what its cache should have kept.
 """
 
 from __future__ import annotations
@@ -41,11 +66,22 @@ import json
 import re
 import secrets
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Literal
 
-from ouroboros.context.tokens import raw_units, tools_estimate
+from ouroboros.context.tokens import (
+    CallFigures,
+    Counting,
+    Ledger,
+    RawTally,
+    above_window,
+    raw_estimate,
+    raw_units,
+    refused_count,
+    tools_estimate,
+)
+from ouroboros.context.tokens import warning as usage_warning
 from ouroboros.ground import prompts
 from ouroboros.ground.config import LLMSettings, ToolProtocol
 from ouroboros.ground.messages import (
@@ -56,11 +92,22 @@ from ouroboros.ground.messages import (
     ToolMessage,
     UserMessage,
 )
-from ouroboros.model.llm import Completion, FatalError, Model, TransientError
-from ouroboros.model.reply_checks import OMITTED
+from ouroboros.model.cache_check import reuse_warning, shared_tokens
+from ouroboros.model.llm import (
+    CUT,
+    Completion,
+    ContextOverflow,
+    FatalError,
+    Model,
+    TransientError,
+    shown,
+    unfinished,
+)
+from ouroboros.policy.room import Rules, step_figures, zone
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.protocol_tally import SWITCH
+from ouroboros.state.records import Refused
 
 # --- A reply's text as the model meant it, and its fenced blocks.
 
@@ -573,6 +620,254 @@ def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Me
         else:
             sent.append(UserMessage(content=text))
     return sent
+
+
+# --- What a session checks of each reply, and of each call's figures.
+
+MAX_ID_CHARS = 64
+"""Longer ids are renamed: an id is sent back with every later request."""
+OMITTED = "ouroboros_omitted_bytes"
+"""The one key of the arguments that stand in for ones too long to keep."""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    message: AssistantMessage
+    """The reply as it is journalled and run."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Fresh id -> the id the server sent."""
+    dropped: int = 0
+    """Calls past `llm.max_tool_calls_per_reply`, not recorded."""
+    calls_from_text: str | None = None
+    """The format the calls were read from the reply's text in (`Completion.calls_from_text`)."""
+
+    def record_fields(self) -> dict[str, object]:
+        """What the message record says of what the harness made of the reply."""
+        return {
+            "renamed_calls": self.renamed or None,
+            "dropped_calls": self.dropped or None,
+            "calls_from_text": self.calls_from_text,
+        }
+
+
+def _usable(call_id: str) -> bool:
+    return 0 < len(call_id) <= MAX_ID_CHARS and call_id.isascii() and call_id.isprintable()
+
+
+def _fresh(index: int, taken: Collection[str], also: Collection[str]) -> str:
+    while True:
+        candidate = f"call_{index}_{secrets.token_hex(4)}"
+        if candidate not in taken and candidate not in also:
+            return candidate
+
+
+def admit(
+    reply: AssistantMessage,
+    seen: Collection[str],
+    max_calls: int,
+    max_argument_bytes: int,
+    cut_off: bool = False,
+) -> Admitted:
+    """The reply with unique ids, at most `max_calls` calls, no argument over the size cap, and
+    no call it was `cut_off` (at the output limit) in. `seen`: every call id the run has
+    recorded."""
+    calls: list[ToolCall] = []
+    used: set[str] = set()
+    renamed: dict[str, str] = {}
+    for index, call in enumerate(reply.tool_calls[:max_calls]):
+        call_id = call.id
+        if not _usable(call_id) or call_id in seen or call_id in used:
+            call_id = _fresh(index, seen, used)
+            renamed[call_id] = call.id
+        used.add(call_id)
+        arguments = call.arguments
+        size = len(arguments.encode())
+        if cut_off and call is reply.tool_calls[-1] and unfinished(arguments):
+            # Only the last call can be cut; said first, whatever its length.
+            arguments = json.dumps({CUT: size})
+        elif size > max_argument_bytes or _too_deep(arguments):
+            arguments = json.dumps({OMITTED: size})
+        calls.append(ToolCall(id=call_id, name=call.name, arguments=arguments))
+    dropped = max(0, len(reply.tool_calls) - max_calls)
+    if not renamed and not dropped and tuple(calls) == reply.tool_calls:
+        return Admitted(reply)
+    message = reply.model_copy(update={"tool_calls": tuple(calls)})
+    return Admitted(message, renamed, dropped)
+
+
+def _too_deep(arguments: str) -> bool:
+    """JSON nested past what Python's parser reads (a few thousand `[`): every reader of the
+    journal that looks into the arguments (masks, carry-over, search) would fail on it."""
+    try:
+        json.loads(arguments)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False  # not JSON: the tool runner says so, and nothing else reads it
+    return False
+
+
+def omitted_bytes(call: ToolCall, key: str = OMITTED) -> int | None:
+    """The size of the arguments this call was sent with, if they were too long to keep (or,
+    with `key` `CUT`, if the reply was cut off in them)."""
+    if len(call.arguments) > 64 or key not in call.arguments:
+        return None
+    try:
+        values = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return None
+    size = values.get(key) if isinstance(values, dict) and len(values) == 1 else None
+    return size if isinstance(size, int) else None
+
+
+def too_long(size: int, cap: int) -> str:
+    if size <= cap:
+        return (
+            f"error: not run: the arguments ({size:,} bytes) nest deeper than JSON can be read, "
+            "and were not kept. Send flat arguments."
+        )
+    return (
+        f"error: not run: the arguments were {size:,} bytes, over llm.max_tool_argument_bytes "
+        f"({cap:,}), and were not kept. Send less in one call: write a big file in parts "
+        "(file_write a first part, then shell_exec to append the others)."
+    )
+
+
+def was_cut(call: ToolCall) -> bool:
+    return omitted_bytes(call, CUT) is not None
+
+
+def not_run(call: ToolCall, llm: LLMSettings) -> str | None:
+    """The error result of a call that stands in for one not kept (too long, or cut off)."""
+    if (size := omitted_bytes(call)) is not None:
+        return too_long(size, llm.max_tool_argument_bytes)
+    if (size := omitted_bytes(call, CUT)) is not None:
+        return f"error: {prompts.cut_in_call(call.name, size, llm.max_output_tokens)}"
+    return None
+
+
+def dropped_calls(dropped: int, cap: int) -> str:
+    return (
+        f"Your last reply had {cap + dropped:,} tool calls; only the first {cap} were run "
+        f"(llm.max_tool_calls_per_reply). The other {dropped:,} were dropped and not run: make "
+        "fewer calls per reply, and send again those you still need."
+    )
+
+
+def admitted_reply(
+    journal: Journal, completion: Completion, llm: LLMSettings, counting: Counting
+) -> Admitted:
+    """The reply as it is recorded and run (`admit`); a server whose ids had to be
+    replaced, or whose usage is no count, is named once a run."""
+    state = journal.state
+    admitted = admit(
+        completion.message,
+        state.call_ids,
+        llm.max_tool_calls_per_reply,
+        llm.max_tool_argument_bytes,
+        cut_off=completion.finish_reason == "length",
+    )
+    if admitted.renamed:
+        reused = ", ".join(sorted({shown(old) for old in admitted.renamed.values()})[:3])
+        journal.notify(
+            "warning",
+            f"the server sent tool-call ids that are repeated or no ids ({reused}): the harness "
+            "gives such calls ids of its own, and journals which (warned once per run)",
+            session=state.session,
+            once="call_ids",
+        )
+    usage = completion.usage
+    rejected = completion.rejected or (
+        usage and above_window(usage.prompt_tokens, usage.completion_tokens, counting.limit)
+    )
+    if rejected:
+        journal.notify(
+            "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
+        )
+    return replace(admitted, calls_from_text=completion.calls_from_text)
+
+
+def overflow(journal: Journal, error: ContextOverflow, projected: int, attempt: int) -> None:
+    journal.notify(
+        "context_overflow",
+        str(error)[:300],
+        session=journal.state.session,
+        n_prompt_tokens=error.n_prompt_tokens,
+        n_ctx=error.n_ctx,
+        projected=projected,
+        attempt=attempt,
+    )
+
+
+def learn_refused(journal: Journal, error: ContextOverflow, raw_prompt: RawTally) -> None:
+    """The exact count of a refused prompt teaches the calibration, if it can be true."""
+    state = journal.state
+    if not error.n_prompt_tokens:
+        return
+    rejected = refused_count(error.n_prompt_tokens, state.ledger.project(raw_prompt))
+    if rejected:
+        journal.notify(
+            "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
+        )
+        return
+    m = Ledger.refused(error.n_prompt_tokens, raw_prompt)
+    journal.append(Refused(session=state.session, **m.model_dump()))
+
+
+def silent_truncation(journal: Journal, figures: CallFigures, context_limit: int) -> None:
+    if figures.silent_truncation:
+        journal.notify(
+            "silent_truncation",
+            "the server counted far fewer prompt tokens than were sent: it probably cut the "
+            "prompt (Ollama does so silently); treating the context as full",
+            session=journal.state.session,
+            reported_prompt_tokens=figures.prompt_tokens,
+            estimated_prompt_tokens=figures.estimated_prompt_tokens,
+            context_limit=context_limit,
+        )
+
+
+def cache_reuse(
+    journal: Journal,
+    before: tuple[list[Message], int] | None,
+    messages: list[Message],
+    cached_tokens: int | None,
+) -> None:
+    """Once a run: say so when the server processed again what it should have kept."""
+    state = journal.state
+    if before is None or cached_tokens is None or "cache" in state.warned:
+        return
+    shared = shared_tokens(*before, messages, state.ledger.calibration.message_tokens)
+    if (warning := reuse_warning(cached_tokens, shared)) is not None:
+        journal.notify("warning", warning, session=state.session, once="cache")
+
+
+def call_figures(
+    state: RunState,
+    rules: Rules,
+    counting: Counting,
+    completion: Completion,
+    raw_prompt: RawTally,
+    turn: int,
+    purpose: str | None = None,
+) -> CallFigures:
+    """A call's figures for its record (and `token_usage.jsonl`), with the hard line in force."""
+    ledger, usage = state.ledger, completion.usage
+    reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
+    m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported, counting)
+    used = m.prompt_tokens + m.completion_tokens
+    hard_line = step_figures(state, rules).hard_line
+    return CallFigures(
+        **m.model_dump(),
+        turn=turn,
+        estimated_prompt_tokens=ledger.calibration.tally_tokens(raw_prompt),
+        context_limit=rules.budget.limit,
+        zone=zone(state, rules, used, m.silent_truncation, hard_line),
+        finish_reason=completion.finish_reason,
+        purpose=purpose,
+        hard_line=hard_line,
+        **asdict(completion.prefill),
+    )
 
 
 # --- The protocol in force, between a session and the model.
