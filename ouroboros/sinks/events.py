@@ -238,10 +238,6 @@ def update(data: dict[str, Any], lines: list[dict[str, Any]], state: RunState) -
     data["run"] = of_state(state)
 
 
-def fresh() -> dict[str, Any]:
-    return {"format": SUMMARY_FORMAT}
-
-
 class Summary:
     """The journal's last sink: `status.json` after each record."""
 
@@ -284,7 +280,8 @@ def read(state_dir: Path) -> dict[str, Any] | None:
 def folded(state_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """`status.json` as the run would have written it, folded from its journal alone; and the
     journal's problems (lines skipped)."""
-    data, state = fresh(), RunState()
+    data: dict[str, Any] = {"format": SUMMARY_FORMAT}
+    state = RunState()
     reader = JsonlReader(state_dir / JOURNAL)
     for record in reader.records(JOURNAL_RECORD):
         state.apply(record)
