@@ -27,8 +27,7 @@ from ouroboros.ground.config_file import load_settings
 from ouroboros.model.scripted import Reply, ScriptedServer, quick_config, tool
 from ouroboros.run.session import Session
 from ouroboros.run.start import run
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 
 TARGET = 15
 calls: list[set[str]] = []

@@ -57,9 +57,8 @@ import anyio
 from floor import StepTokens, sessions_keeping_recent
 from rich.console import Console
 
-from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import masked
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, CallFigures, Counting, tools_estimate
 from ouroboros.ground import prompts
 from ouroboros.ground.config import (
     ContextSettings,
@@ -69,7 +68,7 @@ from ouroboros.ground.config import (
     Settings,
     SupervisorSettings,
 )
-from ouroboros.ground.figures import CallFigures, WindowFigures
+from ouroboros.ground.figures import WindowFigures
 from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
@@ -77,12 +76,11 @@ from ouroboros.ground.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-    to_wire,
 )
-from ouroboros.model import reply_checks
+from ouroboros.model import tool_protocol
 from ouroboros.model.cache_check import common_prefix
-from ouroboros.model.llm import Completion, ContextOverflow, Usage
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.llm import Completion, ContextOverflow, Usage, to_wire
+from ouroboros.model.scripted import count_tokens
 from ouroboros.policy import policy as managed
 from ouroboros.policy import room
 from ouroboros.policy.policy import ContextPolicy, Decision, End
@@ -90,8 +88,7 @@ from ouroboros.policy.room import Rules, StepFigures, projected
 from ouroboros.run.session import Parts, Session
 from ouroboros.run.supervisor import Supervisor
 from ouroboros.run.window import mask_policy
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Cut, EndReason, Mask, MaskReason, MessageRecord
@@ -788,7 +785,7 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
     turn = state.session_turns + 1
-    usage: CallFigures | None = reply_checks.call_figures(
+    usage: CallFigures | None = tool_protocol.call_figures(
         state, rules, replay.parts.counting, served, raw_prompt, turn
     )
     for message in messages:

@@ -61,7 +61,7 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     )
     from ouroboros.run.lock import fresh_state
     from ouroboros.run.start import run_to_end
-    from ouroboros.sinks.live import Terminal
+    from ouroboros.sinks.events import Terminal
 
     settings = load()
     check_readable(settings)

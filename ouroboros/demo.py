@@ -23,7 +23,7 @@ from ouroboros.ground.config_file import load_settings, to_toml
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run.lock import fresh_state
 from ouroboros.run.start import run_to_end
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import Terminal
 
 N_CTX = 4096
 MODULES = ("parser", "lexer", "render", "cache", "config", "cli", "storage", "net")

@@ -7,17 +7,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, Counting
 from ouroboros.context.truncate import capped_bytes
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.model import tool_protocol
-from ouroboros.model.llm import LLMClient, Model
-from ouroboros.model.retry import journalled, retrying
+from ouroboros.model.llm import LLMClient, Model, journalled, retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
 from ouroboros.policy.room import Rules
 from ouroboros.run import window

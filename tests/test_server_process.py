@@ -15,8 +15,7 @@ import pytest
 
 from ouroboros.ground.config import ServerSettings
 from ouroboros.server.process import PIDFILE, Exit, ManagedServer, ServerGaveUp, kill_orphan
-from scripts.real_server import free_port
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, free_port
 
 COMMAND = [sys.executable, str(PROJECT_ROOT / "tests" / "scripted_command.py")]
 

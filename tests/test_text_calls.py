@@ -1,4 +1,4 @@
-"""Tool calls written as text, read back (`model/text_calls.py`): every recovery format, the
+"""Tool calls written as text, read back (`model/tool_protocol.py`): every recovery format, the
 near-misses that must not become calls, and the text protocol's action blocks."""
 
 from __future__ import annotations
@@ -9,9 +9,16 @@ from pathlib import Path
 import pytest
 
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.reply_text import fences
-from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
-from ouroboros.model.text_prompt import names, text_wire, tools_section
+from ouroboros.model.tool_protocol import (
+    Action,
+    FormatProblem,
+    fences,
+    names,
+    read_action,
+    recover,
+    text_wire,
+    tools_section,
+)
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace

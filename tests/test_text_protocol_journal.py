@@ -9,14 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ouroboros.context.pretokens import raw_units
-from ouroboros.context.tokens import tools_estimate
+from ouroboros.context.tokens import raw_units, tools_estimate
 from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
-from ouroboros.model.reply_checks import OMITTED
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.model.text_prompt import text_wire
-from ouroboros.model.tool_protocol import schema_raw
+from ouroboros.model.tool_protocol import OMITTED, schema_raw, text_wire
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec

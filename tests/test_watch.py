@@ -35,9 +35,8 @@ from ouroboros.observe.status import _elapsed, read_status, render_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.run.lock import state_lock
 from ouroboros.run.start import run
-from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.sinks.lines import lines_of
-from ouroboros.sinks.live import Terminal
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal, fold
 from ouroboros.state.records import JOURNAL_RECORD, RunStart

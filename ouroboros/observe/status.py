@@ -32,7 +32,7 @@ from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.status_rows import cache_text, context_text, window_text
 from ouroboros.operator import inbox
-from ouroboros.sinks import summary
+from ouroboros.sinks import events as summary
 from ouroboros.state.record_base import wall_time
 
 if TYPE_CHECKING:
