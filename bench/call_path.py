@@ -26,8 +26,7 @@ from rich.console import Console
 from ouroboros.ground.config_file import load_settings
 from ouroboros.model.scripted import Reply, ScriptedServer, quick_config, tool
 from ouroboros.run.session import Session
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.start import run
 
 TARGET = 15

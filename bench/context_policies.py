@@ -57,9 +57,8 @@ import anyio
 from floor import StepTokens, sessions_keeping_recent
 from rich.console import Console
 
-from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import masked
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, tools_estimate
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, CallFigures, Counting, tools_estimate
 from ouroboros.ground import prompts
 from ouroboros.ground.config import (
     ContextSettings,
@@ -69,7 +68,7 @@ from ouroboros.ground.config import (
     Settings,
     SupervisorSettings,
 )
-from ouroboros.ground.figures import CallFigures, WindowFigures
+from ouroboros.ground.figures import WindowFigures
 from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
@@ -77,12 +76,11 @@ from ouroboros.ground.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-    to_wire,
 )
-from ouroboros.model import reply_checks
+from ouroboros.model import tool_protocol
 from ouroboros.model.cache_check import common_prefix
-from ouroboros.model.llm import Completion, ContextOverflow, Usage
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.llm import Completion, ContextOverflow, Usage, to_wire
+from ouroboros.model.scripted import count_tokens
 from ouroboros.policy import policy as managed
 from ouroboros.policy import room
 from ouroboros.policy.policy import ContextPolicy, Decision, End
@@ -90,16 +88,16 @@ from ouroboros.policy.room import Rules, StepFigures, projected
 from ouroboros.run.session import Parts, Session
 from ouroboros.run.supervisor import Supervisor
 from ouroboros.run.window import mask_policy
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Cut, EndReason, Mask, MaskReason, MessageRecord
-from ouroboros.tools import ToolOutcome, ToolRunner
-from ouroboros.tools.builtin import Output
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner
 from ouroboros.tools.results import Fit, shaped_result
+from ouroboros.tools.shell import ShellExec
+from ouroboros.tools.tool import Output
 from ouroboros.tools.workspace import Workspace
-from ouroboros.wiring import tool_output_cap
+from ouroboros.wiring import built_in, tool_output_cap
 
 SEED = 20240611
 MIN_TOOL_CALLS = 330
@@ -469,11 +467,18 @@ class ScriptedModel:
         out.sent = list(messages)
 
 
+def tool_runner(cap: int) -> ToolRunner:
+    """The built-in tools as a run without a state folder offers them."""
+    return ToolRunner(
+        Workspace(WORKSPACE, PROMPT_PATH), built_in(ShellExec(120), None, True), ToolCaps(cap)
+    )
+
+
 class ScriptedTools:
     """The tools print what the script says; the output is capped as `ToolRunner` caps it."""
 
     def __init__(self, replay: Replay, cap: int | None):
-        self.runner = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, cap or 1 << 30, True)
+        self.runner = tool_runner(cap or 1 << 30)
         self.r = replay
         self.cap = cap
         self.observations = {o.call.id: o for s in replay.script for o in s.observations}
@@ -492,7 +497,7 @@ class ScriptedTools:
             return ToolOutcome(tool_message(observation, self.cap), 0.0, size)
         # The real session shows less near the top of the window.
         output = Output(observation.text, observation.exit_code)
-        cap = self.runner.max_output_bytes
+        cap = self.runner.caps.max_output_bytes
         return ToolOutcome(shaped_result(call, output, cap, room), 0.0, size)
 
     async def save_whole(self, results: list[ToolMessage]) -> None:
@@ -780,7 +785,7 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
     turn = state.session_turns + 1
-    usage: CallFigures | None = reply_checks.call_figures(
+    usage: CallFigures | None = tool_protocol.call_figures(
         state, rules, replay.parts.counting, served, raw_prompt, turn
     )
     for message in messages:
@@ -829,7 +834,7 @@ async def main() -> int:
     WORKSPACE.mkdir(parents=True)
     PROMPT_PATH.write_text(INSTRUCTIONS)
     script = ScriptBuilder(SEED).build()
-    schemas = ToolRunner(Workspace(WORKSPACE, PROMPT_PATH), 120, 30_000, True).schemas()
+    schemas = tool_runner(30_000).schemas()
     server = TokenServer(schemas)
     calls = sum(len(s.observations) for s in script)
     output = sum(len(o.text.encode()) for s in script for o in s.observations)

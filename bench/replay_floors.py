@@ -14,15 +14,12 @@ from replay_run import Run, budget, cap
 from ouroboros.context.mask import masked
 from ouroboros.context.truncate import shown
 from ouroboros.ground import prompts
-from ouroboros.ground.messages import (
-    ToolCall,
-    ToolMessage,
-    to_wire,
-)
+from ouroboros.ground.messages import ToolCall, ToolMessage
+from ouroboros.model.llm import to_wire
 from ouroboros.policy.room import LONGEST_WIND_DOWN, MIN_OUTPUT_BYTES
 from ouroboros.run.window import mask_policy
-from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result
+from ouroboros.tools.tool import Output
 
 
 def step_tokens(run: Run) -> tuple[int, list[StepTokens]]:

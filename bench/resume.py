@@ -26,7 +26,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ouroboros.ground.figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.context.tokens import CallFigures
+from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import (
     AssistantMessage,
     SystemMessage,

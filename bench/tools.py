@@ -36,10 +36,12 @@ from pathlib import Path
 import anyio
 
 from ouroboros.ground.messages import ToolCall
-from ouroboros.tools import ToolRunner, safefs, sandbox
+from ouroboros.tools import ToolCaps, ToolRunner, safefs, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 
 RUNS = 200
 CONFINEMENT_MAX_MS = 10.0
@@ -57,7 +59,8 @@ def runner(root: Path, confined: bool) -> ToolRunner:
         if confined
         else None
     )
-    return ToolRunner(workspace, 10, 30_000, True, None, Processes(confinement))
+    shell = ShellExec(10, Processes(confinement))
+    return ToolRunner(workspace, built_in(shell, None, True), ToolCaps(30_000))
 
 
 def run(tools: ToolRunner, name: str, **arguments: object) -> float:

@@ -28,8 +28,7 @@ from pathlib import Path
 from resume import write_journal
 from rich.console import Console
 
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 
 STATUS_S = 0.2
 REPORT_MB = 1.0

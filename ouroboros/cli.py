@@ -60,7 +60,7 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
         read_instructions,
     )
     from ouroboros.run.lock import fresh_state
-    from ouroboros.sinks.live import Terminal
+    from ouroboros.sinks.events import Terminal
     from ouroboros.start import run_to_end
 
     settings = load()

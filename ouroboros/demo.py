@@ -22,7 +22,7 @@ from rich.console import Console
 from ouroboros.ground.config_file import load_settings, to_toml
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.run.lock import fresh_state
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import Terminal
 from ouroboros.start import run_to_end
 
 N_CTX = 4096

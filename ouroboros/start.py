@@ -22,8 +22,7 @@ from ouroboros.run.lock import refuse_lost_journal, state_lock
 from ouroboros.run.session import Parts
 from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.run.window import ServerWindow
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import EndReason, RunEnd, Starting
 from ouroboros.wiring import build_parts, discover_server

@@ -4,22 +4,19 @@ sessions are built with (`Parts`)."""
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ouroboros.checkpoints.commit import Checkpointing
-from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, Counting
 from ouroboros.context.truncate import capped_bytes
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.model import tool_protocol
-from ouroboros.model.llm import LLMClient, Model
-from ouroboros.model.retry import journalled, retrying
+from ouroboros.model.llm import LLMClient, Model, journalled, retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
 from ouroboros.operator.safe_point import Operator
 from ouroboros.policy.room import Rules
@@ -27,12 +24,14 @@ from ouroboros.run import window
 from ouroboros.run.lock import started_mark
 from ouroboros.run.session import Parts
 from ouroboros.state.journal import Journal
-from ouroboros.tools import ToolCaps, ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.blocklist import Blocklist
-from ouroboros.tools.environment import command_env
-from ouroboros.tools.processes import Processes
-from ouroboros.tools.sandbox import Confinement
-from ouroboros.tools.scratch import make_scratch
+from ouroboros.tools.builtin import FileRead, FileWrite, Finish, ListDir, Plan
+from ouroboros.tools.environment import command_env, make_scratch
+from ouroboros.tools.processes import confined_processes
+from ouroboros.tools.search import SearchContext
+from ouroboros.tools.shell import ShellExec
+from ouroboros.tools.tool import Tool
 from ouroboros.tools.workspace import Workspace
 
 if TYPE_CHECKING:  # the hub needs the [mcp] extra, a run without servers does not
@@ -59,23 +58,19 @@ def tool_output_cap(settings: Settings, budget: Budget) -> int:
     return min(settings.context.max_tool_output_bytes or bound, bound)
 
 
-def output_cap(journal: Journal, tokens: int, text: str) -> int:
-    """Bytes of `text` its cap of `tokens` keeps, priced as the run prices content now."""
-    return capped_bytes(journal.state.ledger.calibration, tokens, text)
-
-
-def plan_price(journal: Journal, text: str) -> int:
-    """Tokens of a plan, priced as the run prices content now (as `output_cap`)."""
-    return content_tokens(journal.state.ledger.calibration, text)
-
-
 def tool_caps(settings: Settings, budget: Budget, journal: Journal) -> ToolCaps:
-    """The caps of tool results and of the plan, for the window whose lines are `budget`."""
-    return ToolCaps(
-        tool_output_cap(settings, budget),
-        partial(output_cap, journal, tool_output_tokens(settings, budget)),
-        PlanCap(plan_tokens(budget.prompt_budget), partial(plan_price, journal)),
-    )
+    """The caps of tool results and of the plan, for the window whose lines are `budget`, each
+    priced as the run prices content when it is applied."""
+    tokens = tool_output_tokens(settings, budget)
+
+    def output_cap(text: str) -> int:
+        return capped_bytes(journal.state.ledger.calibration, tokens, text)
+
+    def plan_price(text: str) -> int:
+        return content_tokens(journal.state.ledger.calibration, text)
+
+    plan_cap = PlanCap(plan_tokens(budget.prompt_budget), plan_price)
+    return ToolCaps(tool_output_cap(settings, budget), output_cap, plan_cap)
 
 
 async def discover_server(settings: Settings, client: LLMClient, journal: Journal) -> ServerInfo:
@@ -131,9 +126,7 @@ def build_parts(
     figures = window_for(s, info, journal)
     budget = window.budget_of(figures)
     counting = Counting(budget.limit, info.truncates_silently, info.counts_whole_prompt)
-    tools = build_tools(s, budget, journal)
-    if mcp is not None:  # before the schemas are counted: the servers' tools are among them
-        mcp.offer(tools, budget.prompt_budget)
+    tools = build_tools(s, budget, journal, mcp)  # the servers' tools among those counted
     renders = info.renders_tools is not False
     protocol = s.llm.tool_protocol
     rules = Rules(
@@ -173,18 +166,13 @@ def build_parts(
     return parts, figures
 
 
-def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRunner:
+def build_tools(
+    settings: Settings, budget: Budget, journal: Journal, mcp: McpHub | None = None
+) -> ToolRunner:
     s = settings
     s.paths.workspace.mkdir(parents=True, exist_ok=True)
     tmp = make_scratch()
-    confinement, confined = confine(s, tmp)
-    if confinement is None and s.tools.sandbox == "auto":
-        journal.notify("warning", f"shell commands run unconfined: {confined}")
-    processes = Processes(
-        confinement, max_processes=s.tools.max_processes, max_memory_mb=s.tools.max_memory_mb
-    )
-    for gap in processes.gaps:
-        journal.notify("warning", f"shell commands: {gap}")
+    processes, confined = confined_processes(s, tmp, s.tools.network, journal, "shell commands")
     env = command_env(os.environ, s.tools.env, tmp)
     try:
         step = processes.probe(s.paths.workspace, env)
@@ -208,42 +196,27 @@ def build_tools(settings: Settings, budget: Budget, journal: Journal) -> ToolRun
         limits=processes.limited,
         tmp=str(tmp),
     )
-    caps = tool_caps(s, budget, journal)
-    return ToolRunner(
-        Workspace(s.paths.workspace, s.paths.system_prompt),
-        s.session.shell_timeout_s,
-        caps.max_output_bytes,
-        s.supervisor.allow_finish,
-        s.paths.state_dir,
-        processes,
-        env,
-        Blocklist(
-            s.tools.blocklist,
-            s.tools.block_patterns,
-            str(s.paths.workspace),
-            [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))],
-        ),
-        scratch=tmp,
-        plan_cap=caps.plan_cap,
-        token_cap=caps.token_cap,
+    protected = [str(s.paths.state_dir), str(started_mark(s.paths.state_dir))]
+    blocklist = Blocklist(
+        s.tools.blocklist, s.tools.block_patterns, str(s.paths.workspace), protected
     )
+    shell = ShellExec(s.session.shell_timeout_s, processes, env, blocklist, tmp)
+    tools = built_in(shell, s.paths.state_dir, s.supervisor.allow_finish)
+    if mcp is not None:
+        tools += mcp.offer([tool.name for tool in tools], budget.prompt_budget)
+    workspace = Workspace(s.paths.workspace, s.paths.system_prompt)
+    return ToolRunner(workspace, tools, tool_caps(s, budget, journal))
 
 
-def confine(settings: Settings, tmp: Path) -> tuple[Confinement | None, str]:
-    """The Landlock ruleset for shell commands, as `tools.sandbox` asks, and what it is."""
-    t, paths = settings.tools, settings.paths
-    if t.sandbox == "off":
-        return None, "off (tools.sandbox)"
-    try:
-        confinement = sandbox.build(
-            [paths.workspace, tmp],
-            t.readable,
-            paths.state_dir,
-            t.network,
-            landlock_required=t.sandbox == "landlock",
-        )
-    except sandbox.SandboxError as e:
-        if t.sandbox == "landlock":
-            raise RunError(f'tools.sandbox is "landlock" but {e}') from None
-        return None, str(e)
-    return confinement, confinement.summary
+def built_in(shell: ShellExec, state_dir: Path | None, allow_finish: bool) -> list[Tool]:
+    """The built-in tools, in the order they are offered (a new tool: one line here); the
+    servers' follow them."""
+    return [
+        FileRead(),
+        FileWrite(),
+        ListDir(),
+        shell,
+        Plan(),
+        *([SearchContext(state_dir)] if state_dir is not None else []),
+        *([Finish()] if allow_finish else []),
+    ]

@@ -21,8 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ouroboros.cli import main as ouroboros
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import EndReason, RunEnd
 

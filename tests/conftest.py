@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -116,6 +117,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The real llama-server tier first: the longest file, which one worker runs whole
     (`--dist loadfile`), is then never the one the others wait for at the end."""
     items.sort(key=lambda item: item.get_closest_marker("real_server") is None)
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20, step: float = 0.05) -> None:

@@ -19,14 +19,12 @@ from rich.console import Console
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config_file import load_settings
 from ouroboros.ground.errors import RunError
-from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
-from ouroboros.model.chunks import Completion, Usage
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall
 from ouroboros.model.fake_model import FakeModel
-from ouroboros.model.scripted import Reply, Responder, quick_config
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.llm import Completion, Usage, to_wire
+from ouroboros.model.scripted import Reply, Responder, count_tokens, quick_config
 from ouroboros.model.servers import ServerInfo
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.start import run
 from tests.conftest import Project
 

@@ -21,11 +21,10 @@ from rich.console import Console
 from ouroboros.context.compact import RECAP_SYSTEM
 from ouroboros.ground.config_file import load_settings, to_toml
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
-from ouroboros.model.chunks import Completion
 from ouroboros.model.fake_model import FakeModel
+from ouroboros.model.llm import Completion
 from ouroboros.run.supervisor import RunOutcome
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.start import run
 from ouroboros.state import snapshot
 from ouroboros.state.fold import replay

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.context.mask import (
     MaskPolicy,
     apply_masks,
@@ -19,7 +18,15 @@ from ouroboros.context.mask import (
     protected_ids,
     unseen_ids,
 )
-from ouroboros.context.tokens import Budget, Calibration, raw_estimate, tally
+from ouroboros.context.tokens import (
+    Budget,
+    Calibration,
+    Counting,
+    Ledger,
+    Measurement,
+    raw_estimate,
+    tally,
+)
 from ouroboros.context.truncate import (
     HEAD_SHARE,
     MARKER_ALLOWANCE,
@@ -28,7 +35,6 @@ from ouroboros.context.truncate import (
     cap_output,
 )
 from ouroboros.context.view import ContextView
-from ouroboros.ground.figures import Measurement
 from ouroboros.ground.messages import (
     AssistantMessage,
     Message,

@@ -11,8 +11,7 @@ import pytest
 
 from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.model.llm import FatalError
-from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.scripted import Reply, ScriptedServer, count_tokens, tool
 from ouroboros.model.servers import ServerInfo, _ollama_counts_whole_prompt
 from ouroboros.state.records import (
     JOURNAL_RECORD,

@@ -14,9 +14,9 @@ import anyio
 import httpx2
 import pytest
 
-from ouroboros.model.reply_bytes import ReplyTooLarge, _LimitedStream
+from ouroboros.model.llm import ReplyTooLarge, _LimitedStream
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.model.text_calls import OpenCall, open_call
+from ouroboros.model.tool_protocol import OpenCall, open_call
 from tests.conftest import Project
 from tests.inprocess import run_here
 

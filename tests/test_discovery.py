@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from ouroboros.model.scripted import Dialect, ScriptedServer
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.scripted import Dialect, ScriptedServer, count_tokens
 from tests.conftest import Project
 from tests.test_context_run import fill_workspace, reader
 

@@ -21,10 +21,12 @@ import anyio
 import pytest
 
 from ouroboros.ground.messages import ToolCall
-from ouroboros.tools import ToolOutcome, ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import wait_for
 
 LANDLOCK = sandbox.abi_version()
@@ -35,6 +37,7 @@ class Place:
     root: Path
     runner: ToolRunner
     port: int
+    processes: Processes
 
     @property
     def workspace(self) -> Path:
@@ -84,17 +87,15 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Place]:
         else None
     )
     server, port = listener()
-    runner = ToolRunner(
-        workspace,
+    processes = Processes(confinement)
+    shell = ShellExec(
         3.0,
-        4000,
-        True,
-        root / ".ouroboros",
-        Processes(confinement),
+        processes,
         {**os.environ, "TMPDIR": str(root / "tmp")},
         Blocklist(workspace=str(workspace.root), protected=[str(root / ".ouroboros")]),
     )
-    yield Place(root, runner, port)
+    runner = ToolRunner(workspace, built_in(shell, root / ".ouroboros", True), ToolCaps(4000))
+    yield Place(root, runner, port, processes)
     runner.close()
     server.close()
 
@@ -270,8 +271,8 @@ KERNEL_ONLY = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_hostile(place: Place, case: str, request: pytest.FixtureRequest) -> None:
-    confined = place.runner.processes.confinement is not None
-    if case == "setsid job" and not place.runner.processes.mechanism.endswith("(a cgroup)"):
+    confined = place.processes.confinement is not None
+    if case == "setsid job" and not place.processes.mechanism.endswith("(a cgroup)"):
         pytest.skip("no cgroup v2 here: a command that calls setsid escapes process groups")
     held = CASES[case](place)
     if confined or case not in KERNEL_ONLY:

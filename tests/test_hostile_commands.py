@@ -24,10 +24,12 @@ import anyio
 import pytest
 
 from ouroboros.ground.messages import ToolCall
-from ouroboros.tools import ToolOutcome, ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner, sandbox
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import wait_for
 
 ROOT = os.geteuid() == 0
@@ -44,6 +46,7 @@ class Box:
     root: Path
     runner: ToolRunner
     confined: bool
+    processes: Processes
 
     @property
     def workspace(self) -> Path:
@@ -74,17 +77,15 @@ def box(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Box]:
         if confined
         else None
     )
-    runner = ToolRunner(
-        workspace,
+    processes = Processes(confinement, max_processes=MAX_PROCESSES, max_memory_mb=MAX_MEMORY_MB)
+    shell = ShellExec(
         5.0,
-        4000,
-        True,
-        root / ".ouroboros",
-        Processes(confinement, max_processes=MAX_PROCESSES, max_memory_mb=MAX_MEMORY_MB),
+        processes,
         {**os.environ, "TMPDIR": str(root / "tmp")},
         Blocklist(enabled=False),  # the kernel's answer is under test, not the first answer
     )
-    yield Box(root, runner, confined)
+    runner = ToolRunner(workspace, built_in(shell, root / ".ouroboros", True), ToolCaps(4000))
+    yield Box(root, runner, confined, processes)
     runner.close()
     for path in (root / "outside" / "sentinel", root / ".ouroboros"):
         # Undo what escaped, so that the folder can be removed.
@@ -273,7 +274,7 @@ SLOW = {"Unix socket outside"}  # the server waits out its five-second timeout
 
 
 def isolated(box: Box) -> bool:
-    confinement = box.runner.processes.confinement
+    confinement = box.processes.confinement
     return confinement is not None and confinement.isolation is not None
 
 
@@ -316,10 +317,10 @@ def test_loopback_server_outlives_its_command(box: Box) -> None:
 def test_fork_bomb_is_bounded(box: Box) -> None:
     """A fork bomb without a pipe holds at most `max_processes` until the session ends; the next
     command still runs, and the session's end leaves nothing."""
-    if "NOT held" in box.runner.processes.limited:
+    if "NOT held" in box.processes.limited:
         pytest.skip("root without a cgroup v1 pids hierarchy: nothing limits its processes")
     shell(box, "(f() { f & f; }; f) >/dev/null 2>&1 &")
-    group = box.runner.processes.started[0].pid
+    group = box.processes.started[0].pid
     counts: list[int] = []
 
     def watched_two_seconds() -> bool:

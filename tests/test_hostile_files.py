@@ -25,9 +25,11 @@ import pytest
 from ouroboros.context.truncate import saved_name
 from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.tools import ToolOutcome, ToolRunner, safefs
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner, safefs
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import Project, wait_for
 from tests.test_hostile import Place, place, refused_in_one_line, shell, untouched
 
@@ -303,7 +305,8 @@ def test_link_at_the_system_prompt_name(place: Place, opener: str) -> None:
     prompt = place.root / "SYSTEM_PROMPT.md"
     prompt.unlink()
     prompt.symlink_to(place.outside / "sentinel")
-    runner = ToolRunner(Workspace(place.workspace, prompt), 3.0, 4000, True)  # the next run's
+    workspace = Workspace(place.workspace, prompt)  # the next run's
+    runner = ToolRunner(workspace, built_in(ShellExec(3.0), None, True), ToolCaps(4000))
     try:
         assert refused_in_one_line(
             call(runner, "file_write", path="../SYSTEM_PROMPT.md", content="x")
@@ -392,7 +395,8 @@ def test_the_workspace_named_through_a_link_of_the_users_is_reached(tmp_path: Pa
     (tmp_path / "home").symlink_to(tmp_path / "real")
     (real / "loop").symlink_to(real)
     ws = Workspace(tmp_path / "home" / "project" / "workspace", tmp_path / "SYSTEM_PROMPT.md")
-    runner = ToolRunner(ws, 5, 4000, True, None, Processes(None, use_cgroup=False))
+    shell = ShellExec(5, Processes(None, use_cgroup=False))
+    runner = ToolRunner(ws, built_in(shell, None, True), ToolCaps(4000))
     try:
         through = str(tmp_path / "home" / "project" / "workspace" / "notes.md")
         read = anyio.run(

@@ -13,9 +13,11 @@ import anyio
 import pytest
 
 from ouroboros.ground.messages import ToolCall
-from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolRunner, sandbox
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 
 
 @pytest.fixture
@@ -30,14 +32,11 @@ def runner(tmp_path: Path) -> Iterator[tuple[ToolRunner, sandbox.Confinement]]:
     if confinement.isolation is None:
         confinement.close()
         pytest.skip("no namespaces here: nothing but capabilities to check without Landlock")
+    shell = ShellExec(5, Processes(confinement, use_cgroup=False), {"PATH": os.environ["PATH"]})
     tools = ToolRunner(
         Workspace(tmp_path / "workspace", tmp_path / "SYSTEM_PROMPT.md"),
-        5,
-        4000,
-        True,
-        None,
-        Processes(confinement, use_cgroup=False),
-        {"PATH": os.environ["PATH"]},
+        built_in(shell, None, True),
+        ToolCaps(4000),
     )
     yield tools, confinement
     tools.close()

@@ -19,10 +19,12 @@ import pytest
 
 from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.tools import ToolRunner, sandbox
+from ouroboros.tools import ToolCaps, ToolRunner, sandbox
+from ouroboros.tools.environment import PREFIX
 from ouroboros.tools.processes import Processes
-from ouroboros.tools.scratch import PREFIX
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import Project
 
 
@@ -190,7 +192,9 @@ def test_a_set_up_step_that_fails_is_named_not_a_bare_exit_code(tmp_path: Path) 
             "Landlock refused the ruleset"
         )
         runner = ToolRunner(
-            Workspace(workspace, tmp_path / "SYSTEM_PROMPT.md"), 5, 4000, True, None, processes
+            Workspace(workspace, tmp_path / "SYSTEM_PROMPT.md"),
+            built_in(ShellExec(5, processes), None, True),
+            ToolCaps(4000),
         )
         call = ToolCall(id="c", name="shell_exec", arguments=json.dumps({"command": "true"}))
         outcome = anyio.run(runner.run, call)

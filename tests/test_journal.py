@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from ouroboros.context.tokens import CallFigures
 from ouroboros.ground.errors import RunError
-from ouroboros.ground.figures import CallFigures, RunLimits, WindowFigures
+from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import (
     AssistantMessage,
     SystemMessage,
@@ -19,7 +20,7 @@ from ouroboros.ground.messages import (
     UserMessage,
 )
 from ouroboros.ground.state_folder import JOURNAL
-from ouroboros.model.retry import Retry, journalled
+from ouroboros.model.llm import Retry, journalled
 from ouroboros.run.lock import refuse_lost_journal
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal, fold

@@ -20,7 +20,7 @@ pytest.importorskip("mcp", reason="the MCP client needs the [mcp] extra (pip ins
 pytest.importorskip("mcp_server_time", reason="mcp-server-time comes with the dev extra")
 
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from tests.conftest import Project, wait_for
+from tests.conftest import Project, free_port, wait_for
 from tests.inprocess import run_here
 from tests.test_mcp_hostile import MARK, SERVER, marked_processes, results
 
@@ -90,16 +90,9 @@ def test_the_readmes_time_server_starts_with_the_venv_not_activated(project: Pro
     assert not marked_processes()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def http_server() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, str(HERE / "mcp_http_server.py"), str(port)],
         stdout=subprocess.DEVNULL,

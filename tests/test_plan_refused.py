@@ -11,8 +11,10 @@ import anyio
 from ouroboros.context.mask import MaskPolicy, choose_masks
 from ouroboros.context.plan import stays_whole
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
-from ouroboros.tools import PROBLEMS_SAID, ToolRunner
+from ouroboros.tools import PROBLEMS_SAID, ToolCaps, ToolRunner
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 
 BAD_ITEMS = 2000
 
@@ -21,7 +23,8 @@ def refused(tmp_path: Path) -> ToolMessage:
     """The result of a plan call with 2,000 items, each with two bad fields."""
     items = [{"text": 5, "status": "maybe"} for _ in range(BAD_ITEMS)]
     call = ToolCall(id="p", name="plan", arguments=json.dumps({"items": items}))
-    runner = ToolRunner(Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md"), 10, 30_000, False)
+    workspace = Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md")
+    runner = ToolRunner(workspace, built_in(ShellExec(10), None, False), ToolCaps(30_000))
     return anyio.run(runner.run, call).message
 
 

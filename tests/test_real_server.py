@@ -39,8 +39,7 @@ import anyio
 import openai
 import pytest
 
-from ouroboros.context.ledger import Counting, Ledger
-from ouroboros.context.tokens import Calibration, raw_estimate, tally
+from ouroboros.context.tokens import Calibration, Counting, Ledger, raw_estimate, tally
 from ouroboros.ground.config import LLMSettings
 from ouroboros.ground.config_file import to_toml
 from ouroboros.ground.jsonl import JsonlReader
@@ -51,11 +50,16 @@ from ouroboros.ground.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-    to_wire,
 )
 from ouroboros.model.cache_check import reuse_warning
-from ouroboros.model.llm import Completion, ContextOverflow, LLMClient, TransientError
-from ouroboros.model.retry import retrying
+from ouroboros.model.llm import (
+    Completion,
+    ContextOverflow,
+    LLMClient,
+    TransientError,
+    retrying,
+    to_wire,
+)
 from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord

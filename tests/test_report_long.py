@@ -18,8 +18,7 @@ from rich.console import Console
 
 from ouroboros.observe.overview import BUCKETS, ZOOM_CALLS
 from ouroboros.observe.svg import LEFT, RIGHT, W
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from tests.conftest import PROJECT_ROOT, load_module
 from tests.test_report_demo import report
 

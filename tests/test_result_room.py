@@ -13,8 +13,7 @@ from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.tokens import Budget
 from ouroboros.ground import prompts
 from ouroboros.ground.messages import UserMessage
-from ouroboros.model.scripted import Reply, tool
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.scripted import Reply, count_tokens, tool
 from ouroboros.policy import policy, room
 from ouroboros.policy.result_room import ceiling
 from ouroboros.policy.room import Rules

@@ -8,8 +8,8 @@ import pytest
 
 from ouroboros.context.truncate import RECUT_MIN, SNAP, cap_output, shown
 from ouroboros.ground.messages import ToolCall, ToolMessage
-from ouroboros.tools.builtin import Output
 from ouroboros.tools.results import shaped_result
+from ouroboros.tools.tool import Output
 
 DIGITS = "1,2,3,4,5,6,7,8,9,0\n" * 50
 """1,000 bytes of digits: about a token a byte."""

@@ -14,8 +14,10 @@ from ouroboros.ground.errors import StateUnwritable
 from ouroboros.ground.jsonl import JsonlWriter
 from ouroboros.ground.messages import ToolCall
 from ouroboros.model.scripted import Reply, ScriptedServer
-from ouroboros.tools import ToolRunner
+from ouroboros.tools import ToolCaps, ToolRunner
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import Project, fill
 
 
@@ -58,7 +60,8 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
         pytest.skip("cannot mount a small tmpfs here")
     try:
         (disk / "notes.md").write_text("precious notes\n")
-        tools = ToolRunner(Workspace(disk, tmp_path / "SYSTEM_PROMPT.md"), 2, 2000, True)
+        workspace = Workspace(disk, tmp_path / "SYSTEM_PROMPT.md")
+        tools = ToolRunner(workspace, built_in(ShellExec(2), None, True), ToolCaps(2000))
         content = "x" * 200_000
         call = ToolCall(
             id="c",

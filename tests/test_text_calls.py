@@ -1,4 +1,4 @@
-"""Tool calls written as text, read back (`model/text_calls.py`): every recovery format, the
+"""Tool calls written as text, read back (`model/tool_protocol.py`): every recovery format, the
 near-misses that must not become calls, and the text protocol's action blocks."""
 
 from __future__ import annotations
@@ -9,11 +9,20 @@ from pathlib import Path
 import pytest
 
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.reply_text import fences
-from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
-from ouroboros.model.text_prompt import names, text_wire, tools_section
-from ouroboros.tools import ToolRunner
+from ouroboros.model.tool_protocol import (
+    Action,
+    FormatProblem,
+    fences,
+    names,
+    read_action,
+    recover,
+    text_wire,
+    tools_section,
+)
+from ouroboros.tools import ToolCaps, ToolRunner
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 READ = {"path": "NOTES.md"}
@@ -205,9 +214,8 @@ def test_a_native_call_is_shown_as_the_action_it_was_after_a_switch_to_text() ->
 def test_every_tools_example_reads_back_as_a_call_of_that_tool(tmp_path: Path) -> None:
     """The examples are made from the schemas, so each tool, one added later included, has one
     the model can copy, and it is an action of that very tool with arguments it accepts."""
-    runner = ToolRunner(
-        Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md"), 10, 1000, True, tmp_path
-    )
+    workspace = Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md")
+    runner = ToolRunner(workspace, built_in(ShellExec(10), tmp_path, True), ToolCaps(1000))
     schemas = runner.schemas()
     section = tools_section(schemas)
     examples = [f for f in fences(section) if f.language in ("bash", "json")]

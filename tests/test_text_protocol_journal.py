@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ouroboros.context.pretokens import raw_units
-from ouroboros.context.tokens import tools_estimate
+from ouroboros.context.tokens import raw_units, tools_estimate
 from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
-from ouroboros.model.reply_checks import OMITTED
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.model.text_prompt import text_wire
-from ouroboros.model.tool_protocol import schema_raw
+from ouroboros.model.tool_protocol import OMITTED, schema_raw, text_wire
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
-from ouroboros.tools import ToolRunner
+from ouroboros.tools import ToolCaps, ToolRunner
+from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import Project
 from tests.inprocess import run_here
 
@@ -107,9 +106,8 @@ def test_a_reply_with_no_call_read_from_text_breaks_autos_streak(project: Projec
 def test_the_text_protocols_fixed_part_is_the_tools_description_it_sends(tmp_path: Any) -> None:
     """The budget counts, every request, what the system message carries of the tools: their
     description, not their schemas; `auto`, the larger of the two; none where none is sent."""
-    runner = ToolRunner(
-        Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md"), 10, 1000, True, tmp_path
-    )
+    workspace = Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md")
+    runner = ToolRunner(workspace, built_in(ShellExec(10), tmp_path, True), ToolCaps(1000))
     schemas = runner.schemas()
     runner.close()
     (system,) = text_wire([SystemMessage(content="")], schemas)

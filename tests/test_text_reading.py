@@ -1,5 +1,5 @@
-"""Replies the model or the server wrote to be misread, read as meant (`model/text_calls.py`,
-`model/reply_text.py`): a repeated key or a NaN makes no call, line ends in CRLF are line ends,
+"""Replies the model or the server wrote to be misread, read as meant (`model/tool_protocol.py`):
+a repeated key or a NaN makes no call, line ends in CRLF are line ends,
 two actions in two formats run none, a call in reasoning left open is no call, a stop token ends
 the reply only outside a fenced block, and a fence inside an action is named, not run cut short."""
 
@@ -10,9 +10,15 @@ import json
 import pytest
 
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.reply_text import reply_text
-from ouroboros.model.text_calls import Action, FormatProblem, read_action, recover
-from ouroboros.model.text_prompt import HEADING, text_wire
+from ouroboros.model.tool_protocol import (
+    HEADING,
+    Action,
+    FormatProblem,
+    read_action,
+    recover,
+    reply_text,
+    text_wire,
+)
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 LS = {"command": "ls"}

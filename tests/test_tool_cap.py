@@ -7,8 +7,7 @@ import json
 
 from ouroboros.context.tokens import Calibration
 from ouroboros.context.truncate import cap_output, capped_bytes, output_price
-from ouroboros.model.scripted import Reply, tool
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.model.scripted import Reply, count_tokens, tool
 from tests.conftest import Project
 from tests.inprocess import run_here
 

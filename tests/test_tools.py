@@ -11,8 +11,11 @@ import anyio
 import pytest
 
 from ouroboros.ground.messages import ToolCall
-from ouroboros.tools import ToolOutcome, ToolRunner
+from ouroboros.tools import ToolCaps, ToolOutcome, ToolRunner
+from ouroboros.tools.shell import ShellExec
+from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
 from ouroboros.tools.workspace import Workspace
+from ouroboros.wiring import built_in
 from tests.conftest import wait_for
 
 
@@ -21,7 +24,8 @@ def runner(tmp_path: Path) -> Iterator[ToolRunner]:
     (tmp_path / "ws").mkdir()
     (tmp_path / "SYSTEM_PROMPT.md").write_text("prompt")
     (tmp_path / "secret.txt").write_text("secret")
-    tools = ToolRunner(Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md"), 2.0, 2000, True)
+    workspace = Workspace(tmp_path / "ws", tmp_path / "SYSTEM_PROMPT.md")
+    tools = ToolRunner(workspace, built_in(ShellExec(2.0), None, True), ToolCaps(2000))
     yield tools
     tools.close()
 
@@ -127,3 +131,33 @@ def test_lone_surrogate_is_refused_and_nothing_is_lost(runner: ToolRunner) -> No
     bad_path = '{"path": "\\ud83d.md"}'
     outcome = anyio.run(runner.run, ToolCall(id="c2", name="file_read", arguments=bad_path))
     assert outcome.error is not None
+
+
+class EchoArgs(ToolArgs):
+    """Say `text` back."""
+
+    text: str
+
+
+class Echo(Tool):
+    name, args = "echo", EchoArgs
+
+    async def run(self, args: EchoArgs, context: ToolContext) -> Output:
+        if not args.text:
+            raise ToolFailed("give a text to say back")
+        return Output(args.text)
+
+
+def test_a_new_tool_is_one_class_offered_and_run_as_the_built_in_ones(tmp_path: Path) -> None:
+    """Listed after the built-in tools, its schema is made from its arguments' model as theirs
+    are, and its failures and bad arguments are results like theirs."""
+    workspace = Workspace(tmp_path, tmp_path / "SYSTEM_PROMPT.md")
+    runner = ToolRunner(workspace, [*built_in(ShellExec(2.0), None, True), Echo()], ToolCaps(2000))
+    properties = {"text": {"type": "string"}}
+    parameters = {"properties": properties, "required": ["text"], "type": "object"}
+    function = {"name": "echo", "description": "Say `text` back.", "parameters": parameters}
+    assert runner.schemas()[-1] == {"type": "function", "function": function}
+    assert call(runner, "echo", text="hi").message.content == "hi"
+    assert call(runner, "echo", text="").message.content == "error: give a text to say back"
+    assert call(runner, "echo").message.content.startswith("error: bad arguments for echo: text:")
+    runner.close()

@@ -34,9 +34,8 @@ from ouroboros.observe.liveness import liveness
 from ouroboros.observe.status import _elapsed, read_status, render_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.run.lock import state_lock
-from ouroboros.sinks.events import EventLog
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.sinks.lines import lines_of
-from ouroboros.sinks.live import Terminal
 from ouroboros.start import run
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal, fold

@@ -18,8 +18,7 @@ from ouroboros.ground.errors import RunError
 from ouroboros.ground.state_folder import JOURNAL, REWOUND
 from ouroboros.observe.describe import stdout_console
 from ouroboros.run.lock import state_lock
-from ouroboros.sinks.events import EventLog
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.state.journal import Journal
 
 

@@ -1,22 +1,207 @@
-"""What text costs in tokens before a server has counted it, and the window's budget lines.
+"""What text costs in tokens, how full the window is, and what a model call measured.
 
-The estimate counts pre-tokens (`pretokens.raw_units`: where a tokenizer must start a new token),
-per content kind, plus the chat template's frame around each message; its ratio to the real
-counts is learnt per run and per kind (`Calibration`), so its error shrinks as calls accumulate.
-The ledger (`ledger.py`) anchors it on the server's own counts.
+Before a server has counted it, text is priced in pre-tokens (`raw_units`: where a tokenizer
+must start a new token). A BPE or SentencePiece tokenizer does not cut bytes evenly: a digit is
+often a token of its own (Gemma splits every number into digits), a common word with its leading
+space is one token, a run of punctuation or of blanks is one or two, a rare character is up to
+one per byte. So Gemma 3 gives 0.9 to 3.5 tokens per 4 bytes of ordinary shell output (medians,
+man page to hex dump), and one learnt ratio on bytes/4 cannot fit them all; it gives 1.01 to
+1.16 tokens a pre-token on the same outputs. `text_kind` names the few contents that still
+differ, so a ratio learnt on one is not applied to another.
+
+The estimate counts pre-tokens per content kind, plus the chat template's frame around each
+message; its ratio to the real counts is learnt per run and per kind (`Calibration`), so its
+error shrinks as calls accumulate. The ledger (`Ledger`) anchors it on the server's own counts:
+the projected size of the next prompt is the last server-reported prompt + completion tokens
+(the anchor), plus the calibrated price of what changed in the view since (results appended,
+observations masked). Every call's figures (`Measurement`, `CallFigures`: the values records
+carry) teach the calibration.
 """
 
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
-from ouroboros.context.pretokens import raw_units, text_kind
-from ouroboros.ground.figures import RawTally, Zone
+from pydantic import BaseModel, ConfigDict, Field
+
 from ouroboros.ground.messages import AssistantMessage, Message, ToolMessage
+
+# --- What a model call measured.
+
+Zone = Literal["normal", "soft", "hard", "over"]
+RawTally = dict[str, int]
+"""Raw estimate per content kind (see `content_kind`)."""
+
+
+class Measurement(BaseModel):
+    """What one model call told us about tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    prompt_tokens: int
+    completion_tokens: int
+    source: Literal["server", "timings", "estimate", "refused"]
+    """`refused`: a prompt the server refused as too long, with its exact count (no reply)."""
+    raw_prompt: int
+    """Raw estimate of the prompt that was sent (messages + tool schemas)."""
+    raw_reply: int
+    silent_truncation: bool
+    raw_kinds: RawTally = Field(default_factory=dict)
+    """`raw_prompt` per content kind (empty in journals written before kinds were kept)."""
+
+
+class CallFigures(Measurement):
+    """A model call as `token_usage.jsonl` shows it: its measurement, and where it stood."""
+
+    turn: int
+    estimated_prompt_tokens: int | None = None
+    context_limit: int | None = None
+    zone: Zone | None = None
+    finish_reason: str | None = None
+    purpose: str | None = None
+    """A call outside the conversation (`compaction`): no turn of its own."""
+    cached_tokens: int | None = None
+    """Prompt tokens the server took from its prompt cache (None: it did not say)."""
+    processed_tokens: int | None = None
+    """Prompt tokens it processed for this call: the prompt less the cached prefix."""
+    prefill_ms: float | None = None
+    """Time it spent processing them (llama-server's `timings.prompt_ms`)."""
+    hard_line: int | None = None
+    """The hard line in force for this call (placed from the run's replies, at most the
+    configured one): what a bar of this call draws. None in journals from before it was kept."""
+
+
+@dataclass
+class PrefillTally:
+    """The server's prompt cache over the run, from the calls whose server said (`Prefill`)."""
+
+    calls: int = 0
+    cached_tokens: int = 0
+    processed_tokens: int = 0
+    timed_calls: int = 0
+    prefill_ms: float = 0.0
+
+    def add(self, figures: CallFigures) -> None:
+        if figures.cached_tokens is None or figures.processed_tokens is None:
+            return
+        self.calls += 1
+        self.cached_tokens += figures.cached_tokens
+        self.processed_tokens += figures.processed_tokens
+        if figures.prefill_ms is not None:
+            self.timed_calls += 1
+            self.prefill_ms += figures.prefill_ms
+
+
+# --- Pre-tokens and content kinds.
+
+LOWER, UPPER, DIGIT, PUNCT, SPACE, NEWLINE, TAB, OTHER = (1 << i for i in range(8))
+
+
+def _flag(byte: int) -> int:
+    char = chr(byte)
+    if byte >= 0xC0:
+        return OTHER  # first byte of a non-ASCII character
+    if byte >= 0x80:
+        return 0  # continuation byte: its character is counted at its first byte
+    for chars, flag in (
+        (string.ascii_lowercase, LOWER),
+        (string.ascii_uppercase, UPPER),
+        (string.digits, DIGIT),
+        (string.punctuation, PUNCT),
+        (" ", SPACE),
+        ("\n\r", NEWLINE),
+        ("\t", TAB),
+    ):
+        if char in chars:
+            return flag
+    return OTHER  # control characters: a token each
+
+
+FLAGS = bytes(_flag(b) for b in range(256))
+"""One class bit per byte, so one big-integer operation tests every character at once."""
+CHUNK = 1 << 15
+"""Bytes per big-integer pass; the masks below are built once for this length."""
+
+
+def _mask(bits: int) -> int:
+    return int.from_bytes(bytes([bits]) * CHUNK, "little")
+
+
+RUNS, LOWERS, EACH, SPACES = (
+    _mask(UPPER | PUNCT | NEWLINE | TAB),
+    _mask(LOWER),
+    _mask(DIGIT | OTHER),
+    _mask(SPACE),
+)
+LONG_RUNS = (
+    bytes([LOWER]) * 16,
+    bytes([UPPER]) * 16,
+    bytes([PUNCT]) * 16,
+    bytes([SPACE]) * 31,
+    bytes([NEWLINE]) * 31,
+    bytes([TAB]) * 31,
+)
+"""A vocabulary's longest pieces: ~16 repeated letters or punctuation, ~31 blanks (Gemma 3)."""
+
+
+def raw_units(text: str) -> int:
+    """Pre-tokens: every digit and every non-ASCII or control character; every run of
+    punctuation, newlines or tabs; every word piece (a lowercase run, or an uppercase letter
+    after a non-uppercase one, so camelCase is two); every run of two or more spaces (a single
+    space joins the word after it); plus one more per 16 (31 for blanks) of a long run.
+    Each counts one: what a tokenizer merges or splits beyond that is left to the learnt ratio
+    (fitted weights gained under a point of error, and would fit one tokenizer only)."""
+    data = text.encode(errors="surrogatepass")
+    units = 0
+    for start in range(0, len(data), CHUNK):
+        flags = data[start : start + CHUNK].translate(FLAGS)
+        now = int.from_bytes(flags, "little")
+        before = now << 8  # each byte now lines up with the flags of the character before it
+        starts = (
+            (now & ~before & RUNS)
+            | (now & ~(before | before >> 1) & LOWERS)  # lowercase after neither case
+            | (now & EACH)
+            | (now & before & ~(before << 8) & SPACES)  # the second space of a run
+        )
+        units += starts.bit_count() + sum(flags.count(run) for run in LONG_RUNS)
+    return units
+
+
+SAMPLE = 4096
+"""Characters the classifier reads: the head of an output says what it is."""
+
+
+def text_kind(text: str) -> str:
+    """`opaque`, `numbers`, `markup` or `text`: the contents whose tokens per pre-token differ
+    most (listings, code, logs and prose split alike once counted in pre-tokens, so one kind
+    does for them all, and learns from more samples). Judged on the head of the output."""
+    if text.startswith("exit code "):  # the harness's first line of a shell result
+        text = text[text.find("\n") + 1 :]
+    head = text[:SAMPLE]
+    flags = head.encode(errors="surrogatepass").translate(FLAGS)
+    n = len(flags) or 1
+
+    def share(flag: int) -> float:
+        return flags.count(bytes([flag])) / n
+
+    blankless = n > 200 and share(SPACE) + share(TAB) < 0.02 and share(NEWLINE) < 0.005
+    if share(OTHER) > 0.1 or blankless:
+        # Binary, a non-Latin script (a rare character is a token per byte, a common one a
+        # token per word), or long lines without blanks (base64, hex, minified): the pre-token
+        # count is least sure here, so these must not teach the other kinds.
+        return "opaque"
+    if share(DIGIT) > 0.3:
+        return "numbers"  # tables of numbers, hex dumps: a token per digit
+    if head.count("<") > 0.01 * n or (head.count('"') > 0.04 * n and ("{" in head or "[" in head)):
+        return "markup"  # HTML, XML, JSON: quotes and brackets merge into fewer tokens
+    return "text"
+
+
+# --- The estimate, its calibration, and the window's budget lines.
 
 MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers, separators), unless the
@@ -45,7 +230,7 @@ PLAUSIBLE = (0.2, 5.0)
 
 
 def raw_estimate(message: Message) -> int:
-    """Uncalibrated tokens of one message's text: its pre-tokens (`pretokens.raw_units`). The
+    """Uncalibrated tokens of one message's text: its pre-tokens (`raw_units`). The
     chat template's own tokens around it are the `FRAME_KIND`, one unit a message."""
     size = units(message.content)
     if isinstance(message, AssistantMessage):
@@ -231,3 +416,159 @@ class Calibration:
         """Calibrated tokens of a tally, which may be a (negative) change."""
         ratios, whole = self._ratios, self.whole.value
         return sum(ratios.get(k, whole) * r for k, r in raw.items())
+
+
+# --- The ledger: how full the window is, from the server's figures where it gave them.
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Usage a server sent that the run did not believe."""
+
+    kind: str
+    """`not_a_count` or `above_window`: the run warns once per kind."""
+    detail: str
+
+
+def above_window(prompt_tokens: int, completion_tokens: int, limit: int) -> Rejected | None:
+    """Figures no prompt in a `limit`-token window can have, or None."""
+    if prompt_tokens > limit or completion_tokens > limit:
+        return Rejected(
+            "above_window",
+            f"prompt_tokens {prompt_tokens:,}, completion_tokens {completion_tokens:,} "
+            f"in a window of {limit:,}",
+        )
+    return None
+
+
+def refused_count(n_prompt_tokens: int, projected: int) -> Rejected | None:
+    """A refused prompt's count far from what was projected for it is not of this prompt:
+    learnt, it would price every later prompt by it."""
+    low, high = PLAUSIBLE
+    if low * projected <= n_prompt_tokens <= high * projected:
+        return None
+    return Rejected(
+        "refused_count",
+        f"a refused prompt counted {n_prompt_tokens:,} tokens, ~{projected:,} projected",
+    )
+
+
+def warning(rejected: Rejected) -> str:
+    return (
+        f"the server's token usage cannot be true ({rejected.detail}): ignored, the estimate "
+        "is used instead (warned once per run)"
+    )
+
+
+@dataclass(frozen=True)
+class Counting:
+    """How the server counts a prompt (`servers.ServerInfo`)."""
+
+    limit: int
+    detect_truncation: bool = True
+    """False for servers that refuse an oversized prompt instead of cutting it."""
+    trust_reported: bool = True
+    """False for servers whose prompt count leaves out their cache: a lower bound only."""
+
+
+@dataclass
+class Ledger:
+    """The anchor (last real figures) and the calibration: part of the run's state, moved only
+    by the measurements the journal holds (`apply`)."""
+
+    calibration: Calibration = field(default_factory=Calibration)
+    anchor_real: int | None = None
+    anchor_raw: RawTally = field(default_factory=dict)
+    truncation_suspected: bool = False
+
+    def figures(
+        self,
+        raw_prompt: Mapping[str, int],
+        raw_reply: int,
+        reported: tuple[int, int, Literal["server", "timings"]] | None,
+        counting: Counting,
+    ) -> Measurement:
+        """One call's figures: the server's where they can be trusted (and could be true: not
+        beyond the window), else the calibrated estimate; a count far below the estimate is
+        flagged as an Ollama-style truncation."""
+        expected = self.calibration.tally_tokens(raw_prompt)
+        total, kinds = sum(raw_prompt.values()), dict(raw_prompt)
+        if (
+            reported is None
+            or not counting.trust_reported
+            or above_window(reported[0], reported[1], counting.limit)
+        ):
+            reply = self.calibration.tokens(raw_reply, "assistant")
+            return Measurement(
+                prompt_tokens=expected,
+                completion_tokens=reply,
+                source="estimate",
+                raw_prompt=total,
+                raw_reply=raw_reply,
+                silent_truncation=False,
+                raw_kinds=kinds,
+            )
+        prompt, completion, source = reported
+        truncated = (
+            counting.detect_truncation
+            and expected >= MIN_TOKENS_FOR_TRUNCATION_CHECK
+            and (prompt < 0.5 * expected or prompt >= counting.limit - 1)
+        )
+        return Measurement(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            source=source,
+            raw_prompt=total,
+            raw_reply=raw_reply,
+            silent_truncation=truncated,
+            raw_kinds=kinds,
+        )
+
+    def apply(self, m: Measurement) -> None:
+        """Update anchor and calibration (also used to replay a journal after a crash)."""
+        if m.source == "refused":
+            # What changed since the anchor was counted exactly; the anchor itself still holds.
+            if self.anchor_real is not None:
+                change = difference(m.raw_kinds, self.anchor_raw)
+                self.calibration.update_step(m.prompt_tokens - self.anchor_real, change)
+            frames = m.raw_kinds.get(FRAME_KIND, 0)
+            self.calibration.update(m.prompt_tokens, m.raw_prompt, frames)
+            return
+        self.truncation_suspected = m.silent_truncation
+        if m.source == "estimate" or m.silent_truncation:
+            # A truncated count describes what the server kept, not what we sent.
+            self.anchor_real = None
+            return
+        if self.anchor_real is not None and m.raw_kinds:
+            change = difference(m.raw_kinds, self.anchor_raw)
+            self.calibration.update_step(m.prompt_tokens - self.anchor_real, change)
+        self.calibration.update(m.prompt_tokens, m.raw_prompt, m.raw_kinds.get(FRAME_KIND, 0))
+        if not m.raw_kinds:
+            self.anchor_real = None
+            return
+        self.anchor_real = m.prompt_tokens + m.completion_tokens
+        # The reply comes back in the next prompt, with a frame the completion count did not
+        # include: the next tally has it, the anchor does not.
+        self.anchor_raw = {**m.raw_kinds}
+        self.anchor_raw["assistant"] = self.anchor_raw.get("assistant", 0) + m.raw_reply
+
+    @staticmethod
+    def refused(n_prompt_tokens: int, raw_prompt: Mapping[str, int]) -> Measurement:
+        """A llama-server overflow error carries the exact count of the refused prompt: a
+        measurement like a reply's, teaching what the new content really costs."""
+        return Measurement(
+            prompt_tokens=n_prompt_tokens,
+            completion_tokens=0,
+            source="refused",
+            raw_prompt=sum(raw_prompt.values()),
+            raw_reply=0,
+            silent_truncation=False,
+            raw_kinds=dict(raw_prompt),
+        )
+
+    def project(self, raw_view: Mapping[str, int]) -> int:
+        """Tokens the next prompt will take, given the raw estimate of the view to send."""
+        if self.anchor_real is None:
+            return self.calibration.tally_tokens(raw_view)
+        change = self.calibration.price(difference(raw_view, self.anchor_raw))
+        return max(0, self.anchor_real + round(change))

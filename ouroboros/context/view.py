@@ -6,9 +6,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from ouroboros.context.mask import MaskPolicy, choose_masks, masked, unseen_ids
-from ouroboros.context.tokens import FRAME_KIND, Calibration, content_kind, raw_estimate, tally
+from ouroboros.context.tokens import (
+    FRAME_KIND,
+    Calibration,
+    RawTally,
+    content_kind,
+    raw_estimate,
+    tally,
+)
 from ouroboros.context.truncate import saved_name, shown
-from ouroboros.ground.figures import RawTally
 from ouroboros.ground.messages import Message, ToolMessage
 
 

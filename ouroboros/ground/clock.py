@@ -22,8 +22,7 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    def now(self) -> float:
-        return time.time()
+    now = staticmethod(time.time)
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(seconds)

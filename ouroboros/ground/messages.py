@@ -1,8 +1,9 @@
-"""Typed conversation messages that round-trip through JSON, and their OpenAI wire form."""
+"""Typed conversation messages that round-trip through JSON (sent as `model/llm.py` `to_wire`
+writes them)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -66,25 +67,6 @@ Message = Annotated[
     SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="kind")
 ]
 MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
-
-
-def to_wire(message: Message) -> dict[str, Any]:
-    """The OpenAI chat-completions form of one message."""
-    if isinstance(message, ToolMessage):
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    if isinstance(message, AssistantMessage):
-        wire: dict[str, Any] = {"role": "assistant", "content": message.content}
-        if message.tool_calls:
-            wire["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
-                }
-                for c in message.tool_calls
-            ]
-        return wire
-    return {"role": message.kind, "content": message.content}
 
 
 def tool_call_pairs_valid(messages: list[Message]) -> bool:

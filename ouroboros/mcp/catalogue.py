@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ouroboros.context.tokens import tools_estimate
 from ouroboros.mcp.schemas import normalised
-from ouroboros.tools.builtin import ToolArgs
+from ouroboros.tools.tool import ToolArgs
 
 Mode = Literal["direct", "search"]
 FIND_TOOL = "mcp_find_tools"

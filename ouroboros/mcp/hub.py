@@ -1,10 +1,10 @@
 """The run's MCP servers once started (`lifecycle.mcp_servers`): their tools offered to the agent
-(`McpHub.offer`), each call routed to its server and its faults journalled (`McpHub.call`), the
-its starts after faults bounded per session, every server stopped at the end (`McpHub.close`)."""
+as tools like the built-in ones (`McpHub.offer`), each call routed to its server and its faults
+journalled (`McpHub.call`), its starts after faults bounded per session, every server stopped at
+the end (`McpHub.close`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,8 +21,7 @@ from ouroboros.mcp.schemas import fitted
 from ouroboros.mcp.server import McpServer, ServerDown, answer
 from ouroboros.mcp.spawn import Spawner
 from ouroboros.state.journal import Journal
-from ouroboros.tools import ToolRunner
-from ouroboros.tools.builtin import Output, ToolFailed
+from ouroboros.tools.tool import Output, Tool, ToolContext, ToolFailed
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -70,10 +69,11 @@ class McpHub:
                 tg.start_soon(connect, name, server)
         self.tried_in = max(1, self.journal.state.session)  # the run's start is this one's try
 
-    def offer(self, runner: ToolRunner, prompt_budget: int) -> None:
-        """Offer the tools directly, or through the two small tools when their schemas would
-        take more than `mcp.schema_share` of the prompt budget; journalled (`McpOffered`)."""
-        self.taken = list(runner.tools)
+    def offer(self, taken: list[str], prompt_budget: int) -> list[Tool]:
+        """The tools offered directly, or the two small tools when their schemas would take
+        more than `mcp.schema_share` of the prompt budget; journalled (`McpOffered`). No tool
+        takes a name in `taken` (the built-in tools')."""
+        self.taken = taken
         self._catalogue(list(self.listed))
         tools = list(self.tools.values())
         tokens = catalogue.schema_tokens(tools)
@@ -81,26 +81,22 @@ class McpHub:
         mode = catalogue.mode_for(tokens, prompt_budget, self.settings.mcp.schema_share)
         self.mode = mode
         if mode == "direct":
-            for tool in tools:
-                runner.offer(tool.name, McpArguments, self._direct(tool), tool.schema())
+            offered: list[Tool] = [_Direct(self, tool) for tool in tools]
         else:  # every configured server named, started or not: the prefix stays the same
             schemas = catalogue.search_schemas(list(self.servers))
-            runner.offer(FIND_TOOL, FindToolsArgs, self._find, schemas[FIND_TOOL])
-            runner.offer(CALL_TOOL, McpCallArgs, self._call, schemas[CALL_TOOL])
-        offered_tokens = tools_estimate(
-            [s for s in runner.schemas() if s["function"]["name"] in {*self.tools, *_SEARCH}]
-        )
+            offered = [_Find(self, schemas[FIND_TOOL]), _Call(self, schemas[CALL_TOOL])]
         servers = {name: sum(t.server == name for t in tools) for name in self.listed}
         self.journal.append(
             McpOffered(
                 mode=mode,
                 servers=servers,
                 schema_tokens=tokens,
-                offered_tokens=offered_tokens,
+                offered_tokens=tools_estimate([tool.schema() for tool in offered]),
                 share_tokens=share,
                 failed=self.failed,
             )
         )
+        return offered
 
     def _catalogue(self, servers: list[str]) -> None:
         """The tools of these servers (as listed, less those the config leaves out) named and
@@ -127,7 +123,7 @@ class McpHub:
                 offered, server, t.name, t.description or "", parameters.schema
             )
 
-    async def _start_failed(self) -> None:
+    async def start_failed(self) -> None:
         """At a session's first search, the servers that did not start are tried again (within
         `mcp.max_server_starts`); their tools are found from then on. Search mode only: in
         direct mode a new tool would change what every request offers."""
@@ -155,23 +151,6 @@ class McpHub:
     def _say_left_out(self, name: str) -> None:
         for line in self.servers[name].left_out:
             self.journal.notify("warning", f"MCP server {name}: {line}")
-
-    def _direct(self, tool: McpTool) -> Callable[[McpArguments], Awaitable[Output]]:
-        async def run(args: McpArguments) -> Output:
-            return await self.call(tool, dict(args.model_extra or {}))
-
-        return run
-
-    async def _find(self, args: FindToolsArgs) -> Output:
-        await self._start_failed()
-        return Output(catalogue.find_answer(list(self.tools.values()), args.query, args.limit))
-
-    async def _call(self, args: McpCallArgs) -> Output:
-        await self._start_failed()
-        tool = self.tools.get(args.name)
-        if tool is None:
-            raise ToolFailed(f"no MCP tool is named {args.name!r}: find one with {FIND_TOOL}")
-        return await self.call(tool, args.arguments)
 
     async def call(self, tool: McpTool, arguments: dict[str, Any]) -> Output:
         server = self.servers[tool.server]
@@ -219,7 +198,47 @@ class McpHub:
                 tg.start_soon(server.close)
 
 
-_SEARCH = (FIND_TOOL, CALL_TOOL)
+class _Served(Tool):
+    """A tool of the servers, offered with the schema given."""
+
+    def __init__(self, hub: McpHub, schema: dict[str, Any]):
+        self.hub, self.offered, self.name = hub, schema, schema["function"]["name"]
+
+    def schema(self) -> dict[str, Any]:
+        return self.offered
+
+
+class _Direct(_Served):
+    """A server's tool offered as it is, in every request."""
+
+    args = McpArguments
+
+    def __init__(self, hub: McpHub, tool: McpTool):
+        super().__init__(hub, tool.schema())
+        self.tool = tool
+
+    async def run(self, args: McpArguments, context: ToolContext) -> Output:
+        return await self.hub.call(self.tool, dict(args.model_extra or {}))
+
+
+class _Find(_Served):
+    args = FindToolsArgs
+
+    async def run(self, args: FindToolsArgs, context: ToolContext) -> Output:
+        await self.hub.start_failed()
+        tools = list(self.hub.tools.values())
+        return Output(catalogue.find_answer(tools, args.query, args.limit))
+
+
+class _Call(_Served):
+    args = McpCallArgs
+
+    async def run(self, args: McpCallArgs, context: ToolContext) -> Output:
+        await self.hub.start_failed()
+        tool = self.hub.tools.get(args.name)
+        if tool is None:
+            raise ToolFailed(f"no MCP tool is named {args.name!r}: find one with {FIND_TOOL}")
+        return await self.hub.call(tool, args.arguments)
 
 
 def _kept(tool: str, enabled: list[str] | None, disabled: list[str]) -> bool:

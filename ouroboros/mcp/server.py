@@ -22,7 +22,7 @@ from ouroboros.ground.mcp_settings import McpServerSettings
 from ouroboros.mcp.content import result_text
 from ouroboros.mcp.listing import Listing, checked
 from ouroboros.mcp.stdio import Fault
-from ouroboros.tools.builtin import ToolFailed
+from ouroboros.tools.tool import ToolFailed
 
 Opener = Callable[[Fault], AbstractAsyncContextManager[TransportStreams]]
 """A new transport to the server, noting its faults in the `Fault` given."""

@@ -19,10 +19,8 @@ from ouroboros.mcp.http import capped_http
 from ouroboros.mcp.server import Opener
 from ouroboros.mcp.stdio import Fault, confined_stdio
 from ouroboros.state.journal import Journal
-from ouroboros.tools.environment import command_env
-from ouroboros.tools.processes import Processes
-from ouroboros.tools.scratch import make_scratch, remove_scratch
-from ouroboros.wiring import confine
+from ouroboros.tools.environment import command_env, make_scratch, remove_scratch
+from ouroboros.tools.processes import Processes, confined_processes
 
 
 class Spawner:
@@ -61,21 +59,12 @@ class Spawner:
 
     def _for(self, network: bool) -> Processes:
         if network not in self._processes:
-            t = self.settings.tools
-            settings = self.settings.model_copy(
-                update={"tools": t.model_copy(update={"network": network})}
+            s, journal = self.settings, self.journal
+            processes, summary = confined_processes(
+                s, self.scratch, network, journal, "MCP servers"
             )
-            confinement, summary = confine(settings, self.scratch)
-            if confinement is None and t.sandbox == "auto":
-                said = f"MCP servers run unconfined: {summary}"
-                self.journal.notify("warning", said)
-            self._processes[network] = Processes(
-                confinement, max_processes=t.max_processes, max_memory_mb=t.max_memory_mb
-            )
-            for gap in self._processes[network].gaps:
-                self.journal.notify("warning", f"MCP servers: {gap}")
-            said = f"MCP servers (network {str(network).lower()}): {summary}"
-            self.journal.notify("tools", said)
+            journal.notify("tools", f"MCP servers (network {str(network).lower()}): {summary}")
+            self._processes[network] = processes
         return self._processes[network]
 
     def close(self) -> None:

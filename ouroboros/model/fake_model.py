@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, to_wire
-from ouroboros.model.llm import Completion, ContextOverflow, Usage
-from ouroboros.model.scripted_wire import count_tokens
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall
+from ouroboros.model.llm import Completion, ContextOverflow, Usage, to_wire
+from ouroboros.model.scripted import count_tokens
 from ouroboros.model.servers import ServerInfo
 
 Replier = Callable[[list[Message]], AssistantMessage | Completion]

@@ -1,41 +1,52 @@
-"""Stream one chat completion from any OpenAI-compatible server, and classify its failures.
+"""The model client: one chat completion streamed from any OpenAI-compatible server, read into
+a `Completion`, its failures classified, and the transient ones retried.
 
 LLMError
  ├── TransientError    connection, timeout, 408/409/429, 5xx, stream cut: retried with backoff
  ├── ContextOverflow   the prompt does not fit (every server's wording): never retried unchanged
  └── FatalError        401/403, model not found, other bad requests: the run stops
+
+Every response body is counted as it arrives and stopped at `llm.max_reply_bytes`: the openai
+client buffers a server-sent event's line whole, however long, and a reply's text grows with
+every chunk, so a server that streams without end would take all memory. The client asks for
+the body uncompressed; a server that compresses it anyway (gzip, deflate) has it decoded here,
+step by bounded step, and what is counted is what is decoded (65 KB of gzip can hold 64 MB of
+text). Other encodings are refused. A reply cut at the limit is taken as one stopped at
+`max_tokens`.
+
+`retrying` is the one retry layer (tenacity): transient errors only, with backoff on the run's
+clock, honouring the server's `Retry-After`; an overflow is never retried unchanged. Every failed
+try is reported; the first, then one at growing intervals, is marked as worth a line to a person.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Awaitable
-from typing import Any, Protocol
+import secrets
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
+import httpx2
 import openai
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_exponential_jitter,
+)
+from tenacity.stop import stop_base
 
+from ouroboros.context.tokens import Rejected
+from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import LLMSettings
-from ouroboros.ground.messages import Message, to_wire
-from ouroboros.model.chunks import Completion, Prefill, ReportedBy, StreamState, Usage, count
-from ouroboros.model.reply_bytes import ReplyTooLarge, limited_client
-
-__all__ = [
-    "Completion",
-    "ContextOverflow",
-    "FatalError",
-    "LLMClient",
-    "LLMError",
-    "Model",
-    "Prefill",
-    "ReportedBy",
-    "TransientError",
-    "Usage",
-    "classify",
-    "overflow_from",
-    "stated_window",
-]
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from ouroboros.state.journal import Journal
 
 
 class LLMError(Exception):
@@ -187,6 +198,330 @@ def _retry_after(error: openai.APIStatusError) -> float | None:
         return None
 
 
+# --- The stream, chunk by chunk, into one `Completion`: its text, its tool calls (whole in one
+# chunk, as Ollama sends them, or in fragments by index), its finish reason and the server's
+# figures (usage, llama-server's `timings`, the prompt cache).
+#
+# Which token figures a server sends can be believed: its usage is JSON, and may hold any value.
+# A figure that is no whole, non-negative number (a string, a float, NaN, a bool, null where a
+# number belongs) is no count; a prompt or a reply larger than the whole window cannot have
+# happened. Such figures are ignored, the run warns once
+# per kind, and the calibrated estimate stands in: believed, they would move the window's lines
+# (a restart every few turns) and flag a silent truncation that did not happen.
+
+
+def count(value: object) -> int | None:
+    """A token count, if `value` is one: a whole number, not negative, not a bool."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def duration_ms(value: object) -> float | None:
+    """A finite, non-negative number of milliseconds, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def shown(value: object) -> str:
+    """A figure as a warning quotes it: short, whatever it is."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+ReportedBy = Literal["server", "timings"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    source: ReportedBy
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """How much of the prompt the server took from its prompt cache, and what the rest cost.
+    None where the server does not say (Ollama before cached-token details, LM Studio, vLLM
+    without `--enable-prompt-tokens-details`)."""
+
+    cached_tokens: int | None = None
+    processed_tokens: int | None = None
+    prefill_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    message: AssistantMessage
+    finish_reason: str
+    usage: Usage | None
+    """None when the server reported nothing; the ledger then estimates."""
+    prefill: Prefill = Prefill()
+    rejected: Rejected | None = None
+    """Usage the server sent that is no count: ignored, the estimate used (`count`)."""
+    calls_from_text: str | None = None
+    """The format the reply's calls were read from its text in, when the server sent none
+    (`model/tool_protocol.py`)."""
+
+
+CUT = "ouroboros_cut_bytes"
+"""The one key of the arguments that stand in for a call the reply was cut off in: one the byte
+cap fell in (`StreamState.cut_in`), one whose arguments stop mid-way (`tool_protocol.admit`)."""
+_NAMED_CALL = re.compile(rb'"tool_calls".{0,400}?"name"\s*:\s*"([\w.-]{1,64})"', re.DOTALL)
+
+
+@dataclass
+class _ToolCallBuilder:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+def unfinished(arguments: str) -> bool:
+    """Arguments that stop mid-way: no JSON (none at all is an empty object, as the tools read
+    it). JSON that parses is whole; JSON too deep to read is not run anyway
+    (`tool_protocol.admit`)."""
+    try:
+        json.loads(arguments or "{}")
+    except ValueError:
+        return True
+    except RecursionError:
+        return False
+    return False
+
+
+def _field(value: object, key: str) -> object:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str:
+    """Arguments as text: sent as an object by some servers, as null by others."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value)
+
+
+@dataclass
+class StreamState:
+    """A reply as its chunks arrive. Total over any JSON: a field of the wrong type counts as
+    absent (the openai client checks no types), so nothing a server sends raises here."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _ToolCallBuilder] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: Usage | None = None
+    prefill: Prefill = Prefill()
+    rejected: Rejected | None = None
+    """Usage the server sent that is no count (see `count`)."""
+    progress: int = 0
+    """Chunks that moved the reply on (text, a call's part, the finish), not keep-alives."""
+
+    def add_chunk(self, chunk: object) -> None:
+        self._usage(_field(chunk, "usage"))
+        self._timings(_field(chunk, "timings"))
+        for choice in _list(_field(chunk, "choices")):
+            delta = _field(choice, "delta")
+            content = _field(delta, "content")
+            if isinstance(content, str) and content:
+                self.text.append(content)
+                self.progress += 1
+            for call in _list(_field(delta, "tool_calls")):
+                self._call(call)
+                self.progress += 1
+            finish = _field(choice, "finish_reason")
+            if isinstance(finish, str) and finish:
+                self.finish_reason = finish
+                self.progress += 1
+
+    def _call(self, call: object) -> None:
+        index, call_id = _field(call, "index"), _field(call, "id")
+        if not isinstance(index, int) or isinstance(index, bool):
+            # No usable index: a call with an id starts a new one, a fragment goes on the last.
+            last = max(self.calls, default=-1)
+            index = last + 1 if call_id or last < 0 else last
+        builder = self.calls.setdefault(index, _ToolCallBuilder())
+        builder.id = builder.id or (call_id if isinstance(call_id, str) else "")
+        function = _field(call, "function")
+        name = _field(function, "name")
+        builder.name = builder.name or (name if isinstance(name, str) else "")
+        builder.arguments.append(_text(_field(function, "arguments")))
+
+    def cut_in(self, head: bytes, size: int) -> None:
+        """The byte cap fell `size` bytes into an event begun with `head`: one that starts a
+        tool call (a whole call in one chunk, as Ollama sends it) is kept as a call cut there."""
+        named = _NAMED_CALL.search(head)
+        last = self.calls[max(self.calls)] if self.calls else None
+        if last is not None and unfinished("".join(last.arguments)):
+            return  # the cap fell in a call sent in parts: that call is the one cut
+        if named is not None:
+            stand_in = json.dumps({CUT: size})
+            call = _ToolCallBuilder(name=named[1].decode(), arguments=[stand_in])
+            self.calls[max(self.calls, default=-1) + 1] = call
+
+    def _usage(self, usage: object) -> None:
+        raw_prompt = _field(usage, "prompt_tokens")
+        if not raw_prompt:
+            return  # Never trust a 0 prompt count: old Ollama reported 0 on a cache hit.
+        raw_completion = _field(usage, "completion_tokens") or 0
+        prompt, completion = count(raw_prompt), count(raw_completion)
+        if prompt is None or completion is None:
+            detail = f"prompt_tokens {shown(raw_prompt)}, completion_tokens {shown(raw_completion)}"
+            self.rejected = Rejected("not_a_count", detail)
+            return
+        self.usage = Usage(prompt, completion, "server")
+        cached = count(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"))
+        if cached is not None and cached <= prompt and self.prefill.cached_tokens is None:
+            self.prefill = Prefill(cached, prompt - cached)
+
+    def _timings(self, timings: object) -> None:
+        """llama-server's own account of this request's prefill: exact, and timed."""
+        if not isinstance(timings, dict) or "prompt_n" not in timings:
+            return
+        raw = [timings.get(key) for key in ("cache_n", "prompt_n", "predicted_n")]
+        cached, processed, predicted = (count(0 if v is None else v) for v in raw)
+        if cached is None or processed is None or predicted is None:
+            detail = "timings " + ", ".join(shown(v) for v in raw)
+            self.rejected = Rejected("not_a_count", detail)
+            return
+        self.timings = Usage(processed + cached, predicted, "timings")
+        self.prefill = Prefill(cached, processed, duration_ms(timings.get("prompt_ms")))
+
+    def completion(self, finish_reason: str) -> Completion:
+        calls = tuple(
+            ToolCall(
+                id=b.id or f"call_{i}_{secrets.token_hex(4)}",
+                name=b.name,
+                arguments="".join(b.arguments),
+            )
+            for i, b in sorted(self.calls.items())
+        )
+        message = AssistantMessage(content="".join(self.text), tool_calls=calls)
+        usage = self.usage or self.timings
+        return Completion(message, finish_reason, usage, self.prefill, self.rejected)
+
+
+# --- The byte limit on every response the client reads (see above).
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_STEP = 1 << 16
+"""Bytes decoded at a time: a bomb is never more than this past the limit in memory."""
+
+
+EVENT_HEAD = 512
+"""Bytes kept of the event the limit falls in: enough to name the tool call it was."""
+
+
+class ReplyTooLarge(Exception):
+    """A response went past the byte limit; reading stopped there, inside an event (a line of a
+    stream) begun with `event_head`, of which `event_bytes` were read."""
+
+    def __init__(self, limit: int, event_head: bytes = b"", event_bytes: int = 0):
+        super().__init__(f"the response went past {limit:,} bytes")
+        self.limit = limit
+        self.event_head = event_head
+        self.event_bytes = event_bytes
+
+
+class _Event:
+    """The start and size of the server-sent event being read (events end in a blank line,
+    which may come in two reads)."""
+
+    def __init__(self) -> None:
+        self.head, self.size, self.tail = b"", 0, b""
+
+    def add(self, part: bytes) -> None:
+        # The last bytes read before are searched too: the bytes of a blank line split between
+        # two reads. What follows a blank line found among them is of this event, counted anew.
+        seen = self.tail + part
+        end, width = max((seen.rfind(blank), len(blank)) for blank in _BLANK_LINES)
+        if end >= 0:
+            part = seen[end + width :]
+            self.head, self.size = b"", 0
+        self.head += part[: EVENT_HEAD - len(self.head)]
+        self.size += len(part)
+        self.tail = seen[-3:]
+
+
+_BLANK_LINES = (b"\n\n", b"\r\n\r\n")
+
+
+class _LimitedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, encoding: str):
+        self.inner = inner
+        self.limit = limit
+        self.encoding = encoding
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read, event = 0, _Event()
+        async for part in self._decoded():
+            read += len(part)
+            if read > self.limit:
+                event.add(part[: len(part) - (read - self.limit)])
+                raise ReplyTooLarge(self.limit, event.head, event.size)
+            event.add(part)
+            yield part
+
+    async def _decoded(self) -> AsyncIterator[bytes]:
+        if self.encoding in ("", "identity"):
+            async for part in self.inner:
+                yield part
+            return
+        if self.encoding not in _WBITS:
+            raise ValueError(
+                f"the server compressed its reply as {self.encoding!r}, although asked not to"
+            )
+        decoder = zlib.decompressobj(_WBITS[self.encoding])
+        async for part in self.inner:
+            while part:
+                try:
+                    yield decoder.decompress(part, _STEP)
+                except zlib.error as e:
+                    raise ValueError(f"the {self.encoding} reply is damaged: {e}") from None
+                part = decoder.unconsumed_tail
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def limited_client(limit: int) -> httpx2.AsyncClient:
+    """An HTTP client for the openai client whose responses stop at `limit` bytes."""
+
+    async def bound(response: httpx2.Response) -> None:
+        if isinstance(response.stream, httpx2.AsyncByteStream):
+            # Decoded here, so that what is counted is what the client would hold.
+            encoding = response.headers.pop("content-encoding", "").strip().lower()
+            response.stream = _LimitedStream(response.stream, limit, encoding)
+
+    hooks: dict[str, list[Callable[[httpx2.Response], Awaitable[None]]]] = {"response": [bound]}
+    identity = {"Accept-Encoding": "identity"}
+    return openai.DefaultAsyncHttpxClient(event_hooks=hooks, headers=identity)
+
+
+def to_wire(message: Message) -> dict[str, Any]:
+    """The OpenAI chat-completions form of one message."""
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if isinstance(message, AssistantMessage):
+        wire: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            wire["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in message.tool_calls
+            ]
+        return wire
+    return {"role": message.kind, "content": message.content}
+
+
 class LLMClient:
     """One streamed chat completion per call; no retries here (see `retrying`)."""
 
@@ -298,3 +633,132 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+# --- The one retry layer.
+
+T = TypeVar("T")
+
+TOLD_AT_MIN = (1, 2, 5, 10, 20, 30, 60)
+"""Minutes of waiting after which a person is told again that the run still waits (then every
+`TOLD_EVERY_MIN`): a wait of a night makes a dozen lines, not one a try."""
+TOLD_EVERY_MIN = 60
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed try the retry layer tells of, before it waits for the next."""
+
+    attempt: int
+    wait_s: float
+    waited_s: float
+    """Since the first try of this call."""
+    error: BaseException
+    server: str
+    """The server's address (`llm.base_url`)."""
+    for_s: float
+    """How long the layer tries in all (`llm.retry_for_s`); 0: for ever."""
+    told: bool = True
+    """Worth a line to a person: the first failure, then the first past each of `TOLD_AT_MIN`
+    minutes of waiting."""
+
+    @property
+    def unreachable(self) -> bool:
+        """Nothing answers at the address (discovery wraps the client's error in its own)."""
+        return isinstance(self.error, Unreachable) or isinstance(self.error.__cause__, Unreachable)
+
+
+def times_told(waited_s: float) -> int:
+    """How many of the times a wait is told again have passed after `waited_s` seconds."""
+    minutes = waited_s / 60
+    passed = sum(1 for at in TOLD_AT_MIN if minutes >= at)
+    if minutes >= TOLD_AT_MIN[-1]:
+        passed += int((minutes - TOLD_AT_MIN[-1]) // TOLD_EVERY_MIN)
+    return passed
+
+
+class StopAfter(stop_base):
+    """Stop once `seconds` have passed on `clock` since the first failure (tenacity's own
+    `stop_after_delay` reads the system's monotonic time, which a fake clock does not move)."""
+
+    def __init__(self, seconds: float, clock: Clock):
+        self.seconds, self.clock = seconds, clock
+        self.deadline: float | None = None
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        now = self.clock.now()
+        if self.deadline is None:
+            self.deadline = now + self.seconds
+        return now >= self.deadline
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    settings: LLMSettings,
+    on_retry: Callable[[Retry], None],
+    clock: Clock = SYSTEM_CLOCK,
+) -> T:
+    """The one retry layer: transient errors only, exponential backoff with a little jitter,
+    waiting on `clock`. `on_retry` hears of every failed try before the wait for the next."""
+    started = clock.now()
+    told = 0
+
+    def report(state: RetryCallState) -> None:
+        nonlocal told
+        error = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        waited = clock.now() - started
+        if error is None:
+            return
+        said = state.attempt_number == 1 or times_told(waited) > told
+        told = times_told(waited)
+        server, for_s = settings.base_url, settings.retry_for_s
+        on_retry(Retry(state.attempt_number, wait, waited, error, server, for_s, said))
+
+    # Doubling from `retry_initial_s` to `retry_max_s`, plus at most `retry_initial_s` of jitter
+    # (several runs on one server do not all come back at the same instant); not tenacity's
+    # full jitter, whose waits jump anywhere between 0 and the cap.
+    backoff = wait_exponential_jitter(
+        multiplier=settings.retry_initial_s,
+        max=settings.retry_max_s,
+        jitter=settings.retry_initial_s,
+    )
+
+    def wait(state: RetryCallState) -> float:
+        """The backoff, or longer when the server said how long (`Retry-After`)."""
+        error = state.outcome.exception() if state.outcome else None
+        asked = error.retry_after if isinstance(error, TransientError) else None
+        return max(backoff(state), min(asked or 0.0, settings.retry_max_s))
+
+    stop = StopAfter(settings.retry_for_s, clock) if settings.retry_for_s else stop_never
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(TransientError),
+        wait=wait,
+        stop=stop,
+        sleep=clock.sleep,
+        before_sleep=report,
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity either returns or raises")
+
+
+def journalled(journal: Journal) -> Callable[[Retry], None]:
+    """The retry layer's report before it waits, as a notice: readers show that the run waits,
+    for what, until when, and why."""
+
+    def report(retry: Retry) -> None:
+        journal.notify(
+            "retry",
+            str(retry.error)[:300],
+            attempt=retry.attempt,
+            wait_s=round(retry.wait_s, 2),
+            waited_s=round(retry.waited_s),
+            server=retry.server,
+            retry_for_s=retry.for_s,
+            unreachable=retry.unreachable,
+            told=retry.told,
+        )
+
+    return report

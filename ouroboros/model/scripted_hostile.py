@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ouroboros.model.scripted_wire import Stream, Wire
+from ouroboros.model.scripted import Stream, Wire
 
 
 def chunk(delta: object = None, finish: object = None, **extra: object) -> dict[str, Any]:

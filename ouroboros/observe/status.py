@@ -39,7 +39,7 @@ from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.shown import age as _age
 from ouroboros.observe.shown import duration, feature_rows
-from ouroboros.sinks import summary
+from ouroboros.sinks import events as summary
 from ouroboros.state.records import wall_time
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from rich.markup import escape
 from ouroboros.ground.jsonl import JsonlReader, offset_of_last
 from ouroboros.ground.state_folder import EVENTS, USAGE
 from ouroboros.observe.describe import describe
-from ouroboros.sinks.live import Terminal
+from ouroboros.sinks.events import Terminal
 
 POLL_S = 0.25
 MAX_HOLD_S = 1.0

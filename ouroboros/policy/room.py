@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.tokens import SCHEMA_KIND, Budget, Calibration
+from ouroboros.context.tokens import SCHEMA_KIND, Budget, Calibration, RawTally, Zone
 from ouroboros.ground import prompts
 from ouroboros.ground.config import ContextSettings, LoopSettings
-from ouroboros.ground.figures import RawTally, Zone
 from ouroboros.ground.messages import UserMessage
 from ouroboros.state.fold import RECENT, RunState
 

@@ -12,15 +12,13 @@ from functools import partial
 from pathlib import Path
 
 from ouroboros.context.compact import recap_message, recap_request, split_point
-from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import in_opening
-from ouroboros.context.tokens import tally
+from ouroboros.context.tokens import Counting, tally
 from ouroboros.ground.clock import Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.state_folder import COMPACT_REQUEST
-from ouroboros.model import reply_checks
-from ouroboros.model.llm import ContextOverflow, Model, TransientError
-from ouroboros.model.retry import journalled, retrying
+from ouroboros.model import tool_protocol
+from ouroboros.model.llm import ContextOverflow, Model, TransientError, journalled, retrying
 from ouroboros.policy import room
 from ouroboros.policy.room import Rules
 from ouroboros.state.journal import Journal
@@ -81,7 +79,7 @@ async def compact(
         completion = await retrying(call, settings.llm, journalled(journal), clock)
     except (ContextOverflow, TransientError) as e:
         return failed(before, None, f"the recap call failed: {e}")
-    figures = reply_checks.call_figures(
+    figures = tool_protocol.call_figures(
         state, rules, counting, completion, tally(request), state.session_turns, "compaction"
     )
     journal.append(SideCall(session=state.session, usage=figures))

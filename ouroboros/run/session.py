@@ -12,16 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ouroboros.context.ledger import Counting
-from ouroboros.context.tokens import Budget
+from ouroboros.context.tokens import Budget, CallFigures, Counting
 from ouroboros.ground import prompts
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
-from ouroboros.ground.figures import CallFigures, WindowFigures
+from ouroboros.ground.figures import WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ouroboros.model import reply_checks, tool_protocol
-from ouroboros.model.llm import Completion, ContextOverflow, Model
-from ouroboros.model.reply_checks import (
+from ouroboros.model import tool_protocol
+from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
+from ouroboros.model.tool_protocol import (
     Admitted,
     admitted_reply,
     cache_reuse,
@@ -29,7 +28,6 @@ from ouroboros.model.reply_checks import (
     overflow,
     silent_truncation,
 )
-from ouroboros.model.retry import Retry, journalled, retrying
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.policy.room import Rules
@@ -180,14 +178,14 @@ class Session:
         """What the agent is told once the step's results are in."""
         llm, told = self.settings.llm, []
         if dropped:
-            message = reply_checks.dropped_calls(dropped, llm.max_tool_calls_per_reply)
+            message = tool_protocol.dropped_calls(dropped, llm.max_tool_calls_per_reply)
             told.append(UserMessage(content=message, origin="nudge"))
         if not reply.tool_calls:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
             answer = tool_protocol.answer_to(reply, at_max_tokens, llm, self.state, self.schemas)
             told.append(UserMessage(content=answer, origin="continue"))
-        if at_max_tokens and reply.tool_calls and not reply_checks.was_cut(reply.tool_calls[-1]):
+        if at_max_tokens and reply.tool_calls and not tool_protocol.was_cut(reply.tool_calls[-1]):
             # Its calls may be cut off mid-argument (a cut one's error result says so itself).
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
         return told
@@ -282,7 +280,7 @@ class Session:
                 continue
             # Figures of the reply as generated: its tokens came back in the server's count.
             st, turn = self.state, self.state.session_turns + 1
-            figures = reply_checks.call_figures(
+            figures = tool_protocol.call_figures(
                 st, self.rules, self.counting, completion, raw_prompt, turn
             )
             before = st.last_request
@@ -328,7 +326,7 @@ class Session:
         )
 
     async def run_tool(self, call: ToolCall, fits: Fit) -> None:
-        if (error := reply_checks.not_run(call, self.settings.llm)) is not None:
+        if (error := tool_protocol.not_run(call, self.settings.llm)) is not None:
             tool = ToolRun(duration_s=0, output_bytes=0, error=error)
             self.append(self.error_result(call, error), tool=tool)
             return

@@ -12,9 +12,9 @@ from datetime import datetime
 from functools import singledispatchmethod
 from typing import Any, TypeVar, cast
 
-from ouroboros.context.ledger import Ledger
+from ouroboros.context.tokens import Ledger, PrefillTally
 from ouroboros.context.view import ContextView
-from ouroboros.ground.figures import PrefillTally, RunLimits, WindowFigures
+from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
 from ouroboros.state.loop_tally import LoopTally, SessionLoops, session_calls
 from ouroboros.state.plan import RunPlan
@@ -98,7 +98,7 @@ class RunState:
     """The current (or just ended) session: its messages, and what the model is sent of them."""
     started_calls: set[str] = field(default_factory=set, metadata=SESSION)
     call_ids: set[str] = field(default_factory=set)
-    """Every tool-call id the run recorded: a new reply's may repeat none (`reply_checks`)."""
+    """Every tool-call id the run recorded: a new reply's may repeat none (`admit`)."""
     dropped_calls: int = field(default=0, metadata=SESSION)
     """Calls the session's newest reply had past `llm.max_tool_calls_per_reply`: the agent is
     told after its results."""

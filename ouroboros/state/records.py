@@ -18,7 +18,8 @@ from typing import Annotated, Any, ClassVar, Literal, Union, cast
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from ouroboros.context.plan import PlanItem
-from ouroboros.ground.figures import CallFigures, Measurement, RunLimits, WindowFigures
+from ouroboros.context.tokens import CallFigures, Measurement
+from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import Message, UserMessage
 
 SCHEMA_VERSION = 2
@@ -203,7 +204,7 @@ class MessageRecord(Record):
     tool: ToolRun | None = None
     renamed_calls: dict[str, str] | None = None
     """Ids the harness gave this reply's calls in place of the server's (repeated or missing):
-    the new id -> the id the server sent (`reply_checks`)."""
+    the new id -> the id the server sent (`model.tool_protocol.admit`)."""
     dropped_calls: int | None = None
     """Calls of this reply past `llm.max_tool_calls_per_reply`: not recorded, not run."""
     calls_from_text: str | None = None

@@ -1,4 +1,5 @@
-"""The built-in tools. Each takes validated arguments and returns text for the model."""
+"""The built-in tools but `shell_exec` and `search_context`: the file tools, `plan`, `finish`.
+Each takes validated arguments and returns text for the model."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import io
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ouroboros.context.plan import PLAN_TOOL, PlanArgs, problem, saved
 from ouroboros.ground.messages import ToolCall
 from ouroboros.tools import safefs
-from ouroboros.tools.workspace import Location, PathRefused, Workspace
+from ouroboros.tools.abandonable import abandonable
+from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
+from ouroboros.tools.workspace import Location, Workspace
 
 READ_DEFAULT_LINES = 400
 READ_MAX_BYTES = 1024 * 1024
@@ -25,18 +28,15 @@ SKIP_MAX_BYTES = 64 * READ_MAX_BYTES
 found by reading, and an offset into a huge or sparse file would read for minutes."""
 
 
-class ToolFailed(Exception):
-    """The tool could not do what was asked; the message goes back to the model."""
-
-
-@dataclass(frozen=True)
-class Output:
-    text: str
-    exit_code: int | None = None
-
-
-class ToolArgs(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+@contextlib.contextmanager
+def _told(loc: Location, missing: str) -> Iterator[None]:
+    """A system error on `loc` as one line naming it (`missing` when it does not exist)."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise ToolFailed(f"{missing}: {loc.shown}") from None
+    except OSError as e:
+        raise ToolFailed(f"{loc.shown}: {e.strerror or e}") from None
 
 
 class FileReadArgs(ToolArgs):
@@ -47,48 +47,11 @@ class FileReadArgs(ToolArgs):
     limit: int = Field(READ_DEFAULT_LINES, ge=1)
 
 
-class FileWriteArgs(ToolArgs):
-    """Create or overwrite a text file (and its folders) with `content`."""
+class FileRead(Tool):
+    name, args = "file_read", FileReadArgs
 
-    path: str
-    content: str
-
-
-class ListDirArgs(ToolArgs):
-    """List a folder (the workspace without a path)."""
-
-    path: str = "."
-
-
-class ShellExecArgs(ToolArgs):
-    """Run a bash command in the workspace: its exit code and output."""
-
-    command: str
-    timeout_s: float = Field(0, ge=0)
-    """0: `session.shell_timeout_s`."""
-
-
-class FinishArgs(ToolArgs):
-    """Only when the whole task is done: end the run for good, with a summary of what was done
-    and where the results are."""
-
-    summary: str
-
-
-def finish_summary(call: ToolCall) -> str:
-    """The summary of a finish call that ran (its arguments were valid then)."""
-    return FinishArgs.model_validate_json(call.arguments).summary
-
-
-@contextlib.contextmanager
-def _told(loc: Location, missing: str) -> Iterator[None]:
-    """A system error on `loc` as one line naming it (`missing` when it does not exist)."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise ToolFailed(f"{missing}: {loc.shown}") from None
-    except OSError as e:
-        raise ToolFailed(f"{loc.shown}: {e.strerror or e}") from None
+    async def run(self, args: FileReadArgs, context: ToolContext) -> Output:
+        return await abandonable(file_read, context.workspace, args)
 
 
 def file_read(ws: Workspace, args: FileReadArgs) -> Output:
@@ -145,6 +108,20 @@ def _count(f: io.BufferedReader, seen: int, more: bool) -> int:
     return count + (last != b"\n")  # a last line without its newline
 
 
+class FileWriteArgs(ToolArgs):
+    """Create or overwrite a text file (and its folders) with `content`."""
+
+    path: str
+    content: str
+
+
+class FileWrite(Tool):
+    name, args = "file_write", FileWriteArgs
+
+    async def run(self, args: FileWriteArgs, context: ToolContext) -> Output:
+        return await abandonable(file_write, context.workspace, args)
+
+
 def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     loc = ws.locate(args.path)
     if not loc.parts:
@@ -155,6 +132,19 @@ def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     with _told(loc, "no such folder"):
         safefs.replace_file(loc, data)
     return Output(f"wrote {len(data):,} bytes to {loc.shown}")
+
+
+class ListDirArgs(ToolArgs):
+    """List a folder (the workspace without a path)."""
+
+    path: str = "."
+
+
+class ListDir(Tool):
+    name, args = "list_dir", ListDirArgs
+
+    async def run(self, args: ListDirArgs, context: ToolContext) -> Output:
+        return await abandonable(list_dir, context.workspace, args)
 
 
 def list_dir(ws: Workspace, args: ListDirArgs) -> Output:
@@ -172,8 +162,31 @@ def list_dir(ws: Workspace, args: ListDirArgs) -> Output:
     return Output("\n".join(lines) or "(empty folder)")
 
 
-def spill(ws: Workspace, relative: str, text: str) -> None:
-    """Write a whole output into the workspace where the agent can page through it. Where a
-    planted link or folder is in the way nothing is written: the journal keeps the result."""
-    with contextlib.suppress(OSError, PathRefused):
-        safefs.create_file(ws.locate(relative), text.encode())
+class Plan(Tool):
+    """Checked here, kept by the session: the result's record carries the plan."""
+
+    name, args = PLAN_TOOL, PlanArgs
+
+    async def run(self, args: PlanArgs, context: ToolContext) -> Output:
+        if (wrong := problem(args.items, context.plan_cap)) is not None:
+            raise ToolFailed(f"{wrong}. Nothing was changed")
+        return Output(saved(args.items))
+
+
+class FinishArgs(ToolArgs):
+    """Only when the whole task is done: end the run for good, with a summary of what was done
+    and where the results are."""
+
+    summary: str
+
+
+class Finish(Tool):
+    name, args = "finish", FinishArgs
+
+    async def run(self, args: FinishArgs, context: ToolContext) -> Output:
+        return Output(f"run finished: {args.summary}", finished=args.summary)
+
+
+def finish_summary(call: ToolCall) -> str:
+    """The summary of a finish call that ran (its arguments were valid then)."""
+    return FinishArgs.model_validate_json(call.arguments).summary

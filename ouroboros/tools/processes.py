@@ -20,6 +20,10 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ouroboros.ground.config import Settings
+from ouroboros.ground.errors import RunError
+from ouroboros.state.journal import Journal
+from ouroboros.tools import sandbox
 from ouroboros.tools.child_exit import failed_step
 from ouroboros.tools.libc import prctl as _prctl
 from ouroboros.tools.limits import Limits, PidsCgroups, remove_pids_cgroup
@@ -196,3 +200,37 @@ class Processes:
             remove_pids_cgroup(self._pids.path)
         if self.confinement is not None:
             self.confinement.close()
+
+
+def confined_processes(
+    settings: Settings, tmp: Path, network: bool, journal: Journal, who: str
+) -> tuple[Processes, str]:
+    """Processes confined as `tools.sandbox` asks (writes only to the workspace and `tmp`), and
+    what the confinement is; what is not confined or limited is a warning naming `who`."""
+    t = settings.tools
+    confinement, summary = _confinement(settings, tmp, network)
+    if confinement is None and t.sandbox == "auto":
+        journal.notify("warning", f"{who} run unconfined: {summary}")
+    processes = Processes(confinement, max_processes=t.max_processes, max_memory_mb=t.max_memory_mb)
+    for gap in processes.gaps:
+        journal.notify("warning", f"{who}: {gap}")
+    return processes, summary
+
+
+def _confinement(settings: Settings, tmp: Path, network: bool) -> tuple[Confinement | None, str]:
+    t, paths = settings.tools, settings.paths
+    if t.sandbox == "off":
+        return None, "off (tools.sandbox)"
+    try:
+        confinement = sandbox.build(
+            [paths.workspace, tmp],
+            t.readable,
+            paths.state_dir,
+            network,
+            landlock_required=t.sandbox == "landlock",
+        )
+    except sandbox.SandboxError as e:
+        if t.sandbox == "landlock":
+            raise RunError(f'tools.sandbox is "landlock" but {e}') from None
+        return None, str(e)
+    return confinement, confinement.summary

@@ -3,14 +3,15 @@ saved under `workspace/.outputs/` wherever what is shown says it was cut or mask
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from ouroboros.context.truncate import cap_output, recut_bytes, saved_name
 from ouroboros.ground.messages import ToolCall, ToolMessage
-from ouroboros.tools import builtin
+from ouroboros.tools import safefs
 from ouroboros.tools.abandonable import abandonable
-from ouroboros.tools.builtin import Output
-from ouroboros.tools.workspace import Workspace
+from ouroboros.tools.tool import Output
+from ouroboros.tools.workspace import PathRefused, Workspace
 
 Fit = Callable[[str], int]
 """Bytes of this text that fit: the room left for it, or a cap in tokens."""
@@ -48,32 +49,14 @@ def shaped_result(
     )
 
 
-async def shaped_and_saved(
-    call: ToolCall,
-    output: Output,
-    cap: int,
-    room: Fit | None,
-    workspace: Workspace,
-    token_cap: Fit | None = None,
-) -> ToolMessage:
-    """The result shaped, and its whole output saved where it says."""
-    message = shaped_result(call, output, cap, room, token_cap)
-    if message.saved_to is not None:
-        await _save(workspace, message.saved_to, output.text)
-    return message
+async def spill(workspace: Workspace, relative: str, text: str) -> None:
+    """Write a whole output into the workspace where the agent can page through it. The journal
+    keeps the result at the cap whatever happens here: where a planted link or folder is in the
+    way, or the disk is full, nothing is written (it costs the agent the whole text, not the
+    run)."""
+    await abandonable(_spill, workspace, relative, text)
 
 
-async def save_whole(workspace: Workspace, results: list[ToolMessage]) -> None:
-    """Save results about to be masked or cut whose whole text is in no file yet, where
-    their placeholders and cut markers say."""
-    for m in results:
-        # A result cut at the cap had its whole output saved when it ran.
-        whole = m.output_bytes is None or m.output_bytes == len(m.content.encode())
-        if not m.masked and whole:
-            await _save(workspace, saved_name(m.name, m.content), m.content)
-
-
-async def _save(workspace: Workspace, relative: str, text: str) -> None:
-    # The journal keeps the result at the cap whatever happens here: a full disk or a planted
-    # link costs the agent the whole text, not the run.
-    await abandonable(builtin.spill, workspace, relative, text)
+def _spill(workspace: Workspace, relative: str, text: str) -> None:
+    with contextlib.suppress(OSError, PathRefused):
+        safefs.create_file(workspace.locate(relative), text.encode())

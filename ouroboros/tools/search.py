@@ -15,7 +15,8 @@ from pydantic import Field
 
 from ouroboros.ground.jsonl import Problem, parse_object
 from ouroboros.ground.state_folder import EVENTS, JOURNAL
-from ouroboros.tools.builtin import Output, ToolArgs, ToolFailed
+from ouroboros.tools.abandonable import abandonable
+from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
 
 EXCERPT_CHARS = 240
 MAX_RESULTS = 50
@@ -165,3 +166,16 @@ def search_context(state_dir: Path, workspace: Path, args: SearchContextArgs) ->
         raise ToolFailed(" ".join([f"nothing in {args.source} matches {args.query!r}", *notes]))
     header = f"{len(found)} newest matches in {args.source} (working folder {workspace}):"
     return Output("\n".join([header, *found, *notes]))
+
+
+class SearchContext(Tool):
+    """Searches the run's state folder; offered once a session has ended (before, there is
+    nothing to search: its schema would be dead weight)."""
+
+    name, args, from_session = "search_context", SearchContextArgs, 2
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+
+    async def run(self, args: SearchContextArgs, context: ToolContext) -> Output:
+        return await abandonable(search_context, self.state_dir, context.workspace.root, args)

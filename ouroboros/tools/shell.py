@@ -14,13 +14,17 @@ import secrets
 import subprocess
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 import anyio
+from pydantic import Field
 
 from ouroboros.tools import safefs
-from ouroboros.tools.builtin import Output, ShellExecArgs, ToolFailed
+from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.child_exit import failed_step
+from ouroboros.tools.environment import remove_scratch
 from ouroboros.tools.processes import Processes
+from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
 from ouroboros.tools.workspace import PathRefused, Workspace
 
 SHELL_CAPTURE_LIMIT = 32 * 1024 * 1024
@@ -34,6 +38,62 @@ KILL_WAIT_S = 0.5
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 """The longest command bash can be given: Linux refuses a longer single argument to exec
 (MAX_ARG_STRLEN, 32 pages, with its terminating NUL)."""
+
+
+class ShellExecArgs(ToolArgs):
+    """Run a bash command in the workspace: its exit code and output."""
+
+    command: str
+    timeout_s: float = Field(0, ge=0)
+    """0: `session.shell_timeout_s`."""
+
+
+class ShellExec(Tool):
+    """Commands as `processes` starts them (confined, where the harness was given a sandbox),
+    in `env`; `scratch`, their TMPDIR, is removed with the tool."""
+
+    name, args = "shell_exec", ShellExecArgs
+
+    def __init__(
+        self,
+        timeout_s: float,
+        processes: Processes | None = None,
+        env: Mapping[str, str] | None = None,
+        blocklist: Blocklist | None = None,
+        scratch: Path | None = None,
+    ):
+        self.timeout_s, self.env, self.scratch = timeout_s, dict(env or os.environ), scratch
+        self.processes = processes or Processes(None, use_cgroup=False)
+        self.blocklist = blocklist
+
+    async def run(self, args: ShellExecArgs, context: ToolContext) -> Output:
+        check_length(args.command)
+        if self.blocklist is None:
+            self.blocklist = Blocklist(workspace=str(context.workspace.root))
+        blocked = await anyio.to_thread.run_sync(self.blocklist.reason, args.command)
+        if blocked:
+            raise ToolFailed(f"refused: this command is blocked ({blocked})", blocked)
+        timeout = min(args.timeout_s or self.timeout_s, self.timeout_s)
+        ran = await run_command(context.workspace, args.command, timeout, self.processes, self.env)
+        output, total, code, note = ran
+        text = output.decode(errors="replace")
+        if total > len(output):
+            text += f"\n[{total - len(output):,} more bytes not captured]"
+        if code is None:
+            return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
+        step = failed_step(code, output)
+        if step is not None:
+            raise ToolFailed(f"the command never ran: {step} (exit code {code})")
+        return Output(f"exit code {code}\n{text}{note}", code)
+
+    def end_session(self) -> None:
+        """Background jobs the session's commands left are killed."""
+        self.processes.end_session()
+
+    def close(self) -> None:
+        self.processes.close()
+        if self.scratch is not None:
+            remove_scratch(self.scratch)
 
 
 def check_length(command: str) -> None:
@@ -159,23 +219,3 @@ def _open_log(ws: Workspace, pid: int) -> tuple[int | None, str]:
         except PathRefused as e:
             return None, f"no log: {e}"
     return None, f"no log: {why}"
-
-
-async def shell_exec(
-    ws: Workspace,
-    args: ShellExecArgs,
-    default_timeout: float,
-    processes: Processes,
-    env: Mapping[str, str],
-) -> Output:
-    timeout = min(args.timeout_s or default_timeout, default_timeout)
-    output, total, code, note = await run_command(ws, args.command, timeout, processes, env)
-    text = output.decode(errors="replace")
-    if total > len(output):
-        text += f"\n[{total - len(output):,} more bytes not captured]"
-    if code is None:
-        return Output(f"{text}\n[timed out after {timeout:g} s; process group killed]", -9)
-    step = failed_step(code, output)
-    if step is not None:
-        raise ToolFailed(f"the command never ran: {step} (exit code {code})")
-    return Output(f"exit code {code}\n{text}{note}", code)
