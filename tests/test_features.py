@@ -1,5 +1,5 @@
 """Features plug in: their records register their kinds, the run's state is the core's fields and
-the features' parts."""
+the features' parts, and the layers hold (`bench/layers.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from ouroboros.checkpoints.records import Checkpoint, Checkpoints, Rewinding
 from ouroboros.state.fold import RunState
 from ouroboros.state.records import JOURNAL_RECORD, EndReason, Record, SessionStart
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, load_module
 
 ON_DISK = {
     "run_start", "starting", "session_start", "message", "tool_started", "mask", "cut",
@@ -58,3 +58,10 @@ def test_a_features_part_folds_its_records_and_what_they_imply() -> None:
     assert state.part(Checkpoints).rewinding is not None
     assert not state.session_open
     assert state.ended_reason == EndReason.REWOUND
+
+
+def test_no_import_circle_and_at_most_three_imports_up_a_layer() -> None:
+    layers = load_module(PROJECT_ROOT / "bench" / "layers.py")
+    edges = layers.graph()
+    assert layers.circles(edges) == []
+    assert len(layers.up_imports(edges)) <= layers.MAX_UP
