@@ -63,7 +63,7 @@ class Part:
         """Fold one record in (any kind: most change nothing here)."""
 
     def status(self) -> dict[str, Any]:
-        """Its entries of `status.json`'s `run` (`sinks/summary.py`), as plain JSON."""
+        """Its entries of `status.json`'s `run` (`sinks/events.of_state`), as plain JSON."""
         return {}
 
 

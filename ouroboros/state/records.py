@@ -378,4 +378,4 @@ class RunEnd(Record):
 
 JournalRecord = Record
 """A record as the journal holds it: of a kind the core (above) or a feature registered
-(`record_base.KINDS`)."""
+(`KINDS`)."""
