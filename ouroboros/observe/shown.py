@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+
+from ouroboros.observe.svg import escape
 
 Describe = Callable[[dict[str, Any]], "str | list[str]"]
 """A line's text, or its texts from the fullest to the shortest (`describe.fit` picks one)."""
@@ -42,8 +45,6 @@ def feature_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple
 
 def age(ts: str | None, now: float) -> str:
     """How long ago `ts` was, as `status` says it."""
-    from datetime import datetime
-
     if not ts:
         return "never"
     return f"{duration(now - datetime.fromisoformat(ts).timestamp())} ago"
@@ -64,7 +65,6 @@ Cells = list[tuple[str, Any]]
 
 def table(name: str, head: Cells, rows: list[Cells], row_class: str = "") -> str:
     """A report's table: its head, then the rows; values escaped."""
-    from ouroboros.observe.svg import escape
 
     def cells(tag: str, row: Cells) -> str:
         return "".join(f"<{tag}{_class(c)}>{escape(v)}</{tag}>" for c, v in row)

@@ -9,12 +9,12 @@ from typing import Any
 
 from rich.text import Text
 
-from ouroboros.observe.shown import Shown, age, table, utc
+from ouroboros.observe.shown import Describe, Shown, age, table, utc
 from ouroboros.operator import inbox
 
 MAX_ROWS = 100
 
-LINES: dict[str, tuple[str, Any]] = {
+LINES: dict[str, tuple[str, Describe]] = {
     "told": ("bold cyan", lambda r: f"told (sent {str(r.get('sent_at'))[11:19]}): {r.get('text')}"),
     "paused": ("bold yellow", lambda r: f"paused by {r.get('by')}: {r.get('message')}"),
     "resumed": ("bold", lambda r: f"resumed by {r.get('by')}"),
@@ -33,8 +33,8 @@ def operator_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tupl
     taken: list[str] = run.get("undelivered") or []
     waiting = {name for name in inbox.waiting(state_dir) if name not in delivered}
     if pending := waiting | set(taken):
-        said = "pending (delivered at the next step)" if run else "from `tell` pending"
-        rows.append(("messages", Text(f"{len(pending)} {'message(s) ' * (not run)}{said}")))
+        said = "pending (delivered at the next step)" if run else "message(s) from `tell` pending"
+        rows.append(("messages", Text(f"{len(pending)} {said}")))
     if delivered:
         said = f"{len(delivered)} delivered, the newest {age(max(delivered.values()), now)}"
         rows.append(("messages" if not pending else "", Text(said)))
