@@ -264,6 +264,21 @@ class HookSettings(_Section):
     their own `OUROBOROS_*`; no others: the API key stays out unless named here."""
 
 
+class ServerSettings(_Section):
+    """A model server the run starts and keeps alive (none unless `command` is set)."""
+
+    command: list[str] = []
+    """The server's program and arguments, e.g. `["llama-server", "-m", "model.gguf", "--port",
+    "8080"]`; it must serve `llm.base_url`."""
+    ready_timeout_s: float = Field(300.0, gt=0)
+    """How long a start may take to answer (loading a model takes a while)."""
+    max_restarts: int = Field(3, ge=0)
+    """More exits than this within `restart_window_s` stop the run."""
+    restart_window_s: float = Field(600.0, gt=0)
+    log_max_bytes: int = Field(10_000_000, ge=4096)
+    """`server.log` is moved to `server.log.1` at this size."""
+
+
 class PathSettings(_Section):
     """Where things live; relative paths resolve against the config file's folder."""
 
@@ -288,6 +303,7 @@ class Settings(BaseSettings):
     hooks: HookSettings = HookSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
     paths: PathSettings = PathSettings()
+    server: ServerSettings = ServerSettings()
     mcp: McpSettings = McpSettings()
 
     @model_validator(mode="after")

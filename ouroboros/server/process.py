@@ -1,0 +1,243 @@
+"""The model server as a child of the run (`[server] command`): started in its own process
+group before the first call, its output in a size-capped log, ready once the OpenAI endpoint
+answers, started again when it exits or stalls, and stopped with the run.
+
+A run killed with -9 cannot stop it: the child is told by the kernel to die with the run
+(`PR_SET_PDEATHSIG`), and what that misses (a child the command itself started) is found by the
+next start from `server.pid` and its whole group killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx2
+from anyio.abc import Process
+
+from ouroboros.ground.config import ServerSettings
+from ouroboros.ground.errors import RunError
+
+LOG = "server.log"
+PIDFILE = "server.pid"
+TAIL_LINES = 5
+STOP_GRACE_S = 10.0
+READY_POLL_S = 0.2
+
+# The child asks the kernel to kill it when its parent dies, then becomes the command (the
+# request survives the exec): a run killed with -9 leaves no server behind.
+_LAUNCH = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a server process ended."""
+
+    pid: int
+    code: int | None
+    signal: str | None
+    tail: str
+    """The last lines of its log."""
+    up_s: float
+
+    def text(self) -> str:
+        how = f"killed by {self.signal}" if self.signal else f"exit status {self.code}"
+        return f"the model server (pid {self.pid}) stopped: {how}"
+
+
+class ServerGaveUp(RunError):
+    """The server kept dying: the run stops with one line naming its log."""
+
+
+def _started_at(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with
+    the pid, it names one process, never a later one that reused the pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def kill_orphan(state_dir: Path) -> int | None:
+    """Kill the group of a server a killed run left (named by `server.pid`); its pid, if one
+    was still there."""
+    path = state_dir / PIDFILE
+    try:
+        pid_text, started = path.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    if _started_at(pid) != started:
+        return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    return pid
+
+
+class CappedLog:
+    """The server's output: when the log reaches `max_bytes` it is moved to `server.log.1`
+    (replacing the one before) and a new one begins."""
+
+    def __init__(self, path: Path, max_bytes: int):
+        self.path, self.max_bytes = path, max_bytes
+        self._file = path.open("ab")
+
+    def write(self, data: bytes) -> None:
+        if self._file.tell() + len(data) > self.max_bytes:
+            self._file.close()
+            self.path.replace(self.path.with_name(self.path.name + ".1"))
+            self._file = self.path.open("ab")
+        self._file.write(data)
+        self._file.flush()
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class ManagedServer:
+    """Keeps the server of `settings` running for as long as `serve` runs; `on_start(pid)` and
+    `on_exit(exit)` are told of each start and exit (the run journals them)."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        base_url: str,
+        state_dir: Path,
+        on_start: Callable[[int], None],
+        on_exit: Callable[[Exit], None],
+    ):
+        self.settings, self.state_dir = settings, state_dir
+        self.models_url = base_url.rstrip("/") + "/models"
+        self.on_start, self.on_exit = on_start, on_exit
+        self.log = CappedLog(state_dir / LOG, settings.log_max_bytes)
+        self.process: Process | None = None
+        self.exits: list[float] = []
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Start the server, report ready through `task_status`, start it again whenever it
+        exits; raises `ServerGaveUp` once it exits more than `max_restarts` times within
+        `restart_window_s`, or never answers."""
+        ready_told = False
+        try:
+            while True:
+                async with self._running() as process:
+                    ready = await self._ready(process)
+                    if ready:
+                        if not ready_told:
+                            task_status.started()
+                            ready_told = True
+                        await process.wait()
+                self.exits.append(time.monotonic())
+                self._give_up_if_dying("keeps stopping" if ready else "never answered")
+        finally:
+            self.log.close()
+
+    def _give_up_if_dying(self, why: str) -> None:
+        window = self.settings.restart_window_s
+        recent = [t for t in self.exits if t >= time.monotonic() - window]
+        if len(recent) > self.settings.max_restarts:
+            raise ServerGaveUp(
+                f"the model server {why}: {len(recent)} exits within {window:g} s "
+                f"(server.max_restarts = {self.settings.max_restarts}); its output is in "
+                f"{self.log.path}"
+            )
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[Process]:
+        kill_orphan(self.state_dir)
+        command = [sys.executable, "-c", _LAUNCH, *self.settings.command]
+        process = await anyio.open_process(
+            command,
+            stdin=None,
+            stdout=-1,
+            stderr=-2,  # subprocess.STDOUT: one log, in the order written
+            start_new_session=True,
+        )
+        self.process = process
+        started = time.monotonic()
+        (self.state_dir / PIDFILE).write_text(f"{process.pid} {_started_at(process.pid)}\n")
+        self.on_start(process.pid)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._copy_output, process)
+                try:
+                    yield process
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._stop(process)
+        finally:
+            (self.state_dir / PIDFILE).unlink(missing_ok=True)
+            self.process = None
+            code = process.returncode
+            name = signal.Signals(-code).name if code is not None and code < 0 else None
+            self.on_exit(
+                Exit(
+                    process.pid,
+                    None if name else code,
+                    name,
+                    self.log.tail(),
+                    round(time.monotonic() - started, 1),
+                )
+            )
+
+    async def _copy_output(self, process: Process) -> None:
+        assert process.stdout is not None
+        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+            async for chunk in process.stdout:
+                self.log.write(chunk)
+
+    async def _ready(self, process: Process) -> bool:
+        """Whether the endpoint answered within `ready_timeout_s` while the process lived."""
+        with anyio.move_on_after(self.settings.ready_timeout_s):
+            async with httpx2.AsyncClient(timeout=5.0) as client:
+                while process.returncode is None:
+                    with contextlib.suppress(httpx2.HTTPError):
+                        if (await client.get(self.models_url)).status_code == 200:
+                            return True
+                    with anyio.move_on_after(READY_POLL_S):
+                        await process.wait()
+        return False
+
+    def stalled(self) -> None:
+        """The server stopped answering (a reply stood still past `llm.timeout_s`): its group
+        is killed, and `serve` starts it again."""
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    async def _stop(self, process: Process) -> None:
+        """SIGTERM to the group, SIGKILL after `STOP_GRACE_S`; also the group's other members
+        once the leader is gone."""
+        for signum, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signum)
+            if grace is None:
+                await process.wait()
+                return
+            with anyio.move_on_after(grace):
+                await process.wait()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                return

@@ -1,0 +1,125 @@
+"""The managed model server (`[server] command`), through real processes: the scripted
+loopback server started as a command, killed, started again, stopped with the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+
+from ouroboros.ground.config import ServerSettings
+from ouroboros.server.process import PIDFILE, Exit, ManagedServer, ServerGaveUp, kill_orphan
+from scripts.real_server import free_port
+from tests.conftest import PROJECT_ROOT
+
+COMMAND = [sys.executable, str(PROJECT_ROOT / "tests" / "scripted_command.py")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone but for its entry: it serves nothing.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Watched:
+    def __init__(self, command: list[str], state_dir: Path, **settings: float) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.starts: list[int] = []
+        self.exits: list[Exit] = []
+        env_command = [*command, str(self.port), "5"] if command is COMMAND else command
+        self.server = ManagedServer(
+            ServerSettings(command=env_command, **settings),
+            self.url,
+            state_dir,
+            self.starts.append,
+            self.exits.append,
+        )
+
+
+def test_a_server_killed_with_9_is_started_again_and_stopped_with_the_run(tmp_path: Path) -> None:
+    watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(watched.server.serve)
+            first = watched.starts[0]
+            assert (tmp_path / PIDFILE).read_text().split()[0] == str(first)
+            os.kill(first, signal.SIGKILL)
+            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+                while len(watched.starts) < 2:
+                    await anyio.sleep(0.05)
+            async with httpx2.AsyncClient() as client:
+                for _ in range(600):
+                    try:
+                        if (await client.get(watched.url + "/models")).status_code == 200:
+                            break
+                    except httpx2.HTTPError:
+                        await anyio.sleep(0.05)
+                else:
+                    pytest.fail("the server started again never answered")
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert len(watched.starts) == 2
+    assert watched.exits[0].signal == "SIGKILL"
+    assert all(not alive(pid) for pid in watched.starts), "the run's end left a server running"
+    assert not (tmp_path / PIDFILE).exists()
+    assert "serving on" in (tmp_path / "server.log").read_text()
+
+
+def test_a_server_that_exits_at_once_gives_up_naming_its_log(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", "print('no model file: x.gguf'); raise SystemExit(3)"]
+    watched = Watched(command, tmp_path, max_restarts=2)
+
+    async def main() -> None:
+        await watched.server.serve(task_status=anyio.TASK_STATUS_IGNORED)
+
+    with pytest.raises(ServerGaveUp, match=r"3 exits .*/server\.log$"):
+        anyio.run(main)
+    assert [e.code for e in watched.exits] == [3, 3, 3]
+    assert "no model file" in watched.exits[-1].tail
+
+
+def test_a_stalled_server_is_killed_and_started_again(tmp_path: Path) -> None:
+    watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(watched.server.serve)
+            watched.server.stalled()
+            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+                while len(watched.starts) < 2:
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert watched.exits[0].signal == "SIGKILL"
+
+
+def test_the_next_start_kills_the_server_a_killed_run_left(tmp_path: Path) -> None:
+    """A run killed with -9 gets no chance to stop its server: the group named in server.pid
+    is killed at the next start (here a child the command started, which the kernel's
+    parent-death signal does not reach)."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
+    stat = Path(f"/proc/{leader.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    (tmp_path / PIDFILE).write_text(f"{leader.pid} {stat}\n")
+    assert kill_orphan(tmp_path) == leader.pid
+    assert leader.wait(timeout=60) == -signal.SIGKILL
+    assert not (tmp_path / PIDFILE).exists()
+
+
+def test_a_pid_reused_by_another_process_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / PIDFILE).write_text(f"{os.getpid()} 1\n")
+    assert kill_orphan(tmp_path) is None
