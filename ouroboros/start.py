@@ -22,6 +22,7 @@ from ouroboros.run.lock import refuse_lost_journal, state_lock
 from ouroboros.run.session import Parts
 from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.run.window import ServerWindow
+from ouroboros.server.process import keep_alive
 from ouroboros.sinks.events import EventLog
 from ouroboros.sinks.live import Terminal
 from ouroboros.state.journal import Journal
@@ -85,6 +86,11 @@ async def run(
                         signal.signal(signal.SIGINT, signal.SIG_IGN)
                         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+                def server_gave_up(error: RunError) -> None:
+                    nonlocal failure
+                    failure = error
+                    tg.cancel_scope.cancel()
+
                 async def supervise() -> None:
                     nonlocal outcome, failure, parts
                     try:
@@ -93,6 +99,8 @@ async def run(
                         else:
                             # Before the server is asked: `status` shows them while it waits.
                             journal.append(Starting(limits=RunLimits.of(settings)))
+                            if model is None:
+                                await keep_alive(settings, journal, tg, server_gave_up)
                             found = info or await discover_server(settings, client, journal)
                             llm = settings.llm
                             read = partial(discover, client, llm.base_url, llm.model)

@@ -19,7 +19,7 @@ from tenacity.stop import stop_base
 
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import LLMSettings
-from ouroboros.model.llm import TransientError, Unreachable
+from ouroboros.model.llm import Stalled, TransientError, Unreachable
 from ouroboros.state.journal import Journal
 
 T = TypeVar("T")
@@ -143,6 +143,7 @@ def journalled(journal: Journal) -> Callable[[Retry], None]:
             server=retry.server,
             retry_for_s=retry.for_s,
             unreachable=retry.unreachable,
+            stalled=isinstance(retry.error, Stalled),
             told=retry.told,
         )
 
