@@ -22,6 +22,7 @@ from ouroboros.run.lock import refuse_lost_journal, state_lock
 from ouroboros.run.session import Parts
 from ouroboros.run.supervisor import RunOutcome, Supervisor
 from ouroboros.run.window import ServerWindow
+from ouroboros.server.process import keep_alive
 from ouroboros.sinks.events import EventLog, Terminal
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import EndReason, RunEnd, Starting
@@ -37,7 +38,8 @@ def open_journal(
     refuse_lost_journal(settings.paths.state_dir)
     journal = Journal(settings.paths.state_dir / JOURNAL)
     journal.sinks.extend(log.sinks())
-    hooks.attach(journal)
+    if settings.hooks.on:  # else a sink that reads every record to run nothing
+        hooks.attach(journal)
     if stale_owner is not None:
         journal.notify("warning", f"took over a stale lock left by pid {stale_owner}")
     if journal.torn_aside:
@@ -84,6 +86,11 @@ async def run(
                         signal.signal(signal.SIGINT, signal.SIG_IGN)
                         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+                def server_gave_up(error: RunError) -> None:
+                    nonlocal failure
+                    failure = error
+                    tg.cancel_scope.cancel()
+
                 async def supervise() -> None:
                     nonlocal outcome, failure, parts
                     try:
@@ -92,6 +99,8 @@ async def run(
                         else:
                             # Before the server is asked: `status` shows them while it waits.
                             journal.append(Starting(limits=RunLimits.of(settings)))
+                            if model is None:
+                                await keep_alive(settings, journal, tg, server_gave_up)
                             found = info or await discover_server(settings, client, journal)
                             llm = settings.llm
                             read = partial(discover, client, llm.base_url, llm.model)

@@ -15,7 +15,7 @@ import pytest
 
 from ouroboros.ground.config import ServerSettings
 from ouroboros.server.process import PIDFILE, Exit, ManagedServer, ServerGaveUp, kill_orphan
-from tests.conftest import PROJECT_ROOT, free_port
+from tests.conftest import PROJECT_ROOT, Project, free_port, wait_for
 
 COMMAND = [sys.executable, str(PROJECT_ROOT / "tests" / "scripted_command.py")]
 
@@ -50,7 +50,9 @@ def test_a_server_killed_with_9_is_started_again_and_stopped_with_the_run(tmp_pa
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            await tg.start(watched.server.serve)
+            ready = anyio.Event()
+            tg.start_soon(watched.server.serve, ready)
+            await ready.wait()
             first = watched.starts[0]
             assert (tmp_path / PIDFILE).read_text().split()[0] == str(first)
             os.kill(first, signal.SIGKILL)
@@ -81,7 +83,7 @@ def test_a_server_that_exits_at_once_gives_up_naming_its_log(tmp_path: Path) -> 
     watched = Watched(command, tmp_path, max_restarts=2)
 
     async def main() -> None:
-        await watched.server.serve(task_status=anyio.TASK_STATUS_IGNORED)
+        await watched.server.serve(anyio.Event())
 
     with pytest.raises(ServerGaveUp, match=r"3 exits .*/server\.log$"):
         anyio.run(main)
@@ -94,7 +96,9 @@ def test_a_stalled_server_is_killed_and_started_again(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            await tg.start(watched.server.serve)
+            ready = anyio.Event()
+            tg.start_soon(watched.server.serve, ready)
+            await ready.wait()
             watched.server.stalled()
             with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
                 while len(watched.starts) < 2:
@@ -122,3 +126,71 @@ def test_the_next_start_kills_the_server_a_killed_run_left(tmp_path: Path) -> No
 def test_a_pid_reused_by_another_process_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / PIDFILE).write_text(f"{os.getpid()} 1\n")
     assert kill_orphan(tmp_path) is None
+
+
+# --- whole runs through the command -------------------------------------------------------------
+
+
+def managed_project(project: Project, turns: int) -> Project:
+    port = free_port()
+    project.configure(
+        f"http://127.0.0.1:{port}/v1",
+        server={"command": [*COMMAND, str(port), str(turns)], "ready_timeout_s": 60},
+    )
+    return project
+
+
+def replies(project: Project) -> list[dict[str, object]]:
+    return [
+        r
+        for r in project.records("journal.jsonl")
+        if r.get("kind") == "message" and r["message"]["kind"] == "assistant"
+    ]
+
+
+@pytest.mark.slow
+def test_a_run_whose_server_is_killed_with_9_finishes_every_turn_once(project: Project) -> None:
+    """The server is killed mid-run; the run starts it again and makes the rest of its turns:
+    no turn lost or made twice, and the run's end leaves no server."""
+    turns = 6
+    managed_project(project, turns)
+    run = project.start("run")
+    wait_for(lambda: len(replies(project)) >= 2, timeout=120)
+    pid = int((project.state / "server.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    _, errors = run.communicate(timeout=300)
+    assert run.returncode == 0, errors
+    said = [str(r["message"]) for r in replies(project)]
+    assert len(said) == turns
+    assert len(set(said)) == turns
+    journal = project.records("journal.jsonl")
+    started = [r for r in journal if r.get("kind") == "server_started"]
+    assert [r["restart"] for r in started] == [False, True]
+    assert all(not alive(int(r["pid"])) for r in started)
+    assert any(r["kind"] == "server_exited" and r["signal"] == "SIGKILL" for r in journal)
+
+
+@pytest.mark.slow
+def test_a_run_whose_server_exits_at_once_stops_with_one_line_naming_its_log(
+    project: Project,
+) -> None:
+    project.configure(
+        "http://127.0.0.1:9/v1",
+        server={"command": [sys.executable, "-c", "raise SystemExit(3)"], "max_restarts": 1},
+    )
+    result = project.run("run")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].endswith("server.log")
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_9_leaves_no_server(project: Project) -> None:
+    managed_project(project, 1000)
+    run = project.start("run")
+    wait_for(lambda: len(replies(project)) >= 1, timeout=120)
+    pid = int((project.state / "server.pid").read_text().split()[0])
+    run.kill()
+    run.communicate()
+    wait_for(lambda: not alive(pid), timeout=60)

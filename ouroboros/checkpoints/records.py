@@ -91,6 +91,8 @@ class Rewound(Record):
 class Checkpoints(Part):
     """The run's checkpoints by session, the newest rewind, and one begun and not ended."""
 
+    folds = (Checkpoint, Rewinding, Rewound)
+
     taken: dict[int, Checkpoint] = field(default_factory=dict)
     rewound: Rewound | None = None
     rewinding: Rewinding | None = None

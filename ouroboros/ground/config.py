@@ -231,7 +231,9 @@ class SupervisorSettings(_Section):
     """Offer the `finish` tool that ends the run when the agent declares the task done."""
 
 
-HookEventName = Literal["run_end", "error", "stuck", "waiting", "restart", "loop", "told", "paused"]
+HookEventName = Literal[
+    "run_end", "error", "stuck", "waiting", "restart", "loop", "told", "paused", "server_restart"
+]
 """What a hook may run on (`operator/hooks.py` says which record each is)."""
 
 

@@ -54,6 +54,8 @@ class McpFault(Record):
 class McpTally(Part):
     """What `status` says of MCP: the mode and its cost, and the faults."""
 
+    folds = (McpOffered, McpFault)
+
     mode: str | None = None
     servers: dict[str, int] = field(default_factory=dict)
     schema_tokens: int = 0

@@ -35,6 +35,7 @@ from typing import Any
 from ouroboros.ground.config import HookCommand, HookEventName, HookSettings
 from ouroboros.ground.printable import printable
 from ouroboros.operator.records import Letters, Paused, Told
+from ouroboros.server.records import ServerStarted
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import (
@@ -122,6 +123,8 @@ def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
         return [Event("told", "the operator's message was given to the agent")]
     if isinstance(record, Paused):
         return [Event("paused", f"run paused by {record.by}")]
+    if isinstance(record, ServerStarted) and record.restart:
+        return [Event("server_restart", f"the model server was started again (pid {record.pid})")]
     return []
 
 

@@ -33,6 +33,8 @@ class Told(Record):
 class Letters(Part):
     """What the fold keeps of the operator's messages."""
 
+    folds = (Told, SessionStart, MessageRecord)
+
     delivered: dict[str, str] = field(default_factory=dict)
     """Carried by a request the server accepted: id -> when it replied."""
     undelivered: dict[str, Told] = field(default_factory=dict)
@@ -85,6 +87,8 @@ class Resumed(Record):
 @dataclass
 class Pausing(Part):
     """Whether the run is paused."""
+
+    folds = (Paused, Resumed, SessionStart)
 
     paused: Paused | None = None
     """Since when and by whom; None while it goes on."""

@@ -22,8 +22,12 @@ import anyio
 import httpx2
 from anyio.abc import Process
 
-from ouroboros.ground.config import ServerSettings
+from ouroboros.ground.config import ServerSettings, Settings
 from ouroboros.ground.errors import RunError
+from ouroboros.server.records import ServerExited, ServerStarted
+from ouroboros.state.fold import RunState
+from ouroboros.state.journal import Journal
+from ouroboros.state.records import Notice, Record
 
 LOG = "server.log"
 PIDFILE = "server.pid"
@@ -135,22 +139,19 @@ class ManagedServer:
         self.process: Process | None = None
         self.exits: list[float] = []
 
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Start the server, report ready through `task_status`, start it again whenever it
+    async def serve(self, ready: anyio.Event) -> None:
+        """Start the server, set `ready` once it first answers, start it again whenever it
         exits; raises `ServerGaveUp` once it exits more than `max_restarts` times within
-        `restart_window_s`, or never answers."""
-        ready_told = False
+        `restart_window_s` (a start that never answers is an exit)."""
         try:
             while True:
                 async with self._running() as process:
-                    ready = await self._ready(process)
-                    if ready:
-                        if not ready_told:
-                            task_status.started()
-                            ready_told = True
+                    answered = await self._ready(process)
+                    if answered:
+                        ready.set()
                         await process.wait()
                 self.exits.append(time.monotonic())
-                self._give_up_if_dying("keeps stopping" if ready else "never answered")
+                self._give_up_if_dying("keeps stopping" if answered else "never answered")
         finally:
             self.log.close()
 
@@ -241,3 +242,55 @@ class ManagedServer:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
                 return
+
+
+def journalled(settings: Settings, journal: Journal) -> ManagedServer:
+    """The run's server, each start and exit journalled; killed when the retry layer reports a
+    reply that stood still (a `retry` notice marked `stalled`)."""
+    log = settings.paths.state_dir / LOG
+    starts = 0
+
+    def started(pid: int) -> None:
+        nonlocal starts
+        journal.append(ServerStarted(pid=pid, log=str(log), restart=starts > 0))
+        starts += 1
+
+    def exited(end: Exit) -> None:
+        journal.append(
+            ServerExited(
+                pid=end.pid, code=end.code, signal=end.signal, up_s=end.up_s, tail=end.tail
+            )
+        )
+
+    server = ManagedServer(
+        settings.server, settings.llm.base_url, settings.paths.state_dir, started, exited
+    )
+
+    def on_record(record: Record, state: RunState) -> None:
+        if isinstance(record, Notice) and record.event == "retry" and record.details.get("stalled"):
+            server.stalled()
+
+    journal.sinks.append(on_record)
+    return server
+
+
+async def keep_alive(
+    settings: Settings,
+    journal: Journal,
+    tg: anyio.abc.TaskGroup,
+    gave_up: Callable[[ServerGaveUp], None],
+) -> None:
+    """With `[server] command` set: the run's server kept alive in `tg`, returning once it
+    answers; `gave_up` is told if it keeps dying (the run then stops)."""
+    if not settings.server.command:
+        return
+    ready = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await journalled(settings, journal).serve(ready)
+        except ServerGaveUp as e:
+            gave_up(e)
+
+    tg.start_soon(serve)
+    await ready.wait()

@@ -200,7 +200,7 @@ def of_state(state: RunState) -> dict[str, Any]:
         "tool_calls": state.protocol.line(),
         "plan": state.plan.summary() if state.plan.changes else None,
         "tools": state.tools,
-    } | {key: value for part in state.parts.values() for key, value in part.status().items()}
+    } | {key: value for part in state.parts.values() for key, value in part.said().items()}
 
 
 def update(data: dict[str, Any], lines: list[dict[str, Any]], state: RunState) -> None:

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import singledispatchmethod
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from ouroboros.context.tokens import Ledger, PrefillTally
 from ouroboros.context.view import ContextView
@@ -55,16 +55,27 @@ class Part:
     keeps the whole part as it stands right after one. A subclass is a dataclass, every field
     with a default."""
 
+    folds: ClassVar[tuple[type[Record], ...]] = ()
+    """The kinds of record it is shown: only those, so that a model call's records run no
+    feature's code but the few that read them."""
+    _said: dict[str, Any] | None = None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         PARTS.append(cls)
 
     def apply(self, record: Record, state: RunState) -> None:
-        """Fold one record in (any kind: most change nothing here)."""
+        """Fold one record of its `folds` in."""
 
     def status(self) -> dict[str, Any]:
         """Its entries of `status.json`'s `run` (`sinks/events.of_state`), as plain JSON."""
         return {}
+
+    def said(self) -> dict[str, Any]:
+        """`status()`, made again only once the part folded a record since."""
+        if self._said is None:
+            self._said = self.status()
+        return self._said
 
 
 PARTS: list[type[Part]] = []
@@ -176,7 +187,9 @@ class RunState:
         """The core's part first, then each feature's, then what the record implies."""
         self._fold(record)
         for part in self.parts.values():
-            part.apply(record, self)
+            if isinstance(record, part.folds):
+                part.apply(record, self)
+                part._said = None
         for implied in record.implied():
             self.fold(implied)
 
