@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from ouroboros.checkpoints import records as checkpoints_records
 from ouroboros.checkpoints import view as checkpoints
+from ouroboros.deadends import records as deadends_records
+from ouroboros.deadends import view as deadends
 from ouroboros.mcp import records as mcp_records
 from ouroboros.mcp import view as mcp
 from ouroboros.observe.shown import SHOWN
@@ -21,8 +23,8 @@ from ouroboros.operator import view as operator
 from ouroboros.server import records as server_records
 from ouroboros.server import view as server
 
-RECORDS = (operator_records, checkpoints_records, mcp_records, server_records)
+RECORDS = (operator_records, checkpoints_records, deadends_records, mcp_records, server_records)
 """Their records and parts: imported here, so that every reader of a journal has them."""
-FEATURES = (operator, checkpoints, mcp, server)
+FEATURES = (operator, checkpoints, deadends, mcp, server)
 """What people are shown of them, in the order of `status`'s rows and the report's sections."""
 SHOWN.extend(feature.SHOWN for feature in FEATURES)

@@ -11,6 +11,7 @@ from ouroboros.checkpoints.commit import Checkpointing
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
 from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, Counting
 from ouroboros.context.truncate import capped_bytes
+from ouroboros.deadends.recall import Recall
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
@@ -150,6 +151,7 @@ def build_parts(
     features = (
         Operator(s.paths.state_dir, journal, clock, s.supervisor.auto_restart),
         Checkpointing(s, journal),
+        Recall(s.dead_ends.share, journal),
     )
     parts = Parts(
         s,

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from ouroboros.context.plan import stays_whole
 from ouroboros.context.truncate import saved_name
 from ouroboros.ground.messages import AssistantMessage, Message, ToolMessage
+from ouroboros.ground.prompts import DEAD_END_NOTE
 
 ROUND_WORTH = 0.5
 """A masking round frees at least this share of what it makes the server process again, below
 the hard line (`context.rounds`)."""
 QUOTE_CHARS = 48
 COMMAND_CHARS = 80
-_HARNESS_LINES = ("exit code ", "[... ", "[lines ")
+_HARNESS_LINES = ("exit code ", "[... ", "[lines ", DEAD_END_NOTE)
 """Lines the harness itself writes into a result: not what the output says."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ouroboros.ground.messages import AssistantMessage, Message, ToolMessage
+from ouroboros.ground.prompts import DEAD_END_NOTE
 
 # --- What a model call measured.
 
@@ -179,8 +180,10 @@ def text_kind(text: str) -> str:
     """`opaque`, `numbers`, `markup` or `text`: the contents whose tokens per pre-token differ
     most (listings, code, logs and prose split alike once counted in pre-tokens, so one kind
     does for them all, and learns from more samples). Judged on the head of the output."""
-    if text.startswith("exit code "):  # the harness's first line of a shell result
-        text = text[text.find("\n") + 1 :]
+    # The harness's lines before the output: a repeated dead end's note, a shell's exit code.
+    for harness_line in (DEAD_END_NOTE, "exit code "):
+        if text.startswith(harness_line):
+            text = text[text.find("\n") + 1 :]
     head = text[:SAMPLE]
     flags = head.encode(errors="surrogatepass").translate(FLAGS)
     n = len(flags) or 1

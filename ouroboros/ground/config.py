@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ouroboros.ground.checkpoint_settings import CheckpointSettings
+from ouroboros.ground.dead_end_settings import DeadEndSettings
 from ouroboros.ground.mcp_settings import McpSettings
 
 COMMAND_ENV = (
@@ -304,6 +305,7 @@ class Settings(BaseSettings):
     tools: ToolSettings = ToolSettings()
     hooks: HookSettings = HookSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
+    dead_ends: DeadEndSettings = DeadEndSettings()
     paths: PathSettings = PathSettings()
     server: ServerSettings = ServerSettings()
     mcp: McpSettings = McpSettings()

@@ -169,3 +169,29 @@ def from_operator(text: str, sent_at: str) -> str:
         f"A message from the person who runs you (sent {sent_at}); take it into account, "
         f"then go on with your work:\n\n{text}"
     )
+
+
+DEAD_END_NOTE = "[dead end: "
+"""How the note a repeated failure's result starts with begins: the loops compare results
+without it (`state/loop_tally.own_text`), placeholders quote the output's lines, not it."""
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def dead_end_note(times: int, session: int, current: int) -> str:
+    """Before the result of a call that failed the same way before (`deadends/`)."""
+    when = "in this session" if session == current else f"last in session {session}"
+    return (
+        f"{DEAD_END_NOTE}this exact call failed this way {_times(times)} before, {when}; "
+        "change something first]\n"
+    )
+
+
+def dead_end(call: str, failure: str, session: int, times: int) -> str:
+    """One remembered failed call, as a new session's opening lists it."""
+    return f"\n- {call}: {failure} (session {session}{', ' + _times(times) if times > 1 else ''})"
+
+
+DEAD_ENDS = "\n\nCalls that failed before, newest first (unchanged, they fail again):"

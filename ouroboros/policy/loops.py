@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ouroboros.ground.config import LoopSettings
 from ouroboros.ground.messages import AssistantMessage, ToolMessage
 from ouroboros.state.fold import RunState
-from ouroboros.state.loop_tally import READING, calls_with_results, digest
+from ouroboros.state.loop_tally import READING, calls_with_results, digest, own_text
 from ouroboros.state.records import LoopKind
 
 SHOWN_CHARS = 80
@@ -58,7 +58,7 @@ def repeated_call(state: RunState, after: int) -> Loop | None:
     for index in range(len(history) - 1, _start(state) - 1, -1):
         message = history[index]
         if isinstance(message, ToolMessage):
-            results[message.tool_call_id] = digest(message.content)
+            results[message.tool_call_id] = digest(own_text(message))
         if not isinstance(message, AssistantMessage) or not message.tool_calls:
             continue
         calls = [(f"{c.name} {c.arguments}", results.get(c.id, "")) for c in message.tool_calls]
@@ -73,7 +73,7 @@ def repeated_call(state: RunState, after: int) -> Loop | None:
 def cycle(state: RunState, repeats: int) -> Loop | None:
     """The newest calls are a cycle of two or three different calls, `repeats` times over."""
     newest = calls_with_results(state.view, _start(state), 3 * repeats)
-    calls = [(call, digest(result.content)) for call, result in newest]
+    calls = [(call, digest(own_text(result))) for call, result in newest]
     for period in (2, 3):
         tail = calls[-period * repeats :]
         if len(tail) < period * repeats or len(set(tail[:period])) < period:
@@ -91,7 +91,7 @@ def same_failure(state: RunState, after: int) -> Loop | None:
     for call, result in reversed(newest):
         if not failed(result):
             break
-        key = (call, digest(result.content))
+        key = (call, digest(own_text(result)))
         seen[key] = seen.get(key, 0) + 1
         if seen[key] >= after:
             last_line = (result.content.strip().splitlines() or [""])[-1]
@@ -131,7 +131,7 @@ def repeated_session(state: RunState, after: int) -> Loop | None:
         for call, result in calls_with_results(state.view, _start(state), READING_SPAN * after)
         if result.name not in READING
     ][-after:]
-    newest = [(digest(call), digest(result.content)) for call, result in calls]
+    newest = [(digest(call), digest(own_text(result))) for call, result in calls]
     previous = state.loops.previous_calls
     if len(newest) < after:
         return None

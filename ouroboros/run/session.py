@@ -77,6 +77,10 @@ class Feature:
         last steps over (after a rewind their files are gone)."""
         return "", True
 
+    def result(self, message: ToolMessage) -> ToolMessage:
+        """A call's result as it is to be recorded and shown (a repeated dead end's is noted)."""
+        return message
+
 
 @dataclass(frozen=True)
 class Parts:
@@ -325,10 +329,15 @@ class Session:
             error=True,
         )
 
+    def result_of(self, message: ToolMessage) -> ToolMessage:
+        for feature in self.parts.features:
+            message = feature.result(message)
+        return message
+
     async def run_tool(self, call: ToolCall, fits: Fit) -> None:
         if (error := tool_protocol.not_run(call, self.settings.llm)) is not None:
             tool = ToolRun(duration_s=0, output_bytes=0, error=error)
-            self.append(self.error_result(call, error), tool=tool)
+            self.append(self.result_of(self.error_result(call, error)), tool=tool)
             return
         started = ToolStarted(session=self.state.session, call_id=call.id, name=call.name)
         self.journal.append(started)
@@ -339,7 +348,7 @@ class Session:
             error=outcome.error,
             blocked=outcome.blocked,
         )
-        self.append(outcome.message, tool=run)
+        self.append(self.result_of(outcome.message), tool=run)
         if outcome.finish_summary is not None:
             raise SessionEnded(EndReason.FINISH, outcome.finish_summary)
 

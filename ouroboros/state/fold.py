@@ -58,6 +58,9 @@ class Part:
     folds: ClassVar[tuple[type[Record], ...]] = ()
     """The kinds of record it is shown: only those, so that a model call's records run no
     feature's code but the few that read them."""
+    folds_results: ClassVar[bool] = False
+    """Shown the records of tool results too (a `MessageRecord` with its `ToolRun`), not those
+    of the model's replies: a model call still runs none of its code."""
     _said: dict[str, Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -186,8 +189,9 @@ class RunState:
     def fold(self, record: Record) -> None:
         """The core's part first, then each feature's, then what the record implies."""
         self._fold(record)
+        result = isinstance(record, MessageRecord) and record.tool is not None
         for part in self.parts.values():
-            if isinstance(record, part.folds):
+            if isinstance(record, part.folds) or (result and part.folds_results):
                 part.apply(record, self)
                 part._said = None
         for implied in record.implied():

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ouroboros.context.view import ContextView
 from ouroboros.ground.messages import AssistantMessage, ToolMessage
+from ouroboros.ground.prompts import DEAD_END_NOTE
 from ouroboros.state.records import LoopDetected
 
 READING = frozenset({"file_read", "list_dir", "search_context"})
@@ -56,6 +57,15 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def own_text(result: ToolMessage) -> str:
+    """The result without the note a repeated dead end is given (`deadends/`), which counts
+    the times it failed: a call that gives the same output is the same call again."""
+    text = result.content
+    if text.startswith(DEAD_END_NOTE):
+        return text.partition("\n")[2]
+    return text
+
+
 def calls_with_results(
     view: ContextView, start: int, most: int | None = None
 ) -> list[tuple[str, ToolMessage]]:
@@ -85,7 +95,7 @@ def session_calls(view: ContextView, start: int) -> list[tuple[str, str]]:
     """The calls from `start` on that change or run something, as digests of the call and of
     its result (reading is what an agent does to find its bearings after a restart)."""
     return [
-        (digest(call), digest(result.content))
+        (digest(call), digest(own_text(result)))
         for call, result in calls_with_results(view, start)
         if result.name not in READING
     ]
