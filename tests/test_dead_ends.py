@@ -50,6 +50,8 @@ def result(
         tool_call_id="c1",
         name=name,
         content=content,
+        output_bytes=len(content.encode()),  # whole, as the runner says of an uncut output
+        output_lines=len(content.splitlines()),
         exit_code=exit_code,
         error=error,
         arguments=json.dumps({"command": command}) if arguments is None else arguments,
@@ -117,7 +119,8 @@ def test_a_timing_in_the_last_line_does_not_make_another_failure() -> None:
 
 
 def test_the_note_of_a_repeat_is_not_its_last_line() -> None:
-    bare = result(exit_code=None, output="", error=True)
+    # A tool that failed saying nothing (an MCP server's can): the note would be its only line.
+    bare = result(exit_code=None, error=True).model_copy(update={"content": ""})
     noted = bare.model_copy(update={"content": prompts.dead_end_note(1, 1, 2) + bare.content})
     assert signature(noted) == signature(bare)
 
@@ -237,14 +240,36 @@ def test_the_share_0_lists_none_and_still_notes_a_repeat(project: Project) -> No
     assert ran.chat_requests()[3]["messages"][-1]["content"].startswith(NOTE)
 
 
-def test_the_loops_still_see_a_noted_repeat_as_the_same_failure(project: Project) -> None:
-    """The note counts the times: without it the results are alike, and the third is caught."""
-    a, b = "echo no; exit 1", "echo b; exit 2"
-    calls = [Reply(tool_calls=[tool("shell_exec", command=c)]) for c in (a, b, a, b, a)]
-    ran = run_here(project, [*calls, Reply(tool_calls=[tool("finish", summary="done")])])
+A, B, C = "echo a; exit 1", "echo b; exit 1", "echo c; exit 1"
+"""Calls that fail, each its own way."""
+
+
+@pytest.mark.parametrize(
+    ("calls", "turns", "loop", "notes"),
+    [
+        ([A] * 3, 5, "repeat", 2),
+        ([A, "echo ok"] * 3, 7, "cycle", 2),
+        ([A, B, A, C, A], 5, "failing", 2),
+        ([f"echo {n}; exit 1" for n in range(5)] * 2, 5, "session_repeat", 5),
+        # Session 2 noted (not session 1's order), session 3 the same as session 2: caught.
+        ([A, B, C, *[B, A, C] * 2], 3, "session_repeat", 6),
+    ],
+)
+def test_the_loops_see_noted_repeats_as_the_same_results(
+    project: Project, calls: list[str], turns: int, loop: str, notes: int
+) -> None:
+    """The note counts the times, so no two are alike: the loops compare the results without
+    it, and each is caught where it would be without notes."""
+    replies = [Reply(tool_calls=[tool("shell_exec", command=c)]) for c in calls]
+    ran = run_here(
+        project,
+        [*replies, Reply(tool_calls=[tool("finish", summary="done")])],
+        session={"max_turns": turns},
+        loops={"session_repeat_after": min(turns, 5)},
+    )
     assert ran.returncode == 0
-    assert [e["loop"] for e in project.events("loop")] == ["failing"]
-    assert len(project.events("dead_end")) == 3
+    assert [e["loop"] for e in project.events("loop")] == [loop]
+    assert len(project.events("dead_end")) == notes
 
 
 # --- The note: a harness line before the output, as the other readers of a result take it.
@@ -261,5 +286,6 @@ def test_a_noted_whole_result_is_saved_whole_where_its_placeholder_says(tmp_path
 
 
 def test_a_noted_result_is_priced_as_its_output() -> None:
-    numbers = "exit code 0\n" + "\n".join(str(n) for n in range(1000, 1400))
-    assert text_kind(prompts.dead_end_note(3, 1, 2) + numbers) == text_kind(numbers) == "numbers"
+    short_json = '{"ok": 1}'
+    assert text_kind(prompts.dead_end_note(3, 1, 2) + short_json) == text_kind(short_json)
+    assert text_kind(short_json) == "markup"

@@ -18,7 +18,7 @@ class Recall(Feature):
         self.share, self.journal = share, journal
 
     def opening(self, state: RunState) -> tuple[str, bool]:
-        if state.window is None or not self.share:
+        if state.window is None:
             return "", True
         calibration = state.ledger.calibration
 
