@@ -234,6 +234,23 @@ def test_a_resumed_run_remembers_them(project: Project, keep_snapshot: bool) -> 
     assert replay(records).part(DeadEnds) == fold(journal)[0].part(DeadEnds)
 
 
+def test_the_list_takes_its_room_from_the_carry_over(tmp_path: Path) -> None:
+    """The opening's list is counted with the plan, as fixed: a new session that lists more
+    carries fewer of the steps before the last, and starts as far below its soft line."""
+    noisy = [f"echo {'word ' * 30}{n}; exit 1" for n in range(8)]
+    replies = [Reply(tool_calls=[tool("shell_exec", command=c)]) for c in noisy]
+    finish = Reply(tool_calls=[tool("finish", summary="done")])
+    carried = []
+    for share in (0, 0.2):
+        project = Project(tmp_path / str(share))
+        project.workspace.mkdir(parents=True)
+        (project.root / "SYSTEM_PROMPT.md").write_text("# Purpose\nTest the harness.\n")
+        run_here(project, [*replies, finish], session={"max_turns": 8}, dead_ends={"share": share})
+        [restart] = project.events("session_restart")
+        carried.append(restart["carried_messages"])
+    assert carried[1] < carried[0], carried
+
+
 def test_the_share_0_lists_none_and_still_notes_a_repeat(project: Project) -> None:
     ran = run_here(project, script(), session={"max_turns": 2}, dead_ends={"share": 0})
     assert LISTED not in session_openings(ran)[2]

@@ -141,7 +141,10 @@ class Supervisor:
         fixed = tokens(system) + calibration.tokens(
             tools_estimate(tools.schemas()) + OPENING_ALLOWANCE
         )
-        fixed += tokens(UserMessage(content=in_opening(self.journal.state.plan.items)))
+        # The plan and what the features say (the dead ends' list) open the session whole.
+        state = self.journal.state
+        said = "".join(feature.opening(state)[0] for feature in self.parts.features)
+        fixed += tokens(UserMessage(content=in_opening(state.plan.items) + said))
         capacity = self.parts.rules.budget.soft_line - fixed
         carried = select_carryover(
             previous,
