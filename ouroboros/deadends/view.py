@@ -8,12 +8,13 @@ from typing import Any
 
 from rich.text import Text
 
+from ouroboros.ground import prompts
 from ouroboros.ground.printable import printable
 from ouroboros.observe.shown import Describe, Shown
 
 
 def _times(n: object) -> str:
-    return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
+    return prompts.times(n) if isinstance(n, int) else "?"
 
 
 def met_text(r: dict[str, Any]) -> str:

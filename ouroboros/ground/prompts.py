@@ -176,22 +176,23 @@ DEAD_END_NOTE = "[dead end: "
 without it (`state/loop_tally.own_text`), placeholders quote the output's lines, not it."""
 
 
-def _times(n: int) -> str:
+def times(n: int) -> str:
+    """How often, in words."""
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
-def dead_end_note(times: int, session: int, current: int) -> str:
+def dead_end_note(count: int, session: int, current: int) -> str:
     """Before the result of a call that failed the same way before (`deadends/`)."""
     when = "in this session" if session == current else f"last in session {session}"
     return (
-        f"{DEAD_END_NOTE}this exact call failed this way {_times(times)} before, {when}; "
+        f"{DEAD_END_NOTE}this exact call failed this way {times(count)} before, {when}; "
         "change something first]\n"
     )
 
 
-def dead_end(call: str, failure: str, session: int, times: int) -> str:
+def dead_end(call: str, failure: str, session: int, count: int) -> str:
     """One remembered failed call, as a new session's opening lists it."""
-    return f"\n- {call}: {failure} (session {session}{', ' + _times(times) if times > 1 else ''})"
+    return f"\n- {call}: {failure} (session {session}{', ' + times(count) if count > 1 else ''})"
 
 
 DEAD_ENDS = "\n\nCalls that failed before, newest first (unchanged, they fail again):"
