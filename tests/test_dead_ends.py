@@ -111,6 +111,15 @@ def test_the_same_arguments_in_another_order_are_the_same_call() -> None:
     assert canonical("not json {") == "not json {"
 
 
+def test_arguments_nested_as_deep_as_json_is_read_are_still_one_call() -> None:
+    """The agent's arguments, however deep (the reader refuses past a depth): a call is
+    remembered as sent, never a fold that raises."""
+    for depth in range(900, 1010, 3):
+        deep = '{"command":' * depth + '"x"' + "}" * depth
+        assert only(folded(result(arguments=deep), result(arguments=deep))).times == 2
+    assert only(folded(result(arguments="[1, 2]"))).call == "shell_exec [1,2]"
+
+
 def test_a_timing_in_the_last_line_does_not_make_another_failure() -> None:
     first = result("pytest", 1, "=== 1 failed, 88 passed in 3.10s ===")
     again = result("pytest", 1, "=== 1 failed, 88 passed in 2.97s ===")
