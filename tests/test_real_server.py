@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -63,7 +64,7 @@ from ouroboros.model.llm import (
 from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
-from tests.conftest import Project, load_module
+from tests.conftest import Project, load_module, wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 4096
@@ -1159,3 +1160,28 @@ def test_a_run_told_something_paused_and_resumed(
         assert len(said) == 1
     assert [e["by"] for e in project.events("resumed")] == ["operator"]
     assert len(project.events("told")) == 1
+
+
+def test_a_run_starts_llama_server_itself_and_again_after_a_kill_9(tmp_path: Path) -> None:
+    """The tier through `[server]` (what `scripts/real_server.py config` prints): the run starts
+    llama-server, makes its turns through a kill -9 of it, and stops it at its end."""
+    managed = real_server.RealServer(ctx=N_CTX, extra_args=["--threads", "1"])
+    project = make_project(
+        tmp_path / "project",
+        managed.base_url,
+        server={"command": managed.command(), "ready_timeout_s": 120},
+    )
+    run = project.start("run", "--max-turns", "4")
+    wait_for(lambda: len(project.usage()) >= 1, timeout=300)
+    assert project.usage(), "the run never made its first call"
+    os.kill(int((project.state / "server.pid").read_text().split()[0]), signal.SIGKILL)
+    _, errors = run.communicate(timeout=600)
+    assert run.returncode == 0, errors
+    journal = project.records("journal.jsonl")
+    replies = [r for r in journal if r["kind"] == "message" and r["message"]["kind"] == "assistant"]
+    assert len(replies) == 4
+    started = [r for r in journal if r["kind"] == "server_started"]
+    assert [r["restart"] for r in started] == [False, True]
+    for pid in (r["pid"] for r in started):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -131,11 +131,12 @@ def test_a_pid_reused_by_another_process_is_left_alone(tmp_path: Path) -> None:
 # --- whole runs through the command -------------------------------------------------------------
 
 
-def managed_project(project: Project, turns: int) -> Project:
+def managed_project(project: Project, turns: int, **sections: dict[str, object]) -> Project:
     port = free_port()
     project.configure(
         f"http://127.0.0.1:{port}/v1",
         server={"command": [*COMMAND, str(port), str(turns)], "ready_timeout_s": 60},
+        **sections,
     )
     return project
 
@@ -153,9 +154,13 @@ def test_a_run_whose_server_is_killed_with_9_finishes_every_turn_once(project: P
     """The server is killed mid-run; the run starts it again and makes the rest of its turns:
     no turn lost or made twice, and the run's end leaves no server."""
     turns = 6
-    managed_project(project, turns)
+    heard = project.root / "hook.json"
+    write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.stdin.read())"
+    hook = {"events": ["server_restart"], "command": [sys.executable, "-c", write, str(heard)]}
+    managed_project(project, turns, hooks={"on": [hook]})
     run = project.start("run")
     wait_for(lambda: len(replies(project)) >= 2, timeout=120)
+    assert len(replies(project)) >= 2
     pid = int((project.state / "server.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     _, errors = run.communicate(timeout=300)
@@ -168,6 +173,10 @@ def test_a_run_whose_server_is_killed_with_9_finishes_every_turn_once(project: P
     assert [r["restart"] for r in started] == [False, True]
     assert all(not alive(int(r["pid"])) for r in started)
     assert any(r["kind"] == "server_exited" and r["signal"] == "SIGKILL" for r in journal)
+    status = project.run("status").stdout
+    assert "not running, 1 restart(s)" in status
+    wait_for(heard.exists)
+    assert '"server_restart"' in heard.read_text(), "the server_restart hook did not run"
 
 
 @pytest.mark.slow
@@ -190,7 +199,9 @@ def test_a_run_killed_with_9_leaves_no_server(project: Project) -> None:
     managed_project(project, 1000)
     run = project.start("run")
     wait_for(lambda: len(replies(project)) >= 1, timeout=120)
+    assert replies(project)
     pid = int((project.state / "server.pid").read_text().split()[0])
     run.kill()
     run.communicate()
     wait_for(lambda: not alive(pid), timeout=60)
+    assert not alive(pid), "a run killed with -9 left its server running"
