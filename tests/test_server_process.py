@@ -131,11 +131,13 @@ def test_a_pid_reused_by_another_process_is_left_alone(tmp_path: Path) -> None:
 # --- whole runs through the command -------------------------------------------------------------
 
 
-def managed_project(project: Project, turns: int, **sections: dict[str, object]) -> Project:
+def managed_project(
+    project: Project, turns: int, *mark: str, **sections: dict[str, object]
+) -> Project:
     port = free_port()
     project.configure(
         f"http://127.0.0.1:{port}/v1",
-        server={"command": [*COMMAND, str(port), str(turns)], "ready_timeout_s": 60},
+        server={"command": [*COMMAND, str(port), str(turns), *mark], "ready_timeout_s": 60},
         **sections,
     )
     return project
@@ -151,21 +153,23 @@ def replies(project: Project) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 def test_a_run_whose_server_is_killed_with_9_finishes_every_turn_once(project: Project) -> None:
-    """The server is killed mid-run; the run starts it again and makes the rest of its turns:
-    no turn lost or made twice, and the run's end leaves no server."""
+    """The server is killed in the middle of a reply; the run starts it again, makes that call
+    again and the rest of its turns: no turn lost or made twice (the cut reply journalled
+    nowhere), and the run's end leaves no server."""
     turns = 6
-    heard = project.root / "hook.json"
+    heard, mark = project.root / "hook.json", project.root / "mid-reply"
     write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.stdin.read())"
     hook = {"events": ["server_restart"], "command": [sys.executable, "-c", write, str(heard)]}
-    managed_project(project, turns, hooks={"on": [hook]})
+    managed_project(project, turns, str(mark), hooks={"on": [hook]})
     run = project.start("run")
-    wait_for(lambda: len(replies(project)) >= 2, timeout=120)
-    assert len(replies(project)) >= 2
+    wait_for(mark.exists, timeout=120)
+    assert mark.exists(), "the second reply never began"
     pid = int((project.state / "server.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     _, errors = run.communicate(timeout=300)
     assert run.returncode == 0, errors
     said = [str(r["message"]) for r in replies(project)]
+    assert not any("halfway" in text for text in said), "the cut reply was journalled"
     assert len(said) == turns
     assert len(set(said)) == turns
     journal = project.records("journal.jsonl")
@@ -205,3 +209,20 @@ def test_a_run_killed_with_9_leaves_no_server(project: Project) -> None:
     run.communicate()
     wait_for(lambda: not alive(pid), timeout=60)
     assert not alive(pid), "a run killed with -9 left its server running"
+
+
+@pytest.mark.slow
+def test_a_server_that_stands_still_mid_reply_is_killed_and_the_run_goes_on(
+    project: Project,
+) -> None:
+    """A reply that stands still past `llm.timeout_s`: the retry layer says so, the run kills
+    the server's group and starts it again, and the call made again gets its answer."""
+    mark = project.root / "mid-reply"
+    managed_project(project, 4, str(mark), llm={"timeout_s": 2, "retry_for_s": 60})
+    result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    journal = project.records("journal.jsonl")
+    exits = [r for r in journal if r["kind"] == "server_exited"]
+    assert exits[0]["signal"] == "SIGKILL", exits
+    assert [r["restart"] for r in journal if r["kind"] == "server_started"] == [False, True]
+    assert len(replies(project)) == 4
