@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -44,33 +45,39 @@ class Watched:
             self.exits.append,
         )
 
+    def started_again_after(self, act: Callable[[int], None]) -> None:
+        """Serve; once it answers, `act` on the first server (its pid); return once a second
+        one answers, stopping it."""
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                ready = anyio.Event()
+                tg.start_soon(self.server.serve, ready)
+                await ready.wait()
+                act(self.starts[0])
+                with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+                    while len(self.starts) < 2 or not await self.answers():
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+
+        anyio.run(main)
+
+    async def answers(self) -> bool:
+        try:
+            async with httpx2.AsyncClient() as client:
+                return (await client.get(self.url + "/models")).status_code == 200
+        except httpx2.HTTPError:
+            return False
+
 
 def test_a_server_killed_with_9_is_started_again_and_stopped_with_the_run(tmp_path: Path) -> None:
     watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
 
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            ready = anyio.Event()
-            tg.start_soon(watched.server.serve, ready)
-            await ready.wait()
-            first = watched.starts[0]
-            assert (tmp_path / PIDFILE).read_text().split()[0] == str(first)
-            os.kill(first, signal.SIGKILL)
-            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
-                while len(watched.starts) < 2:
-                    await anyio.sleep(0.05)
-            async with httpx2.AsyncClient() as client:
-                for _ in range(600):
-                    try:
-                        if (await client.get(watched.url + "/models")).status_code == 200:
-                            break
-                    except httpx2.HTTPError:
-                        await anyio.sleep(0.05)
-                else:
-                    pytest.fail("the server started again never answered")
-            tg.cancel_scope.cancel()
+    def kill(pid: int) -> None:
+        assert (tmp_path / PIDFILE).read_text().split()[0] == str(pid)
+        os.kill(pid, signal.SIGKILL)
 
-    anyio.run(main)
+    watched.started_again_after(kill)
     assert len(watched.starts) == 2
     assert watched.exits[0].signal == "SIGKILL"
     assert all(not alive(pid) for pid in watched.starts), "the run's end left a server running"
@@ -93,19 +100,7 @@ def test_a_server_that_exits_at_once_gives_up_naming_its_log(tmp_path: Path) -> 
 
 def test_a_stalled_server_is_killed_and_started_again(tmp_path: Path) -> None:
     watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            ready = anyio.Event()
-            tg.start_soon(watched.server.serve, ready)
-            await ready.wait()
-            watched.server.stalled()
-            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
-                while len(watched.starts) < 2:
-                    await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
-
-    anyio.run(main)
+    watched.started_again_after(lambda pid: watched.server.stalled())
     assert watched.exits[0].signal == "SIGKILL"
 
 
