@@ -17,7 +17,7 @@ from tests.conftest import PROJECT_ROOT, load_module
 ON_DISK = {
     "run_start", "starting", "session_start", "message", "tool_started", "mask", "cut",
     "refused", "compaction", "wind_down", "usage", "notice", "compaction_failed", "loop", "told",
-    "paused", "resumed", "checkpoint", "rewinding", "rewound", "mcp_offered", "mcp_fault",
+    "paused", "unpaused", "checkpoint", "rewinding", "rewound", "mcp_offered", "mcp_fault",
     "window", "session_end", "run_end", "server_started", "server_exited",
 }  # fmt: skip
 """Every kind journals hold: old journals fold only while each is read as before."""

@@ -302,7 +302,7 @@ NoticeKind = Literal[
 
 class Notice(Record):
     """News a reader shows that decides nothing: a warning, a retry, a wait for the server or
-    for `resume`, the tools' confinement, a refused or silently cut prompt, a missed wind-down.
+    for `unpause`, the tools' confinement, a refused or silently cut prompt, a missed wind-down.
     Journalled like everything else, so what people read is a fold of the journal."""
 
     kind: Literal["notice"] = "notice"
