@@ -26,7 +26,7 @@ class Told(Record):
     """What the person wrote; `message` is how the agent was shown it."""
     message: UserMessage
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         told = {"session": self.session, "message_id": self.message_id, "sent_at": self.sent_at}
         return [("told", {**told, "text": self.text})]
 
@@ -74,7 +74,7 @@ class Paused(Record):
     by: str
     """`operator` (`python -m ouroboros pause`), or `auto_restart = false` between sessions."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [("paused", {"by": self.by, "message": "`python -m ouroboros unpause` goes on"})]
 
 
@@ -88,7 +88,7 @@ class Unpaused(Record):
     def _renamed(cls, kind: str) -> str:
         return "unpaused"
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [("unpaused", {"by": self.by})]
 
 
