@@ -1119,7 +1119,7 @@ def test_a_tool_call_llama_server_made_runs_through_the_harness(tmp_path: Path) 
     assert outcome.tool_call_id == fragments[0]["id"]
 
 
-# --- the operator: tell, pause, resume -----------------------------------------------------------
+# --- the operator: tell, pause, unpause -----------------------------------------------------------
 
 
 def test_a_run_told_something_paused_and_resumed(
@@ -1127,7 +1127,7 @@ def test_a_run_told_something_paused_and_resumed(
 ) -> None:
     """A message left before the run is in its first request and every one after, once; a
     pause given mid-run holds the run with no call to the server (the proxy and the server's own
-    log see none) until `resume`, and the run then makes the rest of its turns."""
+    log see none) until `unpause`, and the run then makes the rest of its turns."""
     turns, told = 6, "Write your notes to NOTES.md before anything else."
     project = make_project(tmp_path / "project", proxy.base_url)
     assert project.run("tell", told).returncode == 0
@@ -1146,7 +1146,7 @@ def test_a_run_told_something_paused_and_resumed(
         assert len(proxy.chats()) == calls, "a paused run called the server"
         assert len(log_since(live, mark).finished) == calls
         assert "by operator" in project.run("status").stdout
-        assert project.run("resume").returncode == 0
+        assert project.run("unpause").returncode == 0
         _, stderr = process.communicate(timeout=180)
     finally:
         if process.poll() is None:
@@ -1158,7 +1158,7 @@ def test_a_run_told_something_paused_and_resumed(
     for chat in chats:
         said = [m for m in chat.request["messages"] if told in str(m.get("content"))]
         assert len(said) == 1
-    assert [e["by"] for e in project.events("resumed")] == ["operator"]
+    assert [e["by"] for e in project.events("unpaused")] == ["operator"]
     assert len(project.events("told")) == 1
 
 
