@@ -1,6 +1,6 @@
 """The calls that failed, remembered across restarts (`DeadEnds`, the feature's part of the
 run's state), folded from the tool results the run journals anyway; and the record of one met
-again (`DeadEndMet`), which its note in the result and its line in `tail` come with.
+again (`DeadEndMet`), which its note in the result and its event in `tail` come with.
 
 A dead end is a call (its tool and its arguments, as canonical JSON) whose newest result
 failed: an error, or an exit status other than 0. Its failure's signature is that status and
@@ -54,7 +54,7 @@ class DeadEndMet(Record):
     last_session: int
     """...the newest time in this session."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [("dead_end", self.model_dump(exclude={"v", "ts", "kind"}))]
 
 

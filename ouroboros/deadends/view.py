@@ -1,4 +1,4 @@
-"""Dead ends as people read them (`SHOWN`): the `dead_end` line (`tail`, the terminal) when a
+"""Dead ends as people read them (`SHOWN`): the `dead_end` event (`tail`, the terminal) when a
 call fails the same way as a remembered one, and `status`'s row. Pure."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def met_text(r: dict[str, Any]) -> str:
     )
 
 
-LINES: dict[str, tuple[str, Describe]] = {"dead_end": ("yellow", met_text)}
+DESCRIBED: dict[str, tuple[str, Describe]] = {"dead_end": ("yellow", met_text)}
 
 
 def dead_end_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
@@ -42,4 +42,4 @@ def dead_end_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tupl
     return [("dead ends", text)]
 
 
-SHOWN = Shown(LINES, dead_end_rows)
+SHOWN = Shown(DESCRIBED, dead_end_rows)
