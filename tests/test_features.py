@@ -18,7 +18,8 @@ ON_DISK = {
     "run_start", "starting", "session_start", "message", "tool_started", "mask", "cut",
     "refused", "compaction", "wind_down", "usage", "notice", "compaction_failed", "loop", "told",
     "paused", "resumed", "checkpoint", "rewinding", "rewound", "mcp_offered", "mcp_fault",
-    "window", "session_end", "run_end", "server_started", "server_exited",
+    "window", "session_end", "run_end", "server_started", "server_exited", "tasks_added",
+    "check", "stalling",
 }  # fmt: skip
 """Every kind journals hold: old journals fold only while each is read as before."""
 
