@@ -62,6 +62,8 @@ def test_a_step_is_done_only_once_its_check_passes_and_finish_waits_for_it(
     assert "finish refused: 1 checked item(s) do not pass: write hello.txt" in refused
     assert "step 1: check passed" in requests[4]["messages"][-1]["content"]
     assert checks(project) == [("write hello.txt", 2, "done"), ("write hello.txt", 0, "done")]
+    saved = [r["plan"] for r in project.records("journal.jsonl") if r.get("plan")]
+    assert [[i["status"] for i in plan] for plan in saved] == [["doing"], ["done"]]
     state = fold(project.state / "journal.jsonl")[0]
     assert [i.status for i in state.plan.items] == ["done"]
     assert state.run_end is not None
@@ -154,7 +156,9 @@ def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project:
 
 
 def test_5000_operator_tasks_keep_the_first_request_within_its_budget(project: Project) -> None:
-    many = [Task(text=f"make case {n} pass", check=f"test -f case{n}") for n in range(1, 5001)]
+    # Long ones: five open tasks whole would take more than the plan's share at this window.
+    check = " && ".join(f"grep -q 'case {n}' results.txt" for n in range(5))
+    many = [Task(text=f"make case {n} pass, " + "so " * 40, check=check) for n in range(1, 5001)]
     tasks.post(project.state, many)
     ran = run_here(project, [Reply(text="hi")], window=4096, supervisor={"max_total_turns": 1})
     assert ran.returncode == 0, ran.stderr

@@ -32,8 +32,9 @@ from ouroboros.tools.workspace import PathRefused, Workspace
 
 TAIL_CHARS = 400
 """Of a check's output, the end the agent is shown and the journal keeps."""
-OPEN_SHOWN = 5
-"""The operator's open tasks a session's opening lists: the next few."""
+SHOWN_EACH = 5
+"""The operator's tasks a session's opening lists: the first few in progress, the next few
+open."""
 TASK_REF = re.compile(r"T\d+\b")
 """How the agent names the operator's task in a step of its plan: `T12 parse dates`."""
 
@@ -173,7 +174,7 @@ class Checking(Feature):
                 seen.add(key)
                 await self.run_check(key, command, when="session_end")
         stall = self.settings.progress.stall_sessions
-        if not stall or not progress.items or progress.quiet < stall:
+        if not stall or progress.quiet < stall:  # counted only while there are checked items
             return None
         failing = progress.failing()
         if progress.quiet > stall:
@@ -204,24 +205,25 @@ class Checking(Feature):
         claimed = {
             k for i in self.journal.state.plan.items if (k := task_key(i, progress)) is not None
         }
-        lines, shown_open = [], 0
+        shown: dict[str, list[str]] = {"doing": [], "todo": []}
         for n, task in enumerate(progress.tasks, 1):
             key = f"T{n}"
             standing = progress.items[key]
             if standing.passing:
                 continue
-            if key in claimed or standing.last:
-                lines.append(f"{key} [doing] {task.text[:TEXT_CHARS]} check: `{task.check}`")
-            elif shown_open < OPEN_SHOWN:
-                shown_open += 1
-                lines.append(f"{key} [todo] {task.text[:TEXT_CHARS]} check: `{task.check}`")
-            if shown_open == OPEN_SHOWN and len(lines) > OPEN_SHOWN + 3:
+            status = "doing" if key in claimed or standing.last else "todo"
+            if len(shown[status]) < SHOWN_EACH:
+                text = f"{key} [{status}] {task.text[:TEXT_CHARS]} check: `{task.check}`"
+                shown[status].append(text)
+            elif all(len(s) == SHOWN_EACH for s in shown.values()):
                 break
+        lines = [*shown["doing"], *shown["todo"]]
         passing = sum(progress.items[f"T{n}"].passing for n in range(1, len(progress.tasks) + 1))
         head = (
             f"\n\nOperator's tasks: {passing} of {len(progress.tasks)} pass. Only a check passes "
             "one: plan it as `T<n> ...` and mark it done to run its check."
         )
+        # Priced whole, then a line less each time: at most `2 * SHOWN_EACH` prices.
         while lines and self.price(head + "\n".join(lines)) > self.view_tokens:
             lines.pop()
         return head + "".join(f"\n{line}" for line in lines)
