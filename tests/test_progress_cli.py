@@ -105,6 +105,7 @@ def test_a_run_passes_the_operators_tasks_only_by_their_checks(project: Project)
     assert "step 1: check passed" in passed
     second = opening(requests[-1])
     assert "Checks that passed before fail now: T1 (exit 2" in second, second
+    assert "1. [doing] T1 hello" in second
     assert project.events("run_end")[-1]["reason"] == "finish"
     status = project.run("status").stdout
     assert "checked items pass" in status

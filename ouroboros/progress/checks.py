@@ -8,7 +8,6 @@ timeout): it can do nothing a command of the agent's cannot."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -35,14 +34,6 @@ TAIL_CHARS = 400
 SHOWN_EACH = 5
 """The operator's tasks a session's opening lists: the first few in progress, the next few
 open."""
-TASK_REF = re.compile(r"T\d+\b")
-"""How the agent names the operator's task in a step of its plan: `T12 parse dates`."""
-
-
-def task_key(item: PlanItem, progress: Progress) -> str | None:
-    """The operator's task a step of the agent's plan names, if any."""
-    found = TASK_REF.match(item.text)
-    return found.group() if found and progress.task(found.group()) is not None else None
 
 
 class Checking(Feature):
@@ -77,7 +68,7 @@ class Checking(Feature):
 
     def check_of(self, item: PlanItem) -> tuple[str, str] | None:
         """The key and command of a step's check: the operator's task's where it names one."""
-        if (key := task_key(item, self.progress)) is not None:
+        if (key := self.progress.task_key(item)) is not None:
             task = self.progress.task(key)
             return (key, task.check) if task is not None and task.check else None
         return (item.text, item.check) if item.check else None
@@ -203,7 +194,7 @@ class Checking(Feature):
         if not progress.tasks:
             return ""
         claimed = {
-            k for i in self.journal.state.plan.items if (k := task_key(i, progress)) is not None
+            k for i in self.journal.state.plan.items if (k := progress.task_key(i)) is not None
         }
         shown: dict[str, list[str]] = {"doing": [], "todo": []}
         for n, task in enumerate(progress.tasks, 1):

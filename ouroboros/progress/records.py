@@ -6,16 +6,20 @@ agent's own. It passes while its newest check exited 0."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from ouroboros.context.plan import PlanItem
 from ouroboros.state.fold import Part, RunState
 from ouroboros.state.records import Record, SessionEnd
 
 FAILING_SAID = 5
 """Failing items `status` and a refused `finish` name: the first few, then a count."""
+TASK_REF = re.compile(r"T\d+\b")
+"""How the agent names the operator's task in a step of its plan: `T12 parse dates`."""
 
 
 class Task(BaseModel):
@@ -125,8 +129,7 @@ class Progress(Part):
                 # Done only while its check passes: the step the agent marked done is doing again.
                 state.plan.items = [
                     i.model_copy(update={"status": "doing"})
-                    if i.status == "done"
-                    and (i.text == record.item or i.text.startswith(record.item + " "))
+                    if i.status == "done" and record.item in (i.text, self.task_key(i))
                     else i
                     for i in state.plan.items
                 ]
@@ -134,7 +137,7 @@ class Progress(Part):
             self.stalling = record
         elif isinstance(record, SessionEnd):
             for item in state.plan.items:
-                if item.check:
+                if item.check and self.task_key(item) is None:
                     self.items.setdefault(item.text, ItemState())
             if self.items and not self.passed_this_session:
                 self.quiet += 1
@@ -165,6 +168,11 @@ class Progress(Part):
             return None
         n = int(key[1:])
         return self.tasks[n - 1] if 0 < n <= len(self.tasks) else None
+
+    def task_key(self, item: PlanItem) -> str | None:
+        """The operator's task a step of the agent's plan names, if any."""
+        found = TASK_REF.match(item.text)
+        return found.group() if found and self.task(found.group()) is not None else None
 
     def failing(self) -> list[str]:
         """Every checked item that does not pass now, in the order known."""
