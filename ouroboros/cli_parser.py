@@ -113,7 +113,9 @@ def argument_parser() -> argparse.ArgumentParser:
     tasks = task_cmd.add_subparsers(dest="task_command", required=True, metavar="subcommand")
     add_cmd = tasks.add_parser("add", help="add one task")
     add_cmd.add_argument("text", help="what is to be done, one line")
-    add_cmd.add_argument("--check", default="", help="a shell command that exits 0 once it is")
+    add_cmd.add_argument(
+        "--check", required=True, help="a shell command that exits 0 once it is done"
+    )
     tasks.add_parser("list", help="the tasks, passing or not")
     import_cmd = tasks.add_parser(
         "import", help="add many: a TOML file of [[task]] tables or JSONL, each text and check"

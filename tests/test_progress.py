@@ -184,3 +184,21 @@ def test_a_tasks_file_not_written_by_task_is_set_aside(project: Project) -> None
     assert ran.returncode == 0, ran.stderr
     assert (folder / "0001-bad.json.rejected").exists()
     assert "Operator's tasks" not in opening(ran.chat_requests()[0])
+
+
+def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_nothing(
+    project: Project,
+) -> None:
+    step = {"text": "tests pass", "status": "done"}
+    script = [
+        plans({**step, "check": "true"}),
+        plans({**step, "check": "false"}),
+        Reply(tool_calls=[tool("finish", summary="done")]),
+        plans(),
+        Reply(tool_calls=[tool("finish", summary="done")]),
+    ]
+    ran = run_here(project, script, supervisor={"max_total_turns": 8})
+    assert ran.returncode == 0, ran.stderr
+    assert checks(project) == [("tests pass", 0, "done"), ("tests pass", 1, "done")]
+    assert "finish refused" in ran.chat_requests()[3]["messages"][-1]["content"]
+    assert project.events("run_end")[-1]["reason"] == "finish"

@@ -23,9 +23,14 @@ CLOSED = "http://127.0.0.1:9/v1"
     ("name", "text", "said"),
     [
         ("tasks.jsonl", '{"text": "a", "check": "true"}\n\n{"text": 3}\n', "tasks.jsonl, line 3:"),
-        ("tasks.jsonl", '{"text": "a"}\nnot json\n', "tasks.jsonl, line 2:"),
+        ("tasks.jsonl", '{"text": "a", "check": "true"}\nnot json\n', "tasks.jsonl, line 2:"),
+        ("tasks.jsonl", '{"text": "a"}\n', "tasks.jsonl, line 1: the task has no check"),
         ("tasks.toml", '[[task]]\ntext = "a"\ncheck = "true"\n[[task]\n', "line 4"),
-        ("tasks.toml", '[[task]]\ntext = "a\\nb"\n', "task 1: its text has a line break"),
+        (
+            "tasks.toml",
+            '[[task]]\ntext = "a\\nb"\ncheck = "true"\n',
+            "task 1: its text has a line break",
+        ),
     ],
 )
 def test_a_malformed_import_file_is_refused_in_one_line_naming_where(
@@ -40,12 +45,21 @@ def test_a_malformed_import_file_is_refused_in_one_line_naming_where(
     assert tasks.waiting(project.state) == []
 
 
-def test_an_empty_task_is_refused_in_one_line(project: Project) -> None:
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["  ", "--check", "true"], "the task has no text"),
+        (["x", "--check", " "], "the task has no check"),
+        (["x" * 600, "--check", "true"], "its text is 600 characters, at most 500"),
+    ],
+)
+def test_a_bad_task_is_refused_in_one_line(project: Project, args: list[str], said: str) -> None:
     project.configure(CLOSED)
-    result = project.run("task", "add", "  ")
+    result = project.run("task", "add", *args)
     assert result.returncode == 1
-    assert "the task has no text" in result.stderr
+    assert said in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert tasks.waiting(project.state) == []
 
 
 def plan(*keys: str) -> Reply:

@@ -104,12 +104,14 @@ class Checking(Feature):
         """Each step newly marked done (or done and failing) has its check run; one that fails
         is saved as doing, and the result says why."""
         items = plan_saved(outcome.message) or []
-        was_done = {i.text for i in self.journal.state.plan.items if i.status == "done"}
+        was_done = {(i.text, i.check) for i in self.journal.state.plan.items if i.status == "done"}
         kept, said = [], []
         for n, item in enumerate(items, 1):
             check = self.check_of(item) if item.status == "done" else None
             standing = self.progress.items.get(check[0]) if check else None
-            if check is None or (item.text in was_done and standing and standing.passing):
+            if check is None or (
+                (item.text, item.check) in was_done and standing and standing.passing
+            ):
                 kept.append(item)
                 continue
             ran = await self.run_check(*check, when="done")
@@ -141,11 +143,16 @@ class Checking(Feature):
         return replace(outcome, message=message, error=error, finish_summary=None)
 
     def failing(self) -> list[str]:
-        """The checked items that do not pass: the run's known ones, and the plan's checked
-        steps never checked yet."""
-        known = self.progress.items
+        """The checked items that do not pass: the operator's tasks, and the checked steps of
+        the agent's plan as it stands (one it dropped is no longer its to pass)."""
+        progress = self.progress
         planned = [c[0] for i in self.journal.state.plan.items if (c := self.check_of(i))]
-        return [*self.progress.failing(), *(k for k in planned if k not in known)]
+        steps = [k for k in planned if progress.task(k) is None]
+        tasks = (k for k in progress.failing() if progress.task(k) is not None)
+        return [
+            *tasks,
+            *(k for k in steps if k not in progress.items or not progress.items[k].passing),
+        ]
 
     async def between_sessions(self) -> End | None:
         """Every done item checked again; a stall told, or the run stopped as `stalled`."""

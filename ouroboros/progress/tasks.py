@@ -37,6 +37,11 @@ def problem(task: Task) -> str | None:
     """What is wrong with a task, in a few words; None if fine."""
     if not task.text.strip():
         return "the task has no text"
+    if not task.check.strip():
+        return (
+            "the task has no check: give a command that exits 0 once it is done (--check; "
+            "guidance without one goes by `tell`)"
+        )
     for name, value, most in (("text", task.text, TEXT_CHARS), ("check", task.check, CHECK_CHARS)):
         if "\n" in value or "\r" in value:
             return f"its {name} has a line break: one line each"
