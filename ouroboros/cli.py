@@ -182,7 +182,7 @@ def _task(load: Loader, args: argparse.Namespace, console: Console) -> int:
 
 def _request(load: Loader, request: str, what: str, console: Console) -> int:
     """Leave a request the run takes at its next safe point, or when it starts (`operator.py`);
-    the newer of `pause` and `resume` decides."""
+    the newer of `pause` and `unpause` decides."""
     state = load().paths.state_dir
     with storage(state / request):
         state.mkdir(parents=True, exist_ok=True)
@@ -197,10 +197,16 @@ def _pause(load: Loader, args: argparse.Namespace, console: Console) -> int:
     return _request(load, PAUSE_REQUEST, "pause", console)
 
 
-def _resume(load: Loader, args: argparse.Namespace, console: Console) -> int:
-    from ouroboros.ground.state_folder import RESUME_REQUEST
+def _unpause(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.ground.state_folder import UNPAUSE_REQUEST
 
-    return _request(load, RESUME_REQUEST, "go on", console)
+    return _request(load, UNPAUSE_REQUEST, "go on", console)
+
+
+def _former_unpause(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    """`resume` as `unpause` was named before issue 30: a resumed run is one started again."""
+    console.print("warning: `resume` is now `unpause` (`run` resumes a stopped run)")
+    return _unpause(load, args, console)
 
 
 def _compact(load: Loader, args: argparse.Namespace, console: Console) -> int:
@@ -221,7 +227,8 @@ _COMMANDS = {
     "tell": _tell,
     "task": _task,
     "pause": _pause,
-    "resume": _resume,
+    "unpause": _unpause,
+    "resume": _former_unpause,
     "compact": _compact,
     "rewind": _rewind,
     "tail": _tail,

@@ -8,7 +8,7 @@ examples:
   python -m ouroboros status              is it alive, where is it, what is left
   python -m ouroboros tell "use pytest"    a message for the agent, at its next step
   python -m ouroboros task add "x" --check "pytest -q"   an item only its check passes
-  python -m ouroboros pause / resume      hold the run (no model call) / let it go on
+  python -m ouroboros pause / unpause     hold the run (no model call) / let it go on
   python -m ouroboros report              an HTML page of the whole run
   python -m ouroboros rewind --session 3  the workspace as it was when session 3 started
   python -m ouroboros demo                a whole run in seconds with a scripted model
@@ -124,20 +124,22 @@ def argument_parser() -> argparse.ArgumentParser:
     _command(
         commands,
         "pause",
-        "pause the run at its next step: no model call and no tool until `resume`",
+        "pause the run at its next step: no model call and no tool until `unpause`",
         "python -m ouroboros pause",
         "The current model call and its tools finish; nothing new starts. The pause is in the "
         "journal: a run restarted while paused stays paused.",
     )
     _command(
         commands,
-        "resume",
+        "unpause",
         "let a paused run go on",
-        "python -m ouroboros resume",
+        "python -m ouroboros unpause",
         "A run pauses when `pause` is given, and before each new session with "
         "supervisor.auto_restart = false (there Enter in its terminal also goes on). Given to "
         "a run that is not running, it is taken when the run starts.",
     )
+    # Its name before issue 30, out of the list: `resume` is starting a stopped run again.
+    commands.add_parser("resume", description="former name of `unpause`: let a paused run go on.")
     _command(
         commands,
         "compact",

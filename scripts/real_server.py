@@ -2,11 +2,11 @@
 
     python scripts/real_server.py install            # build llama-server (~11 min), fetch the model
     python scripts/real_server.py install --rebuild  # build it again (for example after a move)
-    python scripts/real_server.py serve [--ctx 4096] [--port N] [-- LLAMA-SERVER ARGS...]
+    python scripts/real_server.py config [--ctx 4096] [--port N] [-- LLAMA-SERVER ARGS...]
 
-`serve` prints the base_url to put in config.toml (`llm.base_url`) and runs until Ctrl-C (or
-SIGTERM); the server is stopped with it. Arguments after `--` go to llama-server as they are,
-for example `-- --threads 1` (steadier on a small machine that is busy with other work).
+`config` prints config.toml's `[llm]` and `[server]` sections: the run then starts llama-server
+itself, keeps it alive and stops it with the run. Arguments after `--` go to llama-server as
+they are, for example `-- --threads 1` (steadier on a small machine busy with other work).
 
 The model is Gemma 3 270M (Q4_K_M), a *base* model. Its GGUF has no chat template, so the
 server falls back to a ChatML one that cannot render tools: the tool schemas are dropped, and
@@ -57,6 +57,8 @@ class RealServerError(RuntimeError):
 
 
 # --- finding and installing -------------------------------------------------------------------
+MODEL_NAME = "gemma-3-270m"
+"""What the config names it: llama-server serves its one model whatever the name."""
 
 
 def _package_dir(module: str) -> Path | None:
@@ -406,33 +408,18 @@ class RealServer:
 # --- command line -----------------------------------------------------------------------------
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+def config(ctx: int, port: int | None, extra: Sequence[str]) -> str:
+    """config.toml's sections for a run that starts this llama-server itself (`[server]`) and
+    talks to it (`[llm]`): the one way the project runs one, the tests' whole runs included."""
+    from ouroboros.ground.config_file import to_toml
 
-
-def serve(ctx: int, port: int | None, extra: Sequence[str]) -> int:
-    """Run until Ctrl-C, SIGTERM or SIGHUP; the server is stopped on the way out in every case
-    (it runs in its own session, so signals sent to us do not reach it by themselves)."""
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        # Also SIGINT: a shell starting us in the background leaves it ignored.
-        signal.signal(signum, _interrupt)
     server = RealServer(ctx=ctx, port=port, extra_args=extra)
-    try:
-        with server:
-            print(
-                f"llama-server (pid {server.pid}) is up with a {ctx}-token window.\n"
-                f"base_url: {server.base_url}\n"
-                f'in config.toml: [llm] base_url = "{server.base_url}"\n'
-                f"log: {server.log_path}\nCtrl-C stops it.",
-                flush=True,
-            )
-            while server.running():
-                time.sleep(0.5)
-            print(f"llama-server exited:\n{server.log_tail()}", file=sys.stderr)
-            return 1
-    except KeyboardInterrupt:
-        print("llama-server stopped", file=sys.stderr)
-        return 0
+    return to_toml(
+        {
+            "llm": {"base_url": server.base_url, "model": MODEL_NAME},
+            "server": {"command": server.command()},
+        }
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -448,15 +435,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_cmd.add_argument(
         "--rebuild", action="store_true", help="build llama-server again (portable CPU flags)"
     )
-    serve_cmd = commands.add_parser(
-        "serve",
-        help="run llama-server until Ctrl-C",
-        description="Run llama-server until Ctrl-C. Arguments after `--` go to llama-server "
-        "as they are (for example `-- --chat-template-file tools.jinja`).",
+    config_cmd = commands.add_parser(
+        "config",
+        help="print config.toml's [llm] and [server] for a run that starts llama-server",
+        description="Print the [llm] and [server] sections of config.toml for a run that starts "
+        "llama-server itself and keeps it alive. Arguments after `--` go to llama-server as "
+        "they are (for example `-- --chat-template-file tools.jinja`).",
     )
-    serve_cmd.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context window (tokens)")
-    serve_cmd.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
-    serve_cmd.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    config_cmd.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context window (tokens)")
+    config_cmd.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    config_cmd.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
@@ -470,7 +458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = list(args.extra)
         if extra[:1] == ["--"]:
             extra = extra[1:]
-        return serve(args.ctx, args.port, extra)
+        print(config(args.ctx, args.port, extra), end="")
+        return 0
     except RealServerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ouroboros.ground.state_folder import FORMER_UNPAUSE_REQUEST, UNPAUSE_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer
 from ouroboros.tools import sandbox
 from tests.conftest import PROJECT_ROOT, Project
@@ -134,13 +135,22 @@ def test_compact_with_no_run_is_refused_and_leaves_nothing(project: Project) -> 
 
 
 @pytest.mark.parametrize(
-    "command", ["run", "tell", "pause", "resume", "compact", "tail", "status", "report", "demo"]
+    "command", ["run", "tell", "pause", "unpause", "compact", "tail", "status", "report", "demo"]
 )
 def test_each_command_says_what_it_does_with_an_example(project: Project, command: str) -> None:
     result = project.run(command, "--help")
     assert result.returncode == 0
     assert "example:" in result.stdout
     assert f"python -m ouroboros {command}" in result.stdout
+
+
+def test_resume_is_unpause_under_its_former_name_with_one_warning(project: Project) -> None:
+    project.configure(CLOSED)
+    result = project.run("resume")
+    assert result.returncode == 0, result.stderr
+    assert "warning: `resume` is now `unpause`" in one_line(result.stderr.splitlines()[0])
+    assert (project.state / UNPAUSE_REQUEST).exists()
+    assert not (project.state / FORMER_UNPAUSE_REQUEST).exists()
 
 
 def test_the_top_help_is_for_users(project: Project) -> None:
@@ -150,7 +160,7 @@ def test_the_top_help_is_for_users(project: Project) -> None:
         "run",
         "tell",
         "pause",
-        "resume",
+        "unpause",
         "compact",
         "tail",
         "status",

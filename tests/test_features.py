@@ -17,7 +17,7 @@ from tests.conftest import PROJECT_ROOT, load_module
 ON_DISK = {
     "run_start", "starting", "session_start", "message", "tool_started", "mask", "cut",
     "refused", "compaction", "wind_down", "usage", "notice", "compaction_failed", "loop", "told",
-    "paused", "resumed", "checkpoint", "rewinding", "rewound", "mcp_offered", "mcp_fault",
+    "paused", "unpaused", "checkpoint", "rewinding", "rewound", "mcp_offered", "mcp_fault",
     "window", "session_end", "run_end", "server_started", "server_exited", "tasks_added",
     "check", "stalling",
 }  # fmt: skip
@@ -47,6 +47,15 @@ def test_a_feature_record_is_read_by_its_kind_and_a_kind_is_taken_once() -> None
 
         class Again(Record):
             kind: Literal["checkpoint"] = "checkpoint"
+
+
+def test_a_record_still_saying_its_events_as_lines_is_refused_as_it_is_defined() -> None:
+    """`Record.lines` became `events` (issue 30): a feature written before would log nothing."""
+    with pytest.raises(TypeError, match=r"Former.lines is now `events`"):
+
+        class Former(Record):
+            def lines(self) -> list[tuple[str, dict[str, object]]]:
+                return [("former", {})]
 
 
 def test_a_features_part_folds_its_records_and_what_they_imply() -> None:

@@ -16,7 +16,7 @@ import pytest
 from ouroboros.ground.config import HookSettings
 from ouroboros.ground.config_file import load_settings
 from ouroboros.ground.errors import ConfigError
-from ouroboros.ground.state_folder import PAUSE_REQUEST, RESUME_REQUEST
+from ouroboros.ground.state_folder import PAUSE_REQUEST, UNPAUSE_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.operator import inbox
 from ouroboros.operator.hooks import Hooks
@@ -70,15 +70,15 @@ def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Proj
         nonlocal requests
         requests += 1
         if requests == 2:
-            # Taken at the next safe point; the `paused` hook resumes the run.
+            # Taken at the next safe point; the `paused` hook unpauses the run.
             (project.state / PAUSE_REQUEST).touch()
         if requests < 3:
             return Reply(tool_calls=[tool("list_dir", path=".")])
         return Reply(tool_calls=[tool("finish", summary="done")])
 
-    resume = ["touch", str(project.state / RESUME_REQUEST)]
+    unpause = ["touch", str(project.state / UNPAUSE_REQUEST)]
     # Should the `paused` hook not run, the test fails rather than holding forever.
-    net = threading.Timer(30, (project.state / RESUME_REQUEST).touch)
+    net = threading.Timer(30, (project.state / UNPAUSE_REQUEST).touch)
     net.start()
     result = run_here(
         project,
@@ -88,7 +88,7 @@ def test_each_event_of_a_run_runs_its_hook_with_the_event_on_stdin(project: Proj
             "min_interval_s": 0,
             "on": [
                 {"events": EVENTS, "command": recorder(out)},
-                {"events": ["paused"], "command": resume},
+                {"events": ["paused"], "command": unpause},
             ],
         },
     )

@@ -1,6 +1,6 @@
 """What is left for a run to take from the operator, read as hostile (issue 29): a FIFO, a link
 to /dev/zero, a folder, a huge file or garbage where `tell` leaves a message or `pause` and
-`resume` a request, and what `tell` itself is given (a non-UTF-8 argument, a `--file` that is
+`unpause` a request, and what `tell` itself is given (a non-UTF-8 argument, a `--file` that is
 not a regular file). Through the real CLI (a hang is a timeout, never a stuck test) against the
 scripted loopback server: a one-line warning or error, the thing renamed `.rejected` (nothing
 lost), never a hang, a traceback or a run that cannot start."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
+from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, UNPAUSE_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.operator import inbox
 from tests.conftest import Project
@@ -105,7 +105,7 @@ def test_what_is_no_message_in_the_inbox_is_set_aside_and_the_run_goes_on(
 
 
 @pytest.mark.parametrize("plant", ["FIFO", "link to /dev/zero", "folder"])
-@pytest.mark.parametrize("request_name", [PAUSE_REQUEST, RESUME_REQUEST])
+@pytest.mark.parametrize("request_name", [PAUSE_REQUEST, UNPAUSE_REQUEST])
 def test_a_request_that_is_no_regular_file_is_set_aside_and_asks_nothing(
     project: Project, plant: str, request_name: str
 ) -> None:

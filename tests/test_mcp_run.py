@@ -111,7 +111,6 @@ def http_server() -> Iterator[str]:
         process.wait()
 
 
-@pytest.mark.slow
 def test_a_streamable_http_server_on_loopback(project: Project, http_server: str) -> None:
     script = [
         Reply(tool_calls=[tool("mcp__notes__add", a=2, b=40)]),
@@ -119,10 +118,9 @@ def test_a_streamable_http_server_on_loopback(project: Project, http_server: str
         Reply(tool_calls=[tool("mcp__notes__shout", text="over http")]),
         Reply(text="done"),
     ]
-    with ScriptedServer(script) as server:
-        project.configure(server.url, mcp={"servers": {"notes": {"url": http_server}}})
-        result = project.run("run", "--max-turns", "4")
-    assert result.returncode == 0, result.stderr
+    mcp = {"servers": {"notes": {"url": http_server}}}
+    ran = run_here(project, script, mcp=mcp, supervisor={"max_total_turns": 4})
+    assert ran.returncode == 0, ran.stderr
     added, refused, shouted = results(project)
     assert added["content"] == "42"
     assert refused["error"] is True  # the server's own words, which say what was wrong

@@ -1,4 +1,4 @@
-"""`tell`, `pause` and `resume` taken by a run in this process: delivered once at a safe point,
+"""`tell`, `pause` and `unpause` taken by a run in this process: delivered once at a safe point,
 a pause that makes no model call, both surviving a kill (the journal cut after any record, as a
 kill -9 leaves it)."""
 
@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from ouroboros.ground.clock import FakeClock
-from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, RESUME_REQUEST
+from ouroboros.ground.state_folder import (
+    FORMER_UNPAUSE_REQUEST,
+    INBOX,
+    PAUSE_REQUEST,
+    UNPAUSE_REQUEST,
+)
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.operator import inbox
 from tests.conftest import Project
@@ -40,17 +45,24 @@ def told_in(request: dict[str, Any]) -> int:
 
 class PausedClock(FakeClock):
     """The run's clock; each sleep notes how many model calls were made by then, and the
-    `resume_after`-th one leaves a `resume` request, as a person would while the run waits."""
+    `unpause_after`-th one leaves an `unpause` request, as a person would while the run waits."""
 
-    def __init__(self, state: Path, requests: list[dict[str, Any]], resume_after: int):
+    def __init__(
+        self,
+        state: Path,
+        requests: list[dict[str, Any]],
+        unpause_after: int,
+        request: str = UNPAUSE_REQUEST,
+    ):
         super().__init__()
-        self.state, self.requests, self.resume_after = state, requests, resume_after
+        self.state, self.requests, self.unpause_after = state, requests, unpause_after
+        self.request = request
         self.calls_at_sleeps: list[int] = []
 
     async def sleep(self, seconds: float) -> None:
         self.calls_at_sleeps.append(len(self.requests))
-        if len(self.calls_at_sleeps) == self.resume_after:
-            (self.state / RESUME_REQUEST).touch()
+        if len(self.calls_at_sleeps) == self.unpause_after:
+            (self.state / self.request).touch()
         await super().sleep(seconds)
 
 
@@ -141,22 +153,36 @@ def test_a_kill_at_any_record_between_tell_and_delivery_delivers_it_once(
         assert inbox.waiting(copy.state) == [], (keep, letter_file)
 
 
-def test_a_run_paused_before_it_starts_makes_no_call_until_resumed(project: Project) -> None:
+def test_a_run_paused_before_it_starts_makes_no_call_until_unpaused(project: Project) -> None:
     project.state.mkdir()
     (project.state / PAUSE_REQUEST).touch()
     model = Scripted(shell_agent)
-    clock = PausedClock(project.state, model.requests, resume_after=5)
+    clock = PausedClock(project.state, model.requests, unpause_after=5)
     result = run_here(project, model, clock=clock, supervisor={"max_total_turns": 2})
     assert result.returncode == 0, result.stderr
     assert clock.calls_at_sleeps == [0] * 5
-    kinds = [r["kind"] for r in journal(project) if r["kind"] in ("paused", "resumed")]
-    assert kinds == ["paused", "resumed"]
+    kinds = [r["kind"] for r in journal(project) if r["kind"] in ("paused", "unpaused")]
+    assert kinds == ["paused", "unpaused"]
     assert len(model.chat_requests()) == 2
     assert not (project.state / PAUSE_REQUEST).exists()
-    assert not (project.state / RESUME_REQUEST).exists()
+    assert not (project.state / UNPAUSE_REQUEST).exists()
 
 
-def test_a_pause_holds_after_a_kill_and_the_restarted_run_waits_for_resume(
+def test_a_request_of_the_former_name_unpauses_with_a_warning(project: Project) -> None:
+    """`resume`, as a script or hook written before issue 30 leaves it, still unpauses."""
+    project.state.mkdir()
+    (project.state / PAUSE_REQUEST).touch()
+    model = Scripted(shell_agent)
+    clock = PausedClock(project.state, model.requests, 2, request=FORMER_UNPAUSE_REQUEST)
+    result = run_here(project, model, clock=clock, supervisor={"max_total_turns": 1})
+    assert result.returncode == 0, result.stderr
+    assert kinds_of(project, "paused", "unpaused") == ["paused", "unpaused"]
+    warned = [e["message"] for e in project.events("warning")]
+    assert "a `resume` request is now `unpause`" in warned
+    assert not (project.state / FORMER_UNPAUSE_REQUEST).exists()
+
+
+def test_a_pause_holds_after_a_kill_and_the_restarted_run_waits_for_unpause(
     project: Project,
 ) -> None:
     def agent(body: dict[str, Any]) -> Reply:
@@ -165,7 +191,7 @@ def test_a_pause_holds_after_a_kill_and_the_restarted_run_waits_for_resume(
         return shell_agent(body)
 
     first = Scripted(agent)
-    clock = PausedClock(project.state, first.requests, resume_after=3)
+    clock = PausedClock(project.state, first.requests, unpause_after=3)
     assert run_here(project, first, clock=clock, supervisor={"max_total_turns": 3}).returncode == 0
     assert clock.calls_at_sleeps == [2, 2, 2]
     # Killed while paused: the journal ends at the pause.
@@ -174,36 +200,60 @@ def test_a_pause_holds_after_a_kill_and_the_restarted_run_waits_for_resume(
     paused = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "paused")
     path.write_text("".join(lines[: paused + 1]))
     second = Scripted(shell_agent)
-    clock = PausedClock(project.state, second.requests, resume_after=4)
+    clock = PausedClock(project.state, second.requests, unpause_after=4)
     assert run_here(project, second, clock=clock, supervisor={"max_total_turns": 3}).returncode == 0
     assert clock.calls_at_sleeps == [0] * 4
     assert len(second.chat_requests()) == 1
-    kinds = [r["kind"] for r in journal(project) if r["kind"] in ("paused", "resumed")]
-    assert kinds == ["paused", "resumed"]
+    kinds = [r["kind"] for r in journal(project) if r["kind"] in ("paused", "unpaused")]
+    assert kinds == ["paused", "unpaused"]
 
 
 def test_auto_restart_off_pauses_before_a_restart_and_once_after_a_kill(project: Project) -> None:
     model = Scripted(shell_agent)
-    clock = PausedClock(project.state, model.requests, resume_after=3)
+    clock = PausedClock(project.state, model.requests, unpause_after=3)
     session, limits = {"max_turns": 1}, {"auto_restart": False, "max_total_turns": 2}
     result = run_here(project, model, clock=clock, session=session, supervisor=limits)
     assert result.returncode == 0, result.stderr
     assert clock.calls_at_sleeps == [1, 1, 1]
-    wanted = ("paused", "resumed", "session_start")
-    assert kinds_of(project, *wanted) == ["session_start", "paused", "resumed", "session_start"]
+    wanted = ("paused", "unpaused", "session_start")
+    assert kinds_of(project, *wanted) == ["session_start", "paused", "unpaused", "session_start"]
     assert project.events("paused")[0]["by"] == "auto_restart = false"
-    # Killed between the resume and the new session's start: it goes on without a second pause.
+    # Killed between the unpause and the new session's start: it goes on without a second pause.
     path = project.state / "journal.jsonl"
     lines = path.read_text().splitlines(keepends=True)
-    resumed = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "resumed")
-    path.write_text("".join(lines[: resumed + 1]))
+    unpaused = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "unpaused")
+    path.write_text("".join(lines[: unpaused + 1]))
     (project.state / "journal.jsonl.snapshot").unlink(missing_ok=True)
     again = Scripted(shell_agent)
-    clock = PausedClock(project.state, again.requests, resume_after=3)  # were it to pause
+    clock = PausedClock(project.state, again.requests, unpause_after=3)  # were it to pause
     result = run_here(project, again, clock=clock, session=session, supervisor=limits)
     assert result.returncode == 0, result.stderr
-    assert kinds_of(project, *wanted) == ["session_start", "paused", "resumed", "session_start"]
+    assert kinds_of(project, *wanted) == ["session_start", "paused", "unpaused", "session_start"]
     assert len(again.chat_requests()) == 1
+    assert clock.calls_at_sleeps == []
+
+
+def test_a_journal_from_before_the_rename_folds_its_resumed_as_unpaused(project: Project) -> None:
+    """Journals written before issue 30 say `resumed` for an unpause: it still ends the pause."""
+    model = Scripted(shell_agent)
+    clock = PausedClock(project.state, model.requests, unpause_after=1)
+    session, limits = {"max_turns": 1}, {"auto_restart": False, "max_total_turns": 2}
+    assert run_here(project, model, clock=clock, session=session, supervisor=limits).returncode == 0
+    path = project.state / "journal.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    unpaused = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "unpaused")
+    old = lines[unpaused].replace('"kind":"unpaused"', '"kind":"resumed"')
+    assert old != lines[unpaused]
+    path.write_text("".join([*lines[:unpaused], old]))
+    (project.state / "journal.jsonl.snapshot").unlink(missing_ok=True)
+    again = Scripted(shell_agent)
+    clock = PausedClock(project.state, again.requests, unpause_after=3)  # were it to pause
+    result = run_here(project, again, clock=clock, session=session, supervisor=limits)
+    assert result.returncode == 0, result.stderr
+    assert kinds_of(project, "paused", "resumed", "session_start")[-2:] == [
+        "resumed",
+        "session_start",
+    ]
     assert clock.calls_at_sleeps == []
 
 

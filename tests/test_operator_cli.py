@@ -1,4 +1,4 @@
-"""`tell`, `pause` and `resume` from the command line against a run in another process and the
+"""`tell`, `pause` and `unpause` from the command line against a run in another process and the
 loopback server: one-line errors, a kill -9 between `tell` and delivery, a pause that holds
 across a kill and restart (the server's request log shows no call while paused)."""
 
@@ -127,16 +127,16 @@ def test_a_pause_holds_across_kill_9_and_restart_with_no_model_call(project: Pro
         process.communicate(timeout=20)
         restarted = project.start("run", "--max-turns", "4")
         wait_for(lambda: kinds(project, "run_start") == ["run_start"] * 2)
-        time.sleep(1)  # the restarted run looks for `resume` twice a second meanwhile
+        time.sleep(1)  # the restarted run looks for `unpause` twice a second meanwhile
         assert len(server.chat_requests()) == calls, "a paused run called the model"
         status = project.run("status").stdout
         assert "since" in status
         assert "by operator" in status
-        assert project.run("resume").returncode == 0
+        assert project.run("unpause").returncode == 0
         _, stderr = restarted.communicate(timeout=30)
         assert restarted.returncode == 0, stderr
         assert len(server.chat_requests()) == 4
-    assert kinds(project, "paused", "resumed") == ["paused", "resumed"]
+    assert kinds(project, "paused", "unpaused") == ["paused", "unpaused"]
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
@@ -153,7 +153,7 @@ def test_a_stop_signal_ends_a_paused_run_at_once_and_it_stays_paused(
         assert server.chat_requests() == []
     assert process.returncode == 0, stderr
     assert project.events("run_end")[-1]["reason"] == "stopped"
-    assert kinds(project, "paused", "resumed") == ["paused"]
+    assert kinds(project, "paused", "unpaused") == ["paused"]
 
 
 def test_56_messages_at_a_4k_window_each_in_exactly_one_accepted_request(

@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -63,7 +64,7 @@ from ouroboros.model.llm import (
 from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
-from tests.conftest import Project, load_module
+from tests.conftest import Project, load_module, wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 4096
@@ -1118,7 +1119,7 @@ def test_a_tool_call_llama_server_made_runs_through_the_harness(tmp_path: Path) 
     assert outcome.tool_call_id == fragments[0]["id"]
 
 
-# --- the operator: tell, pause, resume -----------------------------------------------------------
+# --- the operator: tell, pause, unpause -----------------------------------------------------------
 
 
 def test_a_run_told_something_paused_and_resumed(
@@ -1126,7 +1127,7 @@ def test_a_run_told_something_paused_and_resumed(
 ) -> None:
     """A message left before the run is in its first request and every one after, once; a
     pause given mid-run holds the run with no call to the server (the proxy and the server's own
-    log see none) until `resume`, and the run then makes the rest of its turns."""
+    log see none) until `unpause`, and the run then makes the rest of its turns."""
     turns, told = 6, "Write your notes to NOTES.md before anything else."
     project = make_project(tmp_path / "project", proxy.base_url)
     assert project.run("tell", told).returncode == 0
@@ -1145,7 +1146,7 @@ def test_a_run_told_something_paused_and_resumed(
         assert len(proxy.chats()) == calls, "a paused run called the server"
         assert len(log_since(live, mark).finished) == calls
         assert "by operator" in project.run("status").stdout
-        assert project.run("resume").returncode == 0
+        assert project.run("unpause").returncode == 0
         _, stderr = process.communicate(timeout=180)
     finally:
         if process.poll() is None:
@@ -1157,5 +1158,30 @@ def test_a_run_told_something_paused_and_resumed(
     for chat in chats:
         said = [m for m in chat.request["messages"] if told in str(m.get("content"))]
         assert len(said) == 1
-    assert [e["by"] for e in project.events("resumed")] == ["operator"]
+    assert [e["by"] for e in project.events("unpaused")] == ["operator"]
     assert len(project.events("told")) == 1
+
+
+def test_a_run_starts_llama_server_itself_and_again_after_a_kill_9(tmp_path: Path) -> None:
+    """The tier through `[server]` (what `scripts/real_server.py config` prints): the run starts
+    llama-server, makes its turns through a kill -9 of it, and stops it at its end."""
+    managed = real_server.RealServer(ctx=N_CTX, extra_args=["--threads", "1"])
+    project = make_project(
+        tmp_path / "project",
+        managed.base_url,
+        server={"command": managed.command(), "ready_timeout_s": 120},
+    )
+    run = project.start("run", "--max-turns", "4")
+    wait_for(lambda: len(project.usage()) >= 1, timeout=300)
+    assert project.usage(), "the run never made its first call"
+    os.kill(int((project.state / "server.pid").read_text().split()[0]), signal.SIGKILL)
+    _, errors = run.communicate(timeout=600)
+    assert run.returncode == 0, errors
+    journal = project.records("journal.jsonl")
+    replies = [r for r in journal if r["kind"] == "message" and r["message"]["kind"] == "assistant"]
+    assert len(replies) == 4
+    started = [r for r in journal if r["kind"] == "server_started"]
+    assert [r["restart"] for r in started] == [False, True]
+    for pid in (r["pid"] for r in started):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

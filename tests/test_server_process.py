@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -44,33 +45,39 @@ class Watched:
             self.exits.append,
         )
 
+    def started_again_after(self, act: Callable[[int], None]) -> None:
+        """Serve; once it answers, `act` on the first server (its pid); return once a second
+        one answers, stopping it."""
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                ready = anyio.Event()
+                tg.start_soon(self.server.serve, ready)
+                await ready.wait()
+                act(self.starts[0])
+                with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+                    while len(self.starts) < 2 or not await self.answers():
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+
+        anyio.run(main)
+
+    async def answers(self) -> bool:
+        try:
+            async with httpx2.AsyncClient() as client:
+                return (await client.get(self.url + "/models")).status_code == 200
+        except httpx2.HTTPError:
+            return False
+
 
 def test_a_server_killed_with_9_is_started_again_and_stopped_with_the_run(tmp_path: Path) -> None:
     watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
 
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            ready = anyio.Event()
-            tg.start_soon(watched.server.serve, ready)
-            await ready.wait()
-            first = watched.starts[0]
-            assert (tmp_path / PIDFILE).read_text().split()[0] == str(first)
-            os.kill(first, signal.SIGKILL)
-            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
-                while len(watched.starts) < 2:
-                    await anyio.sleep(0.05)
-            async with httpx2.AsyncClient() as client:
-                for _ in range(600):
-                    try:
-                        if (await client.get(watched.url + "/models")).status_code == 200:
-                            break
-                    except httpx2.HTTPError:
-                        await anyio.sleep(0.05)
-                else:
-                    pytest.fail("the server started again never answered")
-            tg.cancel_scope.cancel()
+    def kill(pid: int) -> None:
+        assert (tmp_path / PIDFILE).read_text().split()[0] == str(pid)
+        os.kill(pid, signal.SIGKILL)
 
-    anyio.run(main)
+    watched.started_again_after(kill)
     assert len(watched.starts) == 2
     assert watched.exits[0].signal == "SIGKILL"
     assert all(not alive(pid) for pid in watched.starts), "the run's end left a server running"
@@ -93,19 +100,7 @@ def test_a_server_that_exits_at_once_gives_up_naming_its_log(tmp_path: Path) -> 
 
 def test_a_stalled_server_is_killed_and_started_again(tmp_path: Path) -> None:
     watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            ready = anyio.Event()
-            tg.start_soon(watched.server.serve, ready)
-            await ready.wait()
-            watched.server.stalled()
-            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
-                while len(watched.starts) < 2:
-                    await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
-
-    anyio.run(main)
+    watched.started_again_after(lambda pid: watched.server.stalled())
     assert watched.exits[0].signal == "SIGKILL"
 
 
@@ -131,11 +126,14 @@ def test_a_pid_reused_by_another_process_is_left_alone(tmp_path: Path) -> None:
 # --- whole runs through the command -------------------------------------------------------------
 
 
-def managed_project(project: Project, turns: int) -> Project:
+def managed_project(
+    project: Project, turns: int, *mark: str, **sections: dict[str, object]
+) -> Project:
     port = free_port()
     project.configure(
         f"http://127.0.0.1:{port}/v1",
-        server={"command": [*COMMAND, str(port), str(turns)], "ready_timeout_s": 60},
+        server={"command": [*COMMAND, str(port), str(turns), *mark], "ready_timeout_s": 60},
+        **sections,
     )
     return project
 
@@ -150,17 +148,23 @@ def replies(project: Project) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 def test_a_run_whose_server_is_killed_with_9_finishes_every_turn_once(project: Project) -> None:
-    """The server is killed mid-run; the run starts it again and makes the rest of its turns:
-    no turn lost or made twice, and the run's end leaves no server."""
+    """The server is killed in the middle of a reply; the run starts it again, makes that call
+    again and the rest of its turns: no turn lost or made twice (the cut reply journalled
+    nowhere), and the run's end leaves no server."""
     turns = 6
-    managed_project(project, turns)
+    heard, mark = project.root / "hook.json", project.root / "mid-reply"
+    write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.stdin.read())"
+    hook = {"events": ["server_restart"], "command": [sys.executable, "-c", write, str(heard)]}
+    managed_project(project, turns, str(mark), hooks={"on": [hook]})
     run = project.start("run")
-    wait_for(lambda: len(replies(project)) >= 2, timeout=120)
+    wait_for(mark.exists, timeout=120)
+    assert mark.exists(), "the second reply never began"
     pid = int((project.state / "server.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     _, errors = run.communicate(timeout=300)
     assert run.returncode == 0, errors
     said = [str(r["message"]) for r in replies(project)]
+    assert not any("halfway" in text for text in said), "the cut reply was journalled"
     assert len(said) == turns
     assert len(set(said)) == turns
     journal = project.records("journal.jsonl")
@@ -168,6 +172,10 @@ def test_a_run_whose_server_is_killed_with_9_finishes_every_turn_once(project: P
     assert [r["restart"] for r in started] == [False, True]
     assert all(not alive(int(r["pid"])) for r in started)
     assert any(r["kind"] == "server_exited" and r["signal"] == "SIGKILL" for r in journal)
+    status = project.run("status").stdout
+    assert "not running, 1 restart(s)" in status
+    wait_for(heard.exists)
+    assert '"server_restart"' in heard.read_text(), "the server_restart hook did not run"
 
 
 @pytest.mark.slow
@@ -190,7 +198,26 @@ def test_a_run_killed_with_9_leaves_no_server(project: Project) -> None:
     managed_project(project, 1000)
     run = project.start("run")
     wait_for(lambda: len(replies(project)) >= 1, timeout=120)
+    assert replies(project)
     pid = int((project.state / "server.pid").read_text().split()[0])
     run.kill()
     run.communicate()
     wait_for(lambda: not alive(pid), timeout=60)
+    assert not alive(pid), "a run killed with -9 left its server running"
+
+
+@pytest.mark.slow
+def test_a_server_that_stands_still_mid_reply_is_killed_and_the_run_goes_on(
+    project: Project,
+) -> None:
+    """A reply that stands still past `llm.timeout_s`: the retry layer says so, the run kills
+    the server's group and starts it again, and the call made again gets its answer."""
+    mark = project.root / "mid-reply"
+    managed_project(project, 4, str(mark), llm={"timeout_s": 2, "retry_for_s": 60})
+    result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    journal = project.records("journal.jsonl")
+    exits = [r for r in journal if r["kind"] == "server_exited"]
+    assert exits[0]["signal"] == "SIGKILL", exits
+    assert [r["restart"] for r in journal if r["kind"] == "server_started"] == [False, True]
+    assert len(replies(project)) == 4

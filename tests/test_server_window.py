@@ -161,6 +161,22 @@ def test_a_call_answered_after_a_failure_reads_the_window_again(project: Project
 
 
 @pytest.mark.slow
+def test_a_prompt_ollama_cut_silently_reads_the_window_again(project: Project) -> None:
+    """Ollama reloaded the model with a smaller `num_ctx` and cuts prompts without a word: the
+    first cut seen makes the run ask `/api/ps` again, and the session goes on in that window."""
+    fill_workspace(project, files=6, words=900)
+    with ScriptedServer(reader(6), dialect="ollama", n_ctx=LARGE) as scripted:
+        scripted.resize(SMALL, after=4)
+        project.configure(scripted.url, supervisor={"max_total_turns": 6})
+        result = project.run("run")
+    assert result.returncode == 0, result.stderr
+    assert project.events("silent_truncation")
+    (change,) = server_changes(project)
+    assert (change["before"], change["context_limit"], change["session"]) == (LARGE, SMALL, 1)
+    assert {u["context_limit"] for u in project.usage() if u["ts"] > change["ts"]} == {SMALL}
+
+
+@pytest.mark.slow
 def test_a_refusal_that_names_no_window_reads_it(project: Project) -> None:
     """At most one refusal: the server is asked the window the refusal did not name, and the
     session makes room for it and goes on; every request after fits it."""

@@ -101,7 +101,7 @@ def test_limits_survive_resume_and_raising_them_continues(project: Project) -> N
 
 
 @pytest.mark.slow
-def test_auto_restart_off_waits_for_resume(project: Project) -> None:
+def test_auto_restart_off_waits_for_unpause(project: Project) -> None:
     with ScriptedServer(lambda body: Reply(text="working")) as server:
         project.configure(
             server.url,
@@ -113,14 +113,14 @@ def test_auto_restart_off_waits_for_resume(project: Project) -> None:
         assert project.events("paused"), "the supervisor did not say it waits"
         time.sleep(0.5)
         assert len(server.chat_requests()) == 1, "restarted without confirmation"
-        assert project.run("resume").returncode == 0
+        assert project.run("unpause").returncode == 0
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
     assert len(server.chat_requests()) == 2
     paused = project.events("paused")[0]
     assert paused["by"] == "auto_restart = false"
-    assert "python -m ouroboros resume" in paused["message"]
-    assert [e["by"] for e in project.events("resumed")] == ["operator"]
+    assert "python -m ouroboros unpause" in paused["message"]
+    assert [e["by"] for e in project.events("unpaused")] == ["operator"]
 
 
 @pytest.mark.slow

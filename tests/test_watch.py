@@ -35,7 +35,7 @@ from ouroboros.observe.status import _elapsed, read_status, render_status
 from ouroboros.observe.tail import MAX_HOLD_S, Follower, Merger
 from ouroboros.run.lock import state_lock
 from ouroboros.sinks.events import EventLog, Terminal
-from ouroboros.sinks.lines import lines_of
+from ouroboros.sinks.record_events import events_of
 from ouroboros.start import run
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal, fold
@@ -562,7 +562,7 @@ def test_both_logs_are_the_journals_records_as_lines(recorded: Project) -> None:
     made = []
     for record in JsonlReader(recorded.state / JOURNAL).records(JOURNAL_RECORD):
         state.apply(record)
-        made += lines_of(record, state)
+        made += events_of(record, state)
     written = sorted(recorded.records("events.jsonl") + recorded.usage(), key=lambda r: r["seq"])
     assert [{k: v for k, v in line.items() if k != "seq"} for line in written] == json.loads(
         json.dumps(made, default=str)

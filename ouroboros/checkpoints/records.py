@@ -27,7 +27,7 @@ class Checkpoint(Record):
     """Files past `checkpoints.max_bytes`: not in the checkpoint, and left as they are by a
     rewind to it."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [("checkpoint", self.model_dump(exclude={"v", "ts", "kind"}))]
 
 
@@ -55,7 +55,7 @@ class Rewinding(Record):
     def ended_detail(self) -> str:
         return f"the workspace was rewound to the start of session {self.session}"
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         said = self.model_dump(include={"session", "commit", "moved_aside"})
         if self.ended_turns is None:
             return [("rewinding", said)]
@@ -83,7 +83,7 @@ class Rewound(Record):
     """Why the rewind stopped part way ("" where it finished): the workspace is then partly as
     it was, partly as it is today."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [("rewound", self.model_dump(exclude={"v", "ts", "kind", "after_session"}))]
 
 

@@ -1,4 +1,4 @@
-"""Workspace checkpoints as people read them (`SHOWN`): the `checkpoint` and `rewound` lines
+"""Workspace checkpoints as people read them (`SHOWN`): the `checkpoint` and `rewound` events
 (`tail`, the terminal), the row of `status`, and the report's table."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ DESCRIBED = {
     "rewinding": ("magenta", rewinding_text),
     "rewound": ("bold magenta", rewound_text),
 }
-"""The lines `describe` shows for them."""
+"""How `describe` shows their events."""
 
 
 def checkpoints_status(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:

@@ -220,7 +220,7 @@ class SupervisorSettings(_Section):
     max_restarts: int | None = Field(None, ge=0)
     """Restarts allowed (not sessions); unset = unlimited."""
     auto_restart: bool = True
-    """False: wait for Enter or `python -m ouroboros resume` before each restart."""
+    """False: wait for Enter or `python -m ouroboros unpause` before each restart."""
     max_total_turns: int = Field(0, ge=0)
     """Model calls in the whole run; 0 = unlimited (`--max-turns` sets it)."""
     max_total_tokens: int = Field(0, ge=0)

@@ -30,7 +30,7 @@ class McpOffered(Record):
     failed: dict[str, str] = {}
     """Servers that did not start, and why."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
 
 
@@ -46,7 +46,7 @@ class McpFault(Record):
     fault: str
     starts_left: int
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
 
 
@@ -86,7 +86,7 @@ class McpTally(Part):
 
 
 def offered_text(line: Mapping[str, Any]) -> str:
-    """How the servers' tools are offered and what their schemas cost (an `mcp_offered` line,
+    """How the servers' tools are offered and what their schemas cost (an `mcp_offered` event,
     or the tally)."""
     servers: dict[str, int] = line.get("servers") or {}
     tools, share = sum(servers.values()), line.get("share_tokens") or 0

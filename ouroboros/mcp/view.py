@@ -1,4 +1,4 @@
-"""The MCP servers as people read them (`SHOWN`): the `mcp_offered` and `mcp_fault` lines and
+"""The MCP servers as people read them (`SHOWN`): the `mcp_offered` and `mcp_fault` events and
 `status`'s row. Never imports the SDK."""
 
 from __future__ import annotations

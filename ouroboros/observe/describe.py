@@ -351,7 +351,7 @@ def describe(record: dict[str, Any], tools: bool = False, width: int | None = No
         return None
     if kind == "retry" and record.get("told") is False and not tools:
         return None  # the wait was told, not long ago
-    style, text = _DESCRIBE.get(kind) or features.line(kind) or ("cyan", _generic)
+    style, text = _DESCRIBE.get(kind) or features.described(kind) or ("cyan", _generic)
     said = text(record)
     levels = [said] if isinstance(said, str) else said
     return fit([_stamp(record) + Text(t.rstrip(), style=style) for t in levels], width)

@@ -1,6 +1,6 @@
 """Is a supervisor running on a state folder: its pid is alive and it holds the folder's lock.
 
-Read by `status`, and by `resume` and `compact` before they leave a request; the lock is taken
+Read by `status`, and by `unpause` and `compact` before they leave a request; the lock is taken
 only for the instant it takes to see whether someone else holds it.
 """
 

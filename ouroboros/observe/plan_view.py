@@ -1,5 +1,5 @@
 """The agent's plan as people read it: `status` (the plan as it stands, from `status.json`),
-`tail` (a line per change, from the `plan` lines of `events.jsonl`) and the report (the plan as
+`tail` (a line per change, from the `plan` events) and the report (the plan as
 it stands and its changes over time). Light to import, like `status`: plain JSON in, text out.
 """
 
@@ -17,7 +17,7 @@ MAX_CHANGE_ROWS = 100
 
 
 def change_text(line: dict[str, Any]) -> str:
-    """A `plan` line of `events.jsonl`, as `tail` shows it."""
+    """A `plan` event, as `tail` shows it."""
     items = line.get("items") or []
     if not items:
         return f"plan cleared (change {line.get('changes')})"

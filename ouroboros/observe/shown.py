@@ -1,7 +1,7 @@
 """What a feature shows people, declared in its folder and registered by `ouroboros/features.py`:
-its lines of `tail` and the run's terminal (by the kind of the logged line), its rows of
-`status` (from `status.json`'s `run` and the state folder) and its section of the report (from
-the logged lines). `describe`, `status` and `report` show every registered feature's, without
+how `tail` and the run's terminal show its events (by kind), its rows of `status` (from
+`status.json`'s `run` and the state folder) and its section of the report (from the logged
+events). `describe`, `status` and `report` show every registered feature's, without
 importing one. Pure."""
 
 from __future__ import annotations
@@ -17,26 +17,26 @@ from rich.text import Text
 from ouroboros.observe.svg import escape
 
 Describe = Callable[[dict[str, Any]], "str | list[str]"]
-"""A line's text, or its texts from the fullest to the shortest (`describe.fit` picks one)."""
+"""An event's text, or its texts from the fullest to the shortest (`describe.fit` picks one)."""
 StatusRows = Callable[[dict[str, Any], float, Path], list[tuple[str, Text]]]
 """`status`'s rows from the run (`status.json`'s, {} before a run), the time, the state folder."""
 
 
 @dataclass(frozen=True)
 class Shown:
-    lines: Mapping[str, tuple[str, Describe]] = field(default_factory=dict)
-    """By kind of logged line: its style and its text."""
+    described: Mapping[str, tuple[str, Describe]] = field(default_factory=dict)
+    """By kind of event: its style and its text."""
     status: StatusRows | None = None
     report: tuple[str, Callable[[list[dict[str, Any]]], str]] | None = None
-    """The report's heading, and its section from every logged line."""
+    """The report's heading, and its section from every logged event."""
 
 
 SHOWN: list[Shown] = []
 """Every feature's, in the order `ouroboros/features.py` lists them."""
 
 
-def line(kind: str) -> tuple[str, Describe] | None:
-    return next((s.lines[kind] for s in SHOWN if kind in s.lines), None)
+def described(kind: str) -> tuple[str, Describe] | None:
+    return next((s.described[kind] for s in SHOWN if kind in s.described), None)
 
 
 def feature_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
@@ -78,5 +78,5 @@ def _class(name: str) -> str:
 
 
 def utc(line: dict[str, Any]) -> str:
-    """When a logged line was written, as the report's tables show it."""
+    """When a logged event was written, as the report's tables show it."""
     return str(line.get("ts", ""))[:19].replace("T", " ")

@@ -53,7 +53,7 @@ class StatusFigures:
     run: dict[str, Any]
     """`summary.of_state` of the run's folded state."""
     usage: dict[str, Any] | None
-    """The last `token_usage` line."""
+    """The last `token_usage` event."""
     last_event: dict[str, Any] | None
     waiting: dict[str, Any] | None
     """The retries under way, when a call has not got through since they began."""

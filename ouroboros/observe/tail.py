@@ -202,7 +202,7 @@ def _show(lines: Iterable[Line], options: TailOptions, out: Console, terminal: T
         if options.as_json:
             out.file.write(line.raw + "\n")
         else:
-            terminal.line(line.record)
+            terminal.event(line.record)
     out.file.flush()
 
 

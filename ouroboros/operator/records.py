@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import field_validator
+
 from ouroboros.ground.messages import UserMessage
 from ouroboros.state.fold import Part, RunState
 from ouroboros.state.records import MessageRecord, Record, SessionStart
@@ -24,7 +26,7 @@ class Told(Record):
     """What the person wrote; `message` is how the agent was shown it."""
     message: UserMessage
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         told = {"session": self.session, "message_id": self.message_id, "sent_at": self.sent_at}
         return [("told", {**told, "text": self.text})]
 
@@ -66,42 +68,48 @@ class Letters(Part):
 
 
 class Paused(Record):
-    """The run holds at its safe point: no model call, no tool, until `resume`."""
+    """The run holds at its safe point: no model call, no tool, until `unpause`."""
 
     kind: Literal["paused"] = "paused"
     by: str
     """`operator` (`python -m ouroboros pause`), or `auto_restart = false` between sessions."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
-        return [("paused", {"by": self.by, "message": "`python -m ouroboros resume` goes on"})]
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("paused", {"by": self.by, "message": "`python -m ouroboros unpause` goes on"})]
 
 
-class Resumed(Record):
-    kind: Literal["resumed"] = "resumed"
+class Unpaused(Record):
+    # Journals from before issue 30 say `resumed`: read as this, written as `unpaused`.
+    kind: Literal["unpaused", "resumed"] = "unpaused"
     by: str = "operator"
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
-        return [("resumed", {"by": self.by})]
+    @field_validator("kind")
+    @classmethod
+    def _renamed(cls, kind: str) -> str:
+        return "unpaused"
+
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("unpaused", {"by": self.by})]
 
 
 @dataclass
 class Pausing(Part):
     """Whether the run is paused."""
 
-    folds = (Paused, Resumed, SessionStart)
+    folds = (Paused, Unpaused, SessionStart)
 
     paused: Paused | None = None
     """Since when and by whom; None while it goes on."""
-    resumed_between: bool = False
-    """Resumed since the session ended: the next starts without another pause (a kill before);
+    unpaused_between: bool = False
+    """Unpaused since the session ended: the next starts without another pause (a kill before);
     a session start resets it."""
 
     def apply(self, record: Record, state: RunState) -> None:
-        if isinstance(record, Paused | Resumed):
+        if isinstance(record, Paused | Unpaused):
             self.paused = record if isinstance(record, Paused) else None
-            self.resumed_between = isinstance(record, Resumed) and not state.session_open
+            self.unpaused_between = isinstance(record, Unpaused) and not state.session_open
         elif isinstance(record, SessionStart):
-            self.resumed_between = False
+            self.unpaused_between = False
 
     def status(self) -> dict[str, Any]:
         return {

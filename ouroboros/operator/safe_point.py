@@ -1,5 +1,5 @@
 """What the operator asks of a run, taken at its safe points: the messages `tell` left, and
-`pause` / `resume`.
+`pause` / `unpause`.
 
 A safe point is before a model call, after the step before it is whole (its results and what
 the harness told the agent): never between a call and its result. Everything taken is
@@ -18,14 +18,18 @@ from ouroboros.ground import prompts
 from ouroboros.ground.clock import Clock
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.messages import UserMessage
-from ouroboros.ground.state_folder import PAUSE_REQUEST, RESUME_REQUEST
+from ouroboros.ground.state_folder import (
+    FORMER_UNPAUSE_REQUEST,
+    PAUSE_REQUEST,
+    UNPAUSE_REQUEST,
+)
 from ouroboros.operator import inbox
-from ouroboros.operator.records import Letters, Paused, Pausing, Resumed, Told
+from ouroboros.operator.records import Letters, Paused, Pausing, Told, Unpaused
 from ouroboros.run.session import Feature
 from ouroboros.state.journal import Journal
 
 POLL_S = 0.5
-"""How often a paused run looks for `resume`."""
+"""How often a paused run looks for `unpause`."""
 BY_OPERATOR = "operator"
 BY_AUTO_RESTART_OFF = "auto_restart = false"
 
@@ -51,9 +55,9 @@ class Operator(Feature):
     async def between_sessions(self) -> None:
         if self.auto_restart:
             return
-        # The run pauses between sessions: `resume` (or Enter here) goes on, as from a pause.
+        # The run pauses between sessions: `unpause` (or Enter here) goes on, as from a pause.
         pausing = self.journal.state.part(Pausing)
-        if pausing.paused is None and not pausing.resumed_between:
+        if pausing.paused is None and not pausing.unpaused_between:
             self.journal.append(Paused(by=BY_AUTO_RESTART_OFF))
         await hold(self.state_dir, self.journal, self.clock, enter=True)
 
@@ -67,10 +71,11 @@ async def safe_point(state_dir: Path, journal: Journal, clock: Clock, prompt_bud
 
 
 def take_requests(state_dir: Path, journal: Journal) -> None:
-    """The newer of a `pause` and a `resume` request decides; a request that changes nothing
+    """The newer of a `pause` and an `unpause` request decides; a request that changes nothing
     (a pause while paused) is only removed. A request is an empty file, never read: one that
     is not a regular file (a link, a FIFO, a folder) is set aside and counts for nothing."""
-    requests = [state_dir / PAUSE_REQUEST, state_dir / RESUME_REQUEST]
+    names = (PAUSE_REQUEST, UNPAUSE_REQUEST, FORMER_UNPAUSE_REQUEST)
+    requests = [state_dir / name for name in names]
     present = []
     for path in requests:
         try:
@@ -78,6 +83,8 @@ def take_requests(state_dir: Path, journal: Journal) -> None:
         except FileNotFoundError:
             continue
         if stat.S_ISREG(info.st_mode):
+            if path.name == FORMER_UNPAUSE_REQUEST:
+                journal.notify("warning", f"a `{path.name}` request is now `{UNPAUSE_REQUEST}`")
             present.append((info.st_mtime_ns, path.name))
         else:
             aside = inbox.set_aside(path)
@@ -88,15 +95,15 @@ def take_requests(state_dir: Path, journal: Journal) -> None:
     paused = journal.state.part(Pausing).paused
     if newest == PAUSE_REQUEST and paused is None:
         journal.append(Paused(by=BY_OPERATOR))
-    elif newest == RESUME_REQUEST and paused is not None:
-        journal.append(Resumed(by=BY_OPERATOR))
+    elif newest != PAUSE_REQUEST and paused is not None:
+        journal.append(Unpaused(by=BY_OPERATOR))
     for path in requests:
         with storage(path):
             path.unlink(missing_ok=True)
 
 
 async def hold(state_dir: Path, journal: Journal, clock: Clock, enter: bool = False) -> None:
-    """While the run is paused: no model call, no tool; `resume` (or, with `enter`, Enter in
+    """While the run is paused: no model call, no tool; `unpause` (or, with `enter`, Enter in
     the run's terminal) goes on. Ctrl-C and SIGTERM cancel the sleep and stop the run."""
     # Polled, not read in a thread: a thread blocked in readline would keep the process alive
     # after the run ends, and swallow the next Enter.
@@ -104,7 +111,7 @@ async def hold(state_dir: Path, journal: Journal, clock: Clock, enter: bool = Fa
     while journal.state.part(Pausing).paused is not None:
         if terminal and select.select([sys.stdin], [], [], 0)[0]:
             sys.stdin.readline()
-            journal.append(Resumed(by="Enter in the run's terminal"))
+            journal.append(Unpaused(by="Enter in the run's terminal"))
             return
         await clock.sleep(POLL_S)
         take_requests(state_dir, journal)

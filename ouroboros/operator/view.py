@@ -1,5 +1,5 @@
 """What the person who runs the agent did, as people read it (`SHOWN`): the `told`, `paused`
-and `resumed` lines, `status`'s rows (a pause, the messages pending and delivered) and the
+and `unpaused` events, `status`'s rows (a pause, the messages pending and delivered) and the
 report's table."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from ouroboros.operator import inbox
 
 MAX_ROWS = 100
 
-LINES: dict[str, tuple[str, Describe]] = {
+DESCRIBED: dict[str, tuple[str, Describe]] = {
     "told": ("bold cyan", lambda r: f"told (sent {str(r.get('sent_at'))[11:19]}): {r.get('text')}"),
     "paused": ("bold yellow", lambda r: f"paused by {r.get('by')}: {r.get('message')}"),
-    "resumed": ("bold", lambda r: f"resumed by {r.get('by')}"),
+    "unpaused": ("bold", lambda r: f"unpaused by {r.get('by')}"),
 }
 
 
@@ -27,7 +27,7 @@ def operator_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tupl
     rows = []
     if paused := run.get("paused"):
         since = age(paused.get("ts"), now)
-        said = f"since {since}, by {paused.get('by')}: `python -m ouroboros resume` goes on"
+        said = f"since {since}, by {paused.get('by')}: `python -m ouroboros unpause` goes on"
         rows.append(("paused", Text(said, style="bold yellow")))
     delivered: dict[str, str] = run.get("delivered") or {}
     taken: list[str] = run.get("undelivered") or []
@@ -42,8 +42,8 @@ def operator_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tupl
 
 
 def operator_table(events: list[dict[str, Any]]) -> str:
-    """Newest first; a message's text, or who paused or resumed the run."""
-    chosen = [e for e in events if e.get("kind") in LINES]
+    """Newest first; a message's text, or who paused or unpaused the run."""
+    chosen = [e for e in events if e.get("kind") in DESCRIBED]
     if not chosen:
         return '<p class="note">No message from <code>tell</code>, no pause.</p>'
     rows = [
@@ -59,4 +59,4 @@ def operator_table(events: list[dict[str, Any]]) -> str:
     return table("operator", head, rows)
 
 
-SHOWN = Shown(LINES, operator_rows, ("Told, paused, resumed", operator_table))
+SHOWN = Shown(DESCRIBED, operator_rows, ("Told, paused, unpaused", operator_table))

@@ -40,7 +40,7 @@ class TasksAdded(Record):
     """The file they came in (its name less its suffix): taken once."""
     tasks: list[Task]
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         first = self.tasks[0].text if self.tasks else ""
         return [("tasks_added", {"count": len(self.tasks), "first": first[:120]})]
 
@@ -64,7 +64,7 @@ class CheckRun(Record):
     def passed(self) -> bool:
         return self.exit_code == 0
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         said = self.model_dump(include={"session", "item", "command", "exit_code", "when"})
         last = self.tail.strip().splitlines()[-1:] or [""]
         return [("check", {**said, "passed": self.passed, "last": last[0][:200]})]
@@ -78,7 +78,7 @@ class Stalling(Record):
     sessions: int
     failing: list[str]
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [("stalling", self.model_dump(include={"session", "sessions", "failing"}))]
 
 

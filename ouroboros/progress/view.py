@@ -1,5 +1,5 @@
 """Checked progress as people read it (`SHOWN`): the `check`, `tasks_added` and `stalling`
-lines (`tail`, the terminal), `status`'s row (passing of total, when last checked), and the
+events (`tail`, the terminal), `status`'s row (passing of total, when last checked), and the
 report's section: a burn-up of passing items by session and a table of every item."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def check_text(r: dict[str, Any]) -> str:
     return f"check of {r.get('item')} {verdict}, {when}: `{r.get('command')}`{last}"
 
 
-LINES: dict[str, tuple[str, Describe]] = {
+DESCRIBED: dict[str, tuple[str, Describe]] = {
     "check": ("green", check_text),
     "tasks_added": (
         "cyan",
@@ -134,4 +134,4 @@ def progress_section(events: list[dict[str, Any]]) -> str:
     return chart(points) + sessions + table("progress", head, rows)
 
 
-SHOWN = Shown(LINES, progress_rows, ("Checked progress", progress_section))
+SHOWN = Shown(DESCRIBED, progress_rows, ("Checked progress", progress_section))

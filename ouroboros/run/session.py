@@ -294,7 +294,9 @@ class Session:
             self.append(admitted.message, figures, admitted=admitted)
             cache_reuse(self.journal, before, messages, figures.cached_tokens)
             silent_truncation(self.journal, figures, self.rules.budget.limit)
-            if retried:  # it answered after failing: it may have been restarted or reloaded
+            # It answered after failing, or cut the prompt without a word (Ollama reloaded with
+            # a smaller num_ctx): it may have been restarted or reloaded with another window.
+            if retried or figures.silent_truncation:
                 await self.reread()
             return replace(completion, message=admitted.message), admitted.dropped
         raise AssertionError("unreachable")

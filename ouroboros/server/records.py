@@ -20,7 +20,7 @@ class ServerStarted(Record):
     """Where its output goes (the state folder's `server.log`)."""
     restart: bool = False
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
 
 
@@ -37,7 +37,7 @@ class ServerExited(Record):
     tail: str
     """The last lines of its log."""
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
 
 

@@ -1,5 +1,5 @@
 """The managed server as people read them (`SHOWN`): its `server_started` and `server_exited`
-lines, `status`'s row (pid, up since, restarts) and the report's table of starts and exits."""
+events, `status`'s row (pid, up since, restarts) and the report's table of starts and exits."""
 
 from __future__ import annotations
 

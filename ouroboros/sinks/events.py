@@ -1,8 +1,8 @@
 """What people watch, written after each journal record: `events.jsonl`, `token_usage.jsonl`,
-the same lines on the terminal, and `status.json`.
+the same events on the terminal, and `status.json`.
 
-Only the journal's records make lines (`lines.py`), so all of them always agree with it. Every
-line of both files carries one `seq`, in the order they were written. Kinds and fields are in
+Only the journal's records make events (`record_events.py`), so all of them always agree with it.
+Every line of both files carries one `seq`, in the order they were written. Kinds and fields are in
 docs/logs.md.
 
 The terminal (`Terminal`): one line per model call (session, call, context against the soft and
@@ -14,7 +14,7 @@ call's line waits for its tools: the events that come while they run (an output 
 command) follow it rather than split it.
 
 `status.json` (`Summary`): where the run stands, so that `status` reads one small file instead of
-folding the journal. Made from the lines a record makes and the state folded so far, by the same
+folding the journal. Made from the events a record makes and the state folded so far, by the same
 `update` that `status` folds the journal with when the file is missing, older than the journal's
 last record (a kill between the two writes) or of another format. Written atomically (a crash
 leaves the old one or the new one).
@@ -36,13 +36,13 @@ from ouroboros.ground.errors import unwritable
 from ouroboros.ground.jsonl import JsonlReader, JsonlWriter, last_line
 from ouroboros.ground.state_folder import EVENTS, JOURNAL, SUMMARY, USAGE
 from ouroboros.observe.describe import call_line, describe, line_width
-from ouroboros.sinks.lines import USAGE_KIND, lines_of
+from ouroboros.sinks.record_events import USAGE_KIND, events_of
 from ouroboros.state.fold import RunState
 from ouroboros.state.records import JOURNAL_RECORD, JournalRecord
 
 
 class EventLog:
-    """Writes both files and echoes each line, as `tail` shows it, to `terminal`. Opens nothing
+    """Writes both files and echoes each event, as `tail` shows it, to `terminal`. Opens nothing
     before the journal asks for its sinks: that is under the run's lock."""
 
     def __init__(self, state_dir: Path, terminal: Terminal):
@@ -69,15 +69,15 @@ class EventLog:
         record: JournalRecord,
         state: RunState,
     ) -> None:
-        lines = lines_of(record, state)
-        for line in lines:
+        made = events_of(record, state)
+        for event in made:
             self.seq += 1
-            written = {"seq": self.seq, **line}
-            (usage if line["kind"] == USAGE_KIND else events).append(written)
-            self.terminal.line(written)
-        # After the lines: a crash between leaves `status.json` behind the journal, which
+            written = {"seq": self.seq, **event}
+            (usage if event["kind"] == USAGE_KIND else events).append(written)
+            self.terminal.event(written)
+        # After the events: a crash between leaves `status.json` behind the journal, which
         # `status` sees and folds the journal instead.
-        summary.record(lines, state)
+        summary.record(made, state)
 
     def close(self) -> None:
         self.terminal.flush()
@@ -112,35 +112,35 @@ class Terminal:
         self.calls_left = 0
         self.held: list[dict[str, Any]] = []
         self.ended = False
-        """A `run_end` line was printed: the run's end is said."""
+        """A `run_end` event was printed: the run's end is said."""
 
-    def line(self, line: dict[str, Any]) -> None:
-        """A line of either log, as it was written."""
-        kind = line.get("kind")
-        if kind == "error" and line.get("fatal") and self.fatal_said_elsewhere:
+    def event(self, event: dict[str, Any]) -> None:
+        """An event of either log, as it was written."""
+        kind = event.get("kind")
+        if kind == "error" and event.get("fatal") and self.fatal_said_elsewhere:
             return
         if self.quiet:
             if kind in QUIET_KINDS:
-                self._print(line)
+                self._print(event)
             return
         if kind == "token_usage":
             self.flush()
-            self.call, self.outcomes = line, []
-            self.calls_left = int(line.get("tool_calls") or 0)
+            self.call, self.outcomes = event, []
+            self.calls_left = int(event.get("tool_calls") or 0)
             if not self.calls_left:
                 self.flush()
         elif kind == "tool_call" and self.call is not None:
-            self.outcomes.append(line)
+            self.outcomes.append(event)
             if self.tools:
-                self.held.append(line)
+                self.held.append(event)
             self.calls_left -= 1
             if self.calls_left <= 0:
                 self.flush()
         elif self.call is not None and kind not in ("session_end", "run_end", "session_start"):
-            self.held.append(line)
+            self.held.append(event)
         else:
             self.flush()
-            self._print(line)
+            self._print(event)
 
     def flush(self) -> None:
         """The waiting call's line, then what came while its tools ran."""
@@ -151,11 +151,11 @@ class Terminal:
         for line in held:
             self._print(line)
 
-    def _print(self, line: dict[str, Any]) -> None:
-        text: Text | None = describe(line, self.tools, line_width(self.console))
+    def _print(self, event: dict[str, Any]) -> None:
+        text: Text | None = describe(event, self.tools, line_width(self.console))
         if text is not None:
             self.console.print(text)
-            self.ended = self.ended or line.get("kind") == "run_end"
+            self.ended = self.ended or event.get("kind") == "run_end"
 
 
 SUMMARY_FORMAT = 3
@@ -203,31 +203,31 @@ def of_state(state: RunState) -> dict[str, Any]:
     } | {key: value for part in state.parts.values() for key, value in part.said().items()}
 
 
-def update(data: dict[str, Any], lines: list[dict[str, Any]], state: RunState) -> None:
-    """`data` after a record that made `lines` and left the run in `state`."""
-    for line in lines:
-        kind = line["kind"]
+def update(data: dict[str, Any], events: list[dict[str, Any]], state: RunState) -> None:
+    """`data` after a record that made `events` and left the run in `state`."""
+    for event in events:
+        kind = event["kind"]
         if kind == "token_usage":
-            data["last_usage"] = line
+            data["last_usage"] = event
             data["waiting"] = None
         elif kind == "retry":
             # A streak of retries is one wait: since its first, until a call gets through.
-            waiting = data.get("waiting") or {"since": line["ts"]}
+            waiting = data.get("waiting") or {"since": event["ts"]}
             waiting.update(
-                attempt=line.get("attempt"),
-                wait_s=line.get("wait_s"),
-                ts=line["ts"],
-                message=line.get("message"),
+                attempt=event.get("attempt"),
+                wait_s=event.get("wait_s"),
+                ts=event["ts"],
+                message=event.get("message"),
             )
             data["waiting"] = waiting
         elif kind == "warning":
             # What the run warned of (a smaller window than configured, a cache the server
             # drops): the newest few, for `status` to repeat.
-            said = line.get("message")
+            said = event.get("message")
             warnings = [w for w in data.get("warnings", []) if w.get("message") != said]
-            data["warnings"] = [*warnings, line][-MAX_WARNINGS:]
+            data["warnings"] = [*warnings, event][-MAX_WARNINGS:]
         if kind not in ("token_usage", "tool_call"):
-            data["last_event"] = line
+            data["last_event"] = event
         if kind in ("run_start", "run_end"):
             data["waiting"] = None
     data["run"] = of_state(state)
@@ -243,8 +243,8 @@ class Summary:
         # from what the journal says, not from a file a kill left behind it.
         self.data = read(state_dir) or folded(state_dir)[0]
 
-    def record(self, lines: list[dict[str, Any]], state: RunState) -> None:
-        update(self.data, lines, state)
+    def record(self, events: list[dict[str, Any]], state: RunState) -> None:
+        update(self.data, events, state)
         self.data["journal_bytes"] = self.journal.stat().st_size if self.journal.exists() else 0
         self.save()
 
@@ -280,6 +280,6 @@ def folded(state_dir: Path) -> tuple[dict[str, Any], list[str]]:
     reader = JsonlReader(state_dir / JOURNAL)
     for record in reader.records(JOURNAL_RECORD):
         state.apply(record)
-        update(data, lines_of(record, state), state)
+        update(data, events_of(record, state), state)
     data["run"] = of_state(state)
     return data, [str(p) for p in reader.problems]

@@ -51,7 +51,7 @@ def plan_saved(message: Message) -> list[PlanItem] | None:
 
 
 def plan_line(record: MessageRecord, plan: RunPlan) -> dict[str, Any]:
-    """The fields of the `plan` line of `events.jsonl` a saved plan makes (docs/logs.md)."""
+    """The fields of the `plan` event a saved plan makes (docs/logs.md)."""
     items = record.plan or []
     tally = {status: sum(i.status == status for i in items) for status in ("done", "doing", "todo")}
     shown = [i.model_dump(exclude_defaults=True) for i in items]

@@ -48,14 +48,17 @@ class Record(BaseModel):
         if isinstance(kind, str):
             if KINDS.setdefault(kind, cls) is not cls:
                 raise TypeError(f"record kind {kind!r} is taken by {KINDS[kind].__name__}")
+        # `lines` was this hook's name before issue 30: a record still defining it logs nothing.
+        if "lines" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}.lines is now `events` (issue 30)")
 
     def implied(self) -> list[Record]:
         """Records this one means too, folded after it (a rewind ends the session it finds)."""
         return []
 
-    def lines(self) -> list[tuple[str, dict[str, Any]]]:
-        """The lines of `events.jsonl` a feature's record makes (`sinks/lines.py` makes the
-        core's, which need the run's state)."""
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        """The events a feature's record makes (`sinks/record_events.py` makes the core's,
+        which need the run's state)."""
         return []
 
 
@@ -305,7 +308,7 @@ NoticeKind = Literal[
 
 class Notice(Record):
     """News a reader shows that decides nothing: a warning, a retry, a wait for the server or
-    for `resume`, the tools' confinement, a refused or silently cut prompt, a missed wind-down.
+    for `unpause`, the tools' confinement, a refused or silently cut prompt, a missed wind-down.
     Journalled like everything else, so what people read is a fold of the journal."""
 
     kind: Literal["notice"] = "notice"

@@ -1,7 +1,7 @@
-"""What a record, just folded into the run's state, means to a reader: the lines of
-`events.jsonl` and `token_usage.jsonl` it makes (none for a record that means nothing to one).
+"""What a record, just folded into the run's state, means to a reader: the events
+(of `events.jsonl` and `token_usage.jsonl`) it makes (none for a record that means nothing to one).
 
-Pure: the same journal folded again makes the same lines, which is how `status` rebuilds from
+Pure: the same journal folded again makes the same events, which is how `status` rebuilds from
 the journal alone what the run's `status.json` says. Kinds and fields are in docs/logs.md.
 """
 
@@ -35,25 +35,25 @@ from ouroboros.state.records import (
 )
 
 USAGE_KIND = "token_usage"
-"""The kind of the lines of `token_usage.jsonl`; every other kind goes to `events.jsonl`."""
+"""The kind of the events of `token_usage.jsonl`; every other kind goes to `events.jsonl`."""
 
-Line = dict[str, Any]
-"""A line as written, less its `seq` (the order of writing, which the writer numbers)."""
+Event = dict[str, Any]
+"""An event as written, less its `seq` (the order of writing, which the writer numbers)."""
 
 
-def lines_of(record: Record, state: RunState) -> list[Line]:
+def events_of(record: Record, state: RunState) -> list[Event]:
     return [
         {"v": SCHEMA_VERSION, "ts": record.ts, "kind": kind, **fields}
-        for kind, fields in _lines(record, state)
+        for kind, fields in _events(record, state)
     ]
 
 
 @singledispatch
-def _lines(record: Record, state: RunState) -> list[tuple[str, dict[str, Any]]]:
-    return record.lines()  # a feature's record says its own
+def _events(record: Record, state: RunState) -> list[tuple[str, dict[str, Any]]]:
+    return record.events()  # a feature's record says its own
 
 
-@_lines.register
+@_events.register
 def _(record: MessageRecord, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     made = []
     if record.usage is not None:
@@ -68,19 +68,19 @@ def _(record: MessageRecord, state: RunState) -> list[tuple[str, dict[str, Any]]
     return made
 
 
-@_lines.register
+@_events.register
 def _(record: SideCall, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [token_usage(record.session, record.usage.model_dump(), state)]
 
 
-@_lines.register
+@_events.register
 def _(record: Notice, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     said = {"message": record.message} if record.message else {}
     where = {} if record.session is None else {"session": record.session}
     return [(record.event, {**said, **where, **record.details})]
 
 
-@_lines.register
+@_events.register
 def _(record: CompactionFailed, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [
         (
@@ -95,7 +95,7 @@ def _(record: CompactionFailed, state: RunState) -> list[tuple[str, dict[str, An
     ]
 
 
-@_lines.register
+@_events.register
 def _(record: Mask, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     before, after = record.projected_before, record.projected_after
     fields = {
@@ -111,7 +111,7 @@ def _(record: Mask, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [("context_mask", fields)]
 
 
-@_lines.register
+@_events.register
 def _(record: Cut, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     shown = sum(record.cuts.values())
     return [
@@ -122,7 +122,7 @@ def _(record: Cut, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-@_lines.register
+@_events.register
 def _(record: Compaction, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     fields = {
         "session": record.session,
@@ -134,18 +134,18 @@ def _(record: Compaction, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [("compaction", fields)]
 
 
-@_lines.register
+@_events.register
 def _(record: WindDown, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [("wind_down", record.model_dump(exclude={"v", "ts", "kind", "message"}))]
 
 
-@_lines.register
+@_events.register
 def _(record: LoopDetected, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     fields = record.model_dump(exclude={"v", "ts", "kind", "message"})
     return [("loop", {**fields, "detections": state.loops.detections})]
 
 
-@_lines.register
+@_events.register
 def _(record: SessionStart, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     made: list[tuple[str, dict[str, Any]]] = []
     if record.session > 1:
@@ -161,12 +161,12 @@ def _(record: SessionStart, state: RunState) -> list[tuple[str, dict[str, Any]]]
     return made
 
 
-@_lines.register
+@_events.register
 def _(record: SessionEnd, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [("session_end", record.model_dump(exclude={"v", "ts", "kind"}))]
 
 
-@_lines.register
+@_events.register
 def _(record: RunStart, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     session = {"session": state.session} if state.session else {}  # none before the first
     made = [("run_start", {"model": record.model, "resumed": record.resumed, **session})]
@@ -175,13 +175,13 @@ def _(record: RunStart, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return made
 
 
-@_lines.register
+@_events.register
 def _(record: WindowChange, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     changed = {"session": record.session, "before": record.before, "source": record.source}
     return [("context_window", {**record.window.model_dump(), **changed})]
 
 
-@_lines.register
+@_events.register
 def _(record: RunEnd, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     made: list[tuple[str, dict[str, Any]]] = []
     if record.reason == EndReason.ERROR:
