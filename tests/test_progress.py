@@ -152,6 +152,8 @@ def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project:
     assert "Operator's tasks: 0 of 1 pass" in opening(ran.chat_requests()[0])
     assert "T1 [todo] write hello.txt" in opening(ran.chat_requests()[0])
     assert checks(project) == [("T1", 2, "done"), ("T1", 0, "done")]
+    state = fold(project.state / "journal.jsonl")[0]
+    assert list(state.part(Progress).items) == ["T1"]  # status counts 1 of 1
     assert project.events("run_end")[-1]["reason"] == "finish"
     assert tasks.waiting(project.state) == []
 
