@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tools",),
     ("run",),
     ("sinks", "observe"),
-    ("checkpoints", "deadends", "operator", "mcp", "server"),
+    ("checkpoints", "deadends", "operator", "mcp", "server", "progress"),
     ("",),
 )
 """Folders by layer, lowest first; folders in one layer may import one another, not in circles.

@@ -174,6 +174,12 @@ def _tell(load: Loader, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _task(load: Loader, args: argparse.Namespace, console: Console) -> int:
+    from ouroboros.progress.cli import task_command
+
+    return task_command(load().paths.state_dir, args, console, _when)
+
+
 def _request(load: Loader, request: str, what: str, console: Console) -> int:
     """Leave a request the run takes at its next safe point, or when it starts (`operator.py`);
     the newer of `pause` and `unpause` decides."""
@@ -219,6 +225,7 @@ def _rewind(load: Loader, args: argparse.Namespace, console: Console) -> int:
 _COMMANDS = {
     "run": _run,
     "tell": _tell,
+    "task": _task,
     "pause": _pause,
     "unpause": _unpause,
     "resume": _former_unpause,

@@ -7,6 +7,7 @@ examples:
   python -m ouroboros tail -f             watch it: a line per model call and event
   python -m ouroboros status              is it alive, where is it, what is left
   python -m ouroboros tell "use pytest"    a message for the agent, at its next step
+  python -m ouroboros task add "x" --check "pytest -q"   an item only its check passes
   python -m ouroboros pause / unpause     hold the run (no model call) / let it go on
   python -m ouroboros report              an HTML page of the whole run
   python -m ouroboros rewind --session 3  the workspace as it was when session 3 started
@@ -100,6 +101,26 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     tell_cmd.add_argument("text", nargs="?", help="the message")
     tell_cmd.add_argument("--file", type=Path, help="read the message from a file")
+    task_cmd = _command(
+        commands,
+        "task",
+        "give the agent work items it passes only by their checks",
+        'python -m ouroboros task add "parse ISO dates" --check "pytest -q tests/test_dates.py"',
+        "Kept in the state folder the moment this returns, taken at the run's next step (or "
+        "when it starts). The agent cannot edit or delete them; `finish` is refused while one "
+        "fails (progress.finish_needs_checks).",
+    )
+    tasks = task_cmd.add_subparsers(dest="task_command", required=True, metavar="subcommand")
+    add_cmd = tasks.add_parser("add", help="add one task")
+    add_cmd.add_argument("text", help="what is to be done, one line")
+    add_cmd.add_argument(
+        "--check", required=True, help="a shell command that exits 0 once it is done"
+    )
+    tasks.add_parser("list", help="the tasks, passing or not")
+    import_cmd = tasks.add_parser(
+        "import", help="add many: a TOML file of [[task]] tables or JSONL, each text and check"
+    )
+    import_cmd.add_argument("file", type=Path)
     _command(
         commands,
         "pause",

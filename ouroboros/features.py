@@ -20,11 +20,20 @@ from ouroboros.mcp import view as mcp
 from ouroboros.observe.shown import SHOWN
 from ouroboros.operator import records as operator_records
 from ouroboros.operator import view as operator
+from ouroboros.progress import records as progress_records
+from ouroboros.progress import view as progress
 from ouroboros.server import records as server_records
 from ouroboros.server import view as server
 
-RECORDS = (operator_records, checkpoints_records, deadends_records, mcp_records, server_records)
+RECORDS = (
+    operator_records,
+    checkpoints_records,
+    deadends_records,
+    mcp_records,
+    server_records,
+    progress_records,
+)
 """Their records and parts: imported here, so that every reader of a journal has them."""
-FEATURES = (operator, checkpoints, deadends, mcp, server)
+FEATURES = (operator, progress, checkpoints, deadends, mcp, server)
 """What people are shown of them, in the order of `status`'s rows and the report's sections."""
 SHOWN.extend(feature.SHOWN for feature in FEATURES)

@@ -21,6 +21,7 @@ from ouroboros.model.llm import LLMClient, Model, journalled, retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
 from ouroboros.operator.safe_point import Operator
 from ouroboros.policy.room import Rules
+from ouroboros.progress.checks import Checking
 from ouroboros.run import window
 from ouroboros.run.lock import started_mark
 from ouroboros.run.session import Parts
@@ -148,10 +149,14 @@ def build_parts(
         """A window a refusal states later sizes the results and the plan too."""
         tools.fit(tool_caps(s, lines, journal))
 
+    shell = tools.tools["shell_exec"]
+    assert isinstance(shell, ShellExec)
+    view_tokens = plan_tokens(budget.prompt_budget)
     features = (
         Operator(s.paths.state_dir, journal, clock, s.supervisor.auto_restart),
         Checkpointing(s, journal),
         Recall(s.dead_ends.share, journal),
+        Checking(s, journal, shell, tools.workspace, view_tokens, tools.caps.plan_cap.price),
     )
     parts = Parts(
         s,

@@ -19,6 +19,7 @@ ON_DISK = {
     "refused", "compaction", "wind_down", "usage", "notice", "compaction_failed", "loop", "told",
     "paused", "unpaused", "checkpoint", "rewinding", "rewound", "mcp_offered", "mcp_fault",
     "window", "session_end", "run_end", "server_started", "server_exited", "dead_end",
+    "tasks_added", "check", "stalling",
 }  # fmt: skip
 """Every kind journals hold: old journals fold only while each is read as before."""
 

@@ -55,7 +55,9 @@ def test_a_saved_plan_opens_every_later_session_whole(project: Project) -> None:
         assert SHOWN in opening(request), opening(request)
     assert len(firsts) == 4  # each session's first request
     state, _ = fold(project.state / "journal.jsonl")
-    assert [i.model_dump() for i in state.plan.items] == [{"note": "", **item} for item in PLAN]
+    assert [i.model_dump() for i in state.plan.items] == [
+        {"note": "", "check": "", **item} for item in PLAN
+    ]
     assert state.plan.changes == 1
 
 
@@ -102,7 +104,7 @@ def test_a_bad_plan_is_refused_in_one_line_saying_what_to_do_and_changes_nothing
     assert all(text.endswith("Nothing was changed") for text in checked)
     # Only the first plan was kept: one record carries a plan, and the fold has it.
     assert [r["plan"] for r in records if r["kind"] == "message" and "plan" in r] == [
-        [{"note": "", **i} for i in PLAN]
+        [{"note": "", "check": "", **i} for i in PLAN]
     ]
     state, _ = fold(project.state / "journal.jsonl")
     assert render(state.plan.items) == SHOWN

@@ -24,6 +24,7 @@ PLAN_TOOL = "plan"
 MAX_ITEMS = 20
 TEXT_CHARS = 120
 NOTE_CHARS = 160
+CHECK_CHARS = 200
 PLAN_SHARE = 0.05
 """Of the prompt budget, what the rendered plan may take at most, in tokens as the run prices
 content (`PlanCap`)."""
@@ -46,10 +47,13 @@ class PlanItem(BaseModel):
     text: str
     status: Status
     note: str = ""
+    check: str = ""
+    """A shell command: the item is done only while it exits 0 (`ouroboros/progress/`)."""
 
 
 class PlanArgs(BaseModel):
-    """Save your whole plan, its steps todo, doing (one) or done: every session opens with it."""
+    """Save your whole plan, its steps todo, doing (one) or done: every session opens with it.
+    A step's `check` (a command) must exit 0 for it to be done."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -83,7 +87,9 @@ class PlanCap:
 def render(items: Sequence[PlanItem]) -> str:
     """The plan, one numbered line an item."""
     return "\n".join(
-        f"{n}. [{item.status}] {item.text}" + (f" ({item.note})" if item.note else "")
+        f"{n}. [{item.status}] {item.text}"
+        + (f" ({item.note})" if item.note else "")
+        + (f" check: `{item.check}`" if item.check else "")
         for n, item in enumerate(items, 1)
     )
 
@@ -102,7 +108,11 @@ def problem(items: Sequence[PlanItem], cap: PlanCap) -> str | None:
             "ones (their results are in your files)"
         )
     for n, item in enumerate(items, 1):
-        for name, value, most in (("text", item.text, TEXT_CHARS), ("note", item.note, NOTE_CHARS)):
+        for name, value, most in (
+            ("text", item.text, TEXT_CHARS),
+            ("note", item.note, NOTE_CHARS),
+            ("check", item.check, CHECK_CHARS),
+        ):
             if "\n" in value or "\r" in value:
                 return f"item {n}'s {name} has a line break: one line each"
             if len(value) > most:

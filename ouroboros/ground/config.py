@@ -233,9 +233,30 @@ class SupervisorSettings(_Section):
 
 
 HookEventName = Literal[
-    "run_end", "error", "stuck", "waiting", "restart", "loop", "told", "paused", "server_restart"
+    "run_end",
+    "error",
+    "stuck",
+    "stalled",
+    "waiting",
+    "restart",
+    "loop",
+    "told",
+    "paused",
+    "server_restart",
 ]
 """What a hook may run on (`operator/hooks.py` says which record each is)."""
+
+
+class ProgressSettings(_Section):
+    """Plan items with a check: done only while their check passes (`ouroboros/progress/`)."""
+
+    finish_needs_checks: bool = True
+    """`finish` is refused while an item with a check does not pass."""
+    stall_sessions: int = Field(3, ge=0)
+    """Sessions in a row that pass no new check before the agent is told; one more and the run
+    stops as `stalled`; 0 = never."""
+    check_timeout_s: float = Field(60.0, gt=0)
+    """A check still running after this fails (at most `session.shell_timeout_s`)."""
 
 
 class HookCommand(_Section):
@@ -306,6 +327,7 @@ class Settings(BaseSettings):
     hooks: HookSettings = HookSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
     dead_ends: DeadEndSettings = DeadEndSettings()
+    progress: ProgressSettings = ProgressSettings()
     paths: PathSettings = PathSettings()
     server: ServerSettings = ServerSettings()
     mcp: McpSettings = McpSettings()

@@ -113,6 +113,8 @@ def events_of(record: JournalRecord, outage: Outage) -> list[Event]:
             events.insert(0, Event("error", said))
         if record.reason == EndReason.STUCK:
             events.insert(0, Event("stuck", said))
+        if record.reason == EndReason.STALLED:
+            events.insert(0, Event("stalled", said))
         return events
     if isinstance(record, SessionStart) and record.reason != "fresh":
         return [Event("restart", f"session {record.session} started after {record.reason}")]

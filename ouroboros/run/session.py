@@ -45,7 +45,7 @@ from ouroboros.state.records import (
     ToolStarted,
     wall_time,
 )
-from ouroboros.tools import Tools
+from ouroboros.tools import ToolOutcome, Tools
 from ouroboros.tools.builtin import finish_summary
 from ouroboros.tools.results import Fit
 
@@ -66,8 +66,14 @@ class Feature:
     async def before_call(self, prompt_budget: int) -> None:
         """At the safe point before each model call, the step before it whole."""
 
-    async def between_sessions(self) -> None:
-        """A session ended and the next is to start (not before the first)."""
+    async def between_sessions(self) -> End | None:
+        """A session ended and the next is to start (not before the first); an `End` stops the
+        run instead."""
+        return None
+
+    async def tool_ran(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
+        """A call's outcome before it is recorded: what the feature adds to it, or refuses."""
+        return outcome
 
     async def session_starting(self, session: int) -> None:
         """Before session `session`'s start is journalled."""
@@ -344,6 +350,8 @@ class Session:
         started = ToolStarted(session=self.state.session, call_id=call.id, name=call.name)
         self.journal.append(started)
         outcome = await self.tools.run(call, fits)
+        for feature in self.parts.features:
+            outcome = await feature.tool_ran(call, outcome)
         run = ToolRun(
             duration_s=round(outcome.duration_s, 3),
             output_bytes=outcome.original_bytes,

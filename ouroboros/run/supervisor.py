@@ -116,7 +116,8 @@ class Supervisor:
         if limit is not None and state.restarts >= limit:
             return self.finished(EndReason.MAX_RESTARTS, f"{state.restarts} restarts")
         for feature in self.parts.features:
-            await feature.between_sessions()
+            if (end := await feature.between_sessions()) is not None:
+                return self.finished(end.reason, end.detail)
         # The server may have been reloaded or restarted with another window since the start.
         await window.reread(self.parts.server, self.journal, self.settings)
         self.parts = self.parts.fitted(state.window)

@@ -116,6 +116,9 @@ class EndReason(StrEnum):
     """It looped on after `loops.max_loops` such restarts: the run stops."""
     REWOUND = "rewound"
     """`python -m ouroboros rewind` ended it while the run was not running."""
+    STALLED = "stalled"
+    """Sessions in a row passed no new check (`progress.stall_sessions`, and one more): the run
+    stops."""
 
     @property
     def restarts(self) -> bool:

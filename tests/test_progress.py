@@ -1,0 +1,206 @@
+"""Checked progress in whole runs in this process: a step marked done is done only while its
+check passes (the agent told why it is not), `finish` is refused while one fails, a regression
+at a session's end is said in the next opening, a run that passes no new check stops as
+`stalled` (and its hook runs), and the operator's tasks, thousands of them, fit the opening.
+The same through the CLI: tests/test_progress_cli.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ouroboros.context.plan import plan_tokens
+from ouroboros.model.scripted import Reply, count_tokens, tool
+from ouroboros.progress import tasks
+from ouroboros.progress.records import Progress, Task
+from ouroboros.state.journal import fold
+from tests.conftest import Project, wait_for
+from tests.inprocess import run_here
+from tests.test_hooks import recorded, recorder
+from tests.test_plan import opening
+
+HELLO = {"text": "write hello.txt", "status": "done", "check": "grep -q hello hello.txt"}
+
+
+def plans(*items: dict[str, Any]) -> Reply:
+    return Reply(tool_calls=[tool("plan", items=list(items))])
+
+
+def results(request: dict[str, Any], name: str) -> list[str]:
+    return [
+        str(m["content"])
+        for m in request["messages"]
+        if m["role"] == "tool" and m.get("name", name) == name
+    ]
+
+
+def checks(project: Project) -> list[tuple[str, int | None, str]]:
+    return [
+        (r["item"], r["exit_code"], r["when"])
+        for r in project.records("journal.jsonl")
+        if r["kind"] == "check"
+    ]
+
+
+def test_a_step_is_done_only_once_its_check_passes_and_finish_waits_for_it(
+    project: Project,
+) -> None:
+    script = [
+        plans(HELLO),
+        Reply(tool_calls=[tool("finish", summary="all done")]),
+        Reply(tool_calls=[tool("shell_exec", command="echo hello > hello.txt")]),
+        plans(HELLO),
+        Reply(tool_calls=[tool("finish", summary="all done")]),
+    ]
+    ran = run_here(project, script, supervisor={"max_total_turns": 10})
+    assert ran.returncode == 0, ran.stderr
+    requests = ran.chat_requests()
+    told = requests[1]["messages"][-1]["content"]
+    assert "step 1 stays doing: its check exited 2" in told, told
+    assert "hello.txt" in told  # the tail of what grep said
+    refused = requests[2]["messages"][-1]["content"]
+    assert "finish refused: 1 checked item(s) do not pass: write hello.txt" in refused
+    assert "step 1: check passed" in requests[4]["messages"][-1]["content"]
+    assert checks(project) == [("write hello.txt", 2, "done"), ("write hello.txt", 0, "done")]
+    saved = [r["plan"] for r in project.records("journal.jsonl") if r.get("plan")]
+    assert [[i["status"] for i in plan] for plan in saved] == [["doing"], ["done"]]
+    state = fold(project.state / "journal.jsonl")[0]
+    assert [i.status for i in state.plan.items] == ["done"]
+    assert state.run_end is not None
+    assert state.run_end.reason == "finish"
+
+
+def test_finish_is_accepted_with_failing_checks_when_the_setting_is_off(project: Project) -> None:
+    script = [plans(HELLO), Reply(tool_calls=[tool("finish", summary="enough")])]
+    ran = run_here(
+        project, script, progress={"finish_needs_checks": False}, supervisor={"max_total_turns": 5}
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert project.events("run_end")[-1]["reason"] == "finish"
+
+
+def test_a_regression_at_a_session_end_is_caught_and_said_in_the_next_opening(
+    project: Project,
+) -> None:
+    script = [
+        Reply(tool_calls=[tool("shell_exec", command="echo hello > hello.txt")]),
+        plans(HELLO),
+        Reply(tool_calls=[tool("shell_exec", command="rm hello.txt")]),
+        Reply(text="thinking"),
+    ]
+    ran = run_here(project, script, session={"max_turns": 3}, supervisor={"max_total_turns": 4})
+    assert ran.returncode == 0, ran.stderr
+    assert checks(project) == [
+        ("write hello.txt", 0, "done"),
+        ("write hello.txt", 2, "session_end"),
+    ]
+    second = opening(ran.chat_requests()[3])
+    assert "Checks that passed before fail now: write hello.txt (exit 2" in second, second
+    assert "[doing] write hello.txt" in second
+
+
+def test_a_checked_step_that_never_passes_stops_the_run_as_stalled_and_its_hook_runs(
+    project: Project,
+) -> None:
+    out = project.root / "hooked.jsonl"
+    never = {"text": "make it pass", "status": "done", "check": "false"}
+    script = [plans(never), *[Reply(tool_calls=[tool("list_dir")]) for _ in range(20)]]
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 2},
+        progress={"stall_sessions": 2},
+        supervisor={"max_total_turns": 40},
+        hooks={"min_interval_s": 0, "on": [{"events": ["stalled"], "command": recorder(out)}]},
+    )
+    assert ran.returncode == 0, ran.stderr
+    end = project.events("run_end")[-1]
+    assert end["reason"] == "stalled", end
+    assert [e["session"] for e in project.events("session_start")] == [1, 2, 3]
+    told = opening(ran.chat_requests()[-1])
+    assert "No check newly passed in 2 sessions (failing: make it pass)" in told, told
+    wait_for(lambda: recorded(out))
+    assert [e["event"] for e in recorded(out)] == ["stalled"]
+
+
+def test_a_run_without_checked_items_never_stalls(project: Project) -> None:
+    script = [Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 1},
+        progress={"stall_sessions": 2},
+        supervisor={"max_total_turns": 10},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    assert len(project.events("session_start")) == 10
+
+
+def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project: Project) -> None:
+    tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
+    own = {"text": "T1 write hello.txt", "status": "done", "check": "true"}
+    script = [
+        plans(own),
+        Reply(tool_calls=[tool("shell_exec", command="echo hello > hello.txt")]),
+        plans(own),
+        Reply(tool_calls=[tool("finish", summary="done")]),
+    ]
+    ran = run_here(project, script, session={"max_turns": 2}, supervisor={"max_total_turns": 6})
+    assert ran.returncode == 0, ran.stderr
+    assert len(project.events("session_start")) == 2  # its own check is no item of its own
+    assert "Operator's tasks: 0 of 1 pass" in opening(ran.chat_requests()[0])
+    assert "T1 [todo] write hello.txt" in opening(ran.chat_requests()[0])
+    assert checks(project) == [("T1", 2, "done"), ("T1", 0, "done")]
+    state = fold(project.state / "journal.jsonl")[0]
+    assert list(state.part(Progress).items) == ["T1"]  # status counts 1 of 1
+    assert project.events("run_end")[-1]["reason"] == "finish"
+    assert tasks.waiting(project.state) == []
+
+
+def test_5000_operator_tasks_keep_the_first_request_within_its_budget(project: Project) -> None:
+    # Long ones: five open tasks whole would take more than the plan's share at this window.
+    check = " && ".join(f"grep -q 'case {n}' results.txt" for n in range(5))
+    many = [Task(text=f"make case {n} pass, " + "so " * 40, check=check) for n in range(1, 5001)]
+    tasks.post(project.state, many)
+    ran = run_here(project, [Reply(text="hi")], window=4096, supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    first = ran.chat_requests()[0]
+    said = opening(first)
+    assert "Operator's tasks: 0 of 5000 pass" in said
+    assert "T1 [todo] make case 1 pass" in said
+    listed = said[said.index("Operator's tasks") :]
+    state = fold(project.state / "journal.jsonl")[0]
+    assert state.window is not None
+    budget = state.window.prompt_budget
+    assert count_tokens({"messages": [{"role": "user", "content": listed}]}) <= plan_tokens(budget)
+    assert count_tokens(first) <= budget
+    assert len(state.part(Progress).tasks) == 5000
+
+
+def test_a_tasks_file_not_written_by_task_is_set_aside(project: Project) -> None:
+    folder = project.state / tasks.TASKS
+    folder.mkdir(parents=True)
+    (folder / "0001-bad.json").write_text(json.dumps({"not": "a list"}))
+    ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    assert (folder / "0001-bad.json.rejected").exists()
+    assert "Operator's tasks" not in opening(ran.chat_requests()[0])
+
+
+def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_nothing(
+    project: Project,
+) -> None:
+    step = {"text": "tests pass", "status": "done"}
+    script = [
+        plans({**step, "check": "true"}),
+        plans({**step, "check": "false"}),
+        Reply(tool_calls=[tool("finish", summary="done")]),
+        plans(),
+        Reply(tool_calls=[tool("finish", summary="done")]),
+    ]
+    ran = run_here(project, script, supervisor={"max_total_turns": 8})
+    assert ran.returncode == 0, ran.stderr
+    assert checks(project) == [("tests pass", 0, "done"), ("tests pass", 1, "done")]
+    assert "finish refused" in ran.chat_requests()[3]["messages"][-1]["content"]
+    assert project.events("run_end")[-1]["reason"] == "finish"
