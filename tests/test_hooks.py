@@ -326,7 +326,8 @@ def test_a_hook_that_cannot_be_executed_is_a_warning_and_the_next_hooks_run(
         },
     )
     assert result.returncode == 0, result.stderr
-    assert [e["event"] for e in recorded(out)] == ["restart", "restart", "run_end"]
+    # Hooks are not waited for: the second restart's and the run end's may finish either way.
+    assert sorted(e["event"] for e in recorded(out)) == ["restart", "restart", "run_end"]
     warnings = journal_warnings(project)
     assert len(warnings) == 3 * 3, warnings  # each bad hook at each of the three events
     assert all("cannot run: " in w and "\n" not in w for w in warnings), warnings
