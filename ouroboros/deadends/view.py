@@ -29,11 +29,9 @@ DESCRIBED: dict[str, tuple[str, Describe]] = {"dead_end": ("yellow", met_text)}
 
 def dead_end_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
     """How many are remembered and met again, and the newest."""
-    if not run:
-        return []
     summary = run.get("dead_ends") or {}
     if not summary.get("count") and not summary.get("met"):
-        return [("dead ends", Text("none", style="dim"))]
+        return []
     text = Text(f"{summary.get('count', 0)} remembered, {summary.get('met', 0)} met again")
     for end in summary.get("newest") or []:
         times = f", {_times(end.get('times'))}" if end.get("times", 1) > 1 else ""

@@ -14,7 +14,7 @@ from ouroboros.observe.shown import Shown
 
 
 def mcp_row(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
-    return [("mcp", Text(printable(run.get("mcp") or "no servers")))] if run else []
+    return [("mcp", Text(printable(run["mcp"])))] if run.get("mcp") else []
 
 
 SHOWN = Shown(

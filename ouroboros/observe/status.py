@@ -198,8 +198,6 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
     grid.add_column(style="bold", justify="right")
     grid.add_column()
     grid.add_row("run", _run_line(figures))
-    for row, shown in feature_rows(run, figures.now, figures.state_dir):
-        grid.add_row(row, shown)
     ended = f"ended: {run['ended_reason']}"
     session = f"{run['session']} ({'open' if run['session_open'] else ended})"
     grid.add_row("session", session if run["session"] else "none yet")
@@ -209,6 +207,9 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
         said = f"{loops['detections']} caught, the newest {_age(latest['ts'], figures.now)}: "
         grid.add_row("loops", Text(said + printable(loop_text(latest)), style="yellow"))
     grid.add_row("plan", plan_status(run.get("plan")))
+    # The features' rows (of those a run uses), after the run's own progress.
+    for row, shown in feature_rows(run, figures.now, figures.state_dir):
+        grid.add_row(row, shown)
     grid.add_row("context", context_text(figures.usage))
     grid.add_row("window", window_text(run.get("window")))
     grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
