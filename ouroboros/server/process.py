@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -284,6 +285,13 @@ async def keep_alive(
     answers; `gave_up` is told if it keeps dying (the run then stops)."""
     if not settings.server.command:
         return
+    program = settings.server.command[0]
+    if shutil.which(program) is None:
+        # Else every start would fail the same way, and the run stop only past max_restarts.
+        raise RunError(
+            f"server.command: {program!r} is not a program on PATH nor an executable file; "
+            "fix [server] command in the config"
+        )
     ready = anyio.Event()
 
     async def serve() -> None:
