@@ -18,6 +18,8 @@ from ouroboros.ground.messages import (
     Message,
     ToolMessage,
 )
+from ouroboros.ground.prompts import DEAD_END_NOTE
+from ouroboros.state.loop_tally import own_text
 
 PARTS = ("command", "exit", "lines", "bytes", "first", "last", "where")
 
@@ -135,8 +137,10 @@ def price_errors(run: Run) -> list[float] | None:
 
 
 def said(content: str) -> list[str]:
-    """The output's own non-blank lines: not the harness's exit-code line or cut marker."""
+    """The output's own non-blank lines: not the harness's dead-end note, exit-code line or cut
+    marker."""
     lines = content.splitlines()
+    lines = lines[1:] if lines and lines[0].startswith(DEAD_END_NOTE) else lines
     lines = lines[1:] if lines and lines[0].startswith("exit code ") else lines
     return [line for line in lines if line.strip() and not line.startswith("[... ")]
 
@@ -185,10 +189,11 @@ def placeholders(run: Run) -> Counter[str]:
 
 
 def not_as_recorded(run: Run) -> int:
-    """Shell results whose head is not the recorded output's: BASH_ENV did not do its job."""
+    """Shell results whose head is not the recorded output's: BASH_ENV did not do its job (the
+    note of a repeated dead end, the harness's, left out)."""
     t = run.trajectory
     return sum(
-        result.content[:100] != t.steps[t.call_steps[call_id]].output[:100]
+        own_text(result)[:100] != t.steps[t.call_steps[call_id]].output[:100]
         for call_id, result in run.results.items()
         if call_id in t.call_steps and not t.served[t.call_steps[call_id]].call_cut
     )

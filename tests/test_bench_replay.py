@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from ouroboros.context.mask import masked
+from ouroboros.ground.messages import ToolMessage
+from ouroboros.ground.prompts import DEAD_END_NOTE
 from tests.conftest import PROJECT_ROOT, load_module
 
 
@@ -54,3 +57,23 @@ def test_a_reply_too_long_is_stopped_at_the_limit_and_its_call_lost(
     # The floors and the unmanaged agent hold the stopped reply too: a step more.
     _, steps = load_module(PROJECT_ROOT / "bench" / "replay_floors.py").step_tokens(run)
     assert len(steps) == (4 if cut else 3)
+
+
+def test_a_dead_end_note_is_the_harness_s_line_not_the_output_s() -> None:
+    """The note a repeated failure's result starts with is not what the command printed: the
+    placeholder quotes the output's first line, and the bench judges it by that one."""
+    measures = load_module(PROJECT_ROOT / "bench" / "replay_measures.py")
+    output = "exit code 1\nFAILED tests/test_x.py::test_y\n1 failed in 0.1s"
+    noted = f"{DEAD_END_NOTE}this exact call failed this way once before]\n{output}"
+    assert measures.said(noted) == measures.said(output)
+    assert measures.said(noted)[0] == "FAILED tests/test_x.py::test_y"
+    result = ToolMessage(
+        tool_call_id="c",
+        name="shell_exec",
+        content=noted,
+        exit_code=1,
+        arguments=json.dumps({"command": "pytest tests/test_x.py"}),
+        output_bytes=len(output),
+        output_lines=3,
+    )
+    assert "first" in measures.parts_named(masked(result).content, result)
