@@ -64,6 +64,11 @@ def long_sent_at(path: Path) -> None:
     path.write_text(json.dumps({"sent_at": "x" * 100_000, "text": "hi"}))
 
 
+def nested(path: Path) -> None:
+    """Past the depth the JSON parser reads at: a RecursionError, not a ValueError."""
+    path.write_text("[" * 100_000)
+
+
 PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "FIFO": (fifo, "a FIFO"),
     "link to /dev/zero": (zero, "a link"),
@@ -72,6 +77,7 @@ PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "garbage": (garbage, "not a message `tell` wrote"),
     "lone surrogate": (surrogate, "not a message `tell` wrote"),
     "100 KB sent_at": (long_sent_at, "not a message `tell` wrote"),
+    "nested deep": (nested, "not a message `tell` wrote"),
 }
 
 

@@ -7,7 +7,12 @@ The same through the CLI: tests/test_progress_cli.py."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ouroboros.context.plan import plan_tokens
 from ouroboros.model.scripted import Reply, count_tokens, tool
@@ -186,6 +191,28 @@ def test_a_tasks_file_not_written_by_task_is_set_aside(project: Project) -> None
     assert ran.returncode == 0, ran.stderr
     assert (folder / "0001-bad.json.rejected").exists()
     assert "Operator's tasks" not in opening(ran.chat_requests()[0])
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        lambda path: os.mkfifo(path),
+        lambda path: path.symlink_to("/dev/zero"),
+        lambda path: path.write_text("[" * 100_000),  # past the JSON parser's depth
+    ],
+    ids=["FIFO", "link to /dev/zero", "nested deep"],
+)
+def test_a_planted_tasks_file_is_set_aside_never_a_hang_or_a_crash(
+    project: Project, plant: Callable[[Path], None]
+) -> None:
+    """The tasks folder is read as the inbox is: no link followed, no FIFO waited on."""
+    folder = project.state / tasks.TASKS
+    folder.mkdir(parents=True)
+    plant(folder / "0001-bad.json")
+    ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    assert os.path.lexists(folder / "0001-bad.json.rejected")
+    assert not os.path.lexists(folder / "0001-bad.json")
 
 
 def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_nothing(

@@ -150,7 +150,8 @@ def read(state_dir: Path, message_id: str) -> Letter:
         # What `post` writes, no more: the agent is shown both, so both must be UTF-8 and
         # `sent_at` a time, not a page.
         size = len(letter.text.encode()) + len(letter.sent_at.encode())
-    except (ValueError, KeyError, TypeError):  # UnicodeEncodeError is a ValueError
+    # UnicodeEncodeError is a ValueError; a RecursionError is JSON nested past the parser.
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise NotAMessage("not a message `tell` wrote") from None
     if size > MAX_MESSAGE_BYTES + SENT_AT_BYTES or len(letter.sent_at) > SENT_AT_BYTES:
         raise NotAMessage("not a message `tell` wrote")

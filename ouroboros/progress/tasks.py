@@ -95,7 +95,7 @@ def read(state_dir: Path, source: str) -> list[Task]:
     data = read_regular(state_dir / TASKS / f"{source}{SUFFIX}", MAX_FILE_BYTES)
     try:
         tasks = [Task.model_validate(t) for t in json.loads(data)]
-    except (ValueError, TypeError, ValidationError):
+    except (ValueError, TypeError, ValidationError, RecursionError):  # nested past the parser
         raise NotAMessage("not tasks `task` wrote") from None
     if any(problem(t) for t in tasks):
         raise NotAMessage("not tasks `task` wrote")
@@ -132,7 +132,7 @@ def parse(path: Path) -> list[Task]:
             continue
         try:
             tasks.append(_task(json.loads(line)))
-        except (ValueError, TypeError, ValidationError) as e:
+        except (ValueError, TypeError, ValidationError, RecursionError) as e:
             raise ConfigError(f"{path}, line {number}: {_said(e)}") from None
     return tasks
 
@@ -140,8 +140,8 @@ def parse(path: Path) -> list[Task]:
 def _toml(path: Path, raw: str) -> list[Task]:
     try:
         tables = tomllib.loads(raw).get("task", [])
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: {_said(e)}") from None
     if not isinstance(tables, list):
         raise ConfigError(f"{path}: `task` must be [[task]] tables, each with text and check")
     tasks = []
@@ -163,6 +163,8 @@ def _task(raw: object) -> Task:
 
 
 def _said(e: Exception) -> str:
+    if isinstance(e, RecursionError):
+        return "nested too deep to read"
     if isinstance(e, ValidationError):
         return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
     return str(e).splitlines()[0]
