@@ -86,7 +86,7 @@ async def run(
                         signal.signal(signal.SIGINT, signal.SIG_IGN)
                         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
-                def server_gave_up(error: RunError) -> None:
+                def server_gave_up(error: RunError | StateUnwritable) -> None:
                     nonlocal failure
                     failure = error
                     tg.cancel_scope.cancel()

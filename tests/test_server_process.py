@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from ouroboros.ground.config import ServerSettings
-from ouroboros.server.process import PIDFILE, Exit, ManagedServer, ServerGaveUp, kill_orphan
+from ouroboros.server.process import LOG, PIDFILE, Exit, ManagedServer, ServerGaveUp, kill_orphan
 from tests.conftest import PROJECT_ROOT, Project, free_port, wait_for
 
 COMMAND = [sys.executable, str(PROJECT_ROOT / "tests" / "scripted_command.py")]
@@ -221,3 +221,31 @@ def test_a_server_that_stands_still_mid_reply_is_killed_and_the_run_goes_on(
     assert exits[0]["signal"] == "SIGKILL", exits
     assert [r["restart"] for r in journal if r["kind"] == "server_started"] == [False, True]
     assert len(replies(project)) == 4
+
+
+PLANTS: dict[str, Callable[[Path], None]] = {
+    "link": lambda path: path.symlink_to(path.parent.parent / "outside.txt"),
+    "FIFO": lambda path: os.mkfifo(path),
+    "folder": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", list(PLANTS))
+@pytest.mark.parametrize("name", [PIDFILE, LOG])
+def test_a_planted_pid_file_or_log_is_neither_followed_nor_waited_on(
+    project: Project, name: str, plant: str
+) -> None:
+    """What stands at server.pid or server.log is set aside: a file a link points to is not
+    written, a FIFO not waited on, a folder no traceback."""
+    outside = project.state.parent / "outside.txt"
+    outside.write_text("keep")
+    project.state.mkdir(parents=True, exist_ok=True)
+    PLANTS[plant](project.state / name)
+    managed_project(project, 1)
+    result = project.run("run", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert outside.read_text() == "keep"
+    assert os.path.lexists(project.state / f"{name}.rejected")
+    assert "serving on" in (project.state / LOG).read_text()
