@@ -1,6 +1,6 @@
 """Workspace checkpoints: a copy of the workspace at each session start, committed to a git
 repository in the state folder (`checkpoints.git`, the workspace its work tree), which the rewind
-puts back (`checkpoint_rewind.py`, for `python -m ouroboros rewind --session N`).
+puts back (`checkpoints/rewind.py`, for `python -m ouroboros rewind --session N`).
 
 A checkpoint holds the workspace's files and links, and every `.gitignore` git reads (its rules
 are part of what the workspace was), but the harness's outputs (`.outputs/`), what the

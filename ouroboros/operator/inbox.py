@@ -2,7 +2,7 @@
 durable the moment `tell` returns, whether a run is up or not.
 
 `tell` never touches the journal (a running supervisor holds it); the run takes a message at a
-safe point (`operator.py`) by journalling it first and removing its file after, so a kill
+safe point (`safe_point.py`) by journalling it first and removing its file after, so a kill
 between the two leaves a file the fold knows was taken.
 
 Whatever else lands in the folder is read as hostile: only a regular file is read (never
