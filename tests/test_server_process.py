@@ -249,3 +249,23 @@ def test_a_planted_pid_file_or_log_is_neither_followed_nor_waited_on(
     assert outside.read_text() == "keep"
     assert os.path.lexists(project.state / f"{name}.rejected")
     assert "serving on" in (project.state / LOG).read_text()
+
+
+def test_the_group_a_killed_run_left_is_killed_once_its_leader_is_gone(tmp_path: Path) -> None:
+    """What a run killed with -9 leaves: the kernel killed the command (its parent-death
+    signal), not the server the command started; the next start kills that one, found by the
+    group server.pid names."""
+    child = tmp_path / "child.pid"
+    leader = subprocess.Popen(
+        ["sh", "-c", f"sleep 600 & echo $! > {child}; wait"], start_new_session=True
+    )
+    wait_for(lambda: child.exists() and child.read_text().strip())
+    server = int(child.read_text())
+    stat = Path(f"/proc/{leader.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    (tmp_path / PIDFILE).write_text(f"{leader.pid} {stat}\n")
+    leader.kill()  # as PR_SET_PDEATHSIG does when the run dies
+    leader.wait()
+    assert alive(server)
+    assert kill_orphan(tmp_path) == leader.pid
+    wait_for(lambda: not alive(server), timeout=60)
+    assert not alive(server), "the server the command started was left running"

@@ -97,10 +97,14 @@ def kill_orphan(state_dir: Path) -> int | None:
     except (OSError, ValueError):
         return None
     path.unlink(missing_ok=True)
-    if _started_at(pid) != started:
-        return None
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    if _started_at(pid) not in (started, None):
+        return None  # the pid is another process's now
+    # The leader, or, once the kernel killed it with the run, what it started: still in its
+    # group, whose id no new process is given while one of them lives.
+    try:
         os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return None
     return pid
 
 
