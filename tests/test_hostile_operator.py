@@ -158,3 +158,31 @@ def test_tell_with_a_non_utf8_argument_is_one_line_and_exit_2(project: Project) 
     assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
     assert "not UTF-8 text" in ran.stderr
     assert inbox.waiting(project.state) == []
+
+
+def test_an_inbox_that_is_a_link_is_not_read_through(project: Project) -> None:
+    """A link planted for the inbox itself: what is where it points is neither delivered nor
+    renamed."""
+    elsewhere = project.root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "00000000000000000001-a.json").write_text("not a message")
+    (elsewhere / "00000000000000000002-b.json").write_text(
+        json.dumps({"sent_at": "now", "text": TOLD})
+    )
+    project.state.mkdir(parents=True)
+    (project.state / INBOX).symlink_to(elsewhere)
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        ran = project.run("run", "--max-turns", "2", timeout=60)
+        requests = server.chat_requests()
+    assert ran.returncode == 0, ran.stderr
+    assert TOLD not in json.dumps(requests)
+    assert sorted(os.listdir(elsewhere)) == [
+        "00000000000000000001-a.json",
+        "00000000000000000002-b.json",
+    ]
+    told = project.run("tell", "hello")
+    assert told.returncode == 1
+    assert "inbox is a link, which the run does not read through" in told.stderr
+    assert len(told.stderr.strip().splitlines()) == 1, told.stderr
+    assert len(os.listdir(elsewhere)) == 2, "a message was left where the run never looks"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ouroboros.context.plan import plan_tokens
+from ouroboros.ground.errors import RunError
 from ouroboros.model.scripted import Reply, count_tokens, tool
 from ouroboros.progress import tasks
 from ouroboros.progress.records import Progress, Task
@@ -231,3 +232,21 @@ def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_not
     assert checks(project) == [("tests pass", 0, "done"), ("tests pass", 1, "done")]
     assert "finish refused" in ran.chat_requests()[3]["messages"][-1]["content"]
     assert project.events("run_end")[-1]["reason"] == "finish"
+
+
+def test_a_tasks_folder_that_is_a_link_is_not_read_through(project: Project) -> None:
+    """A link planted for the folder itself: the files where it points are neither taken nor
+    removed nor renamed."""
+    elsewhere = project.root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "0001-a.json").write_text(json.dumps([{"text": "a", "check": "true"}]))
+    (elsewhere / "0002-b.json").write_text("not tasks")
+    project.state.mkdir(parents=True, exist_ok=True)
+    (project.state / tasks.TASKS).symlink_to(elsewhere)
+    ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(os.listdir(elsewhere)) == ["0001-a.json", "0002-b.json"]
+    assert "Operator's tasks" not in opening(ran.chat_requests()[0])
+    with pytest.raises(RunError, match="tasks is a link, which the run does not read through"):
+        tasks.post(project.state, [Task(text="b", check="true")])
+    assert len(os.listdir(elsewhere)) == 2, "a task was left where the run never looks"

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from ouroboros.context.plan import CHECK_CHARS
 from ouroboros.ground.errors import ConfigError, RunError
 from ouroboros.ground.jsonl import storage
-from ouroboros.operator.inbox import NotAMessage, read_regular, set_aside
+from ouroboros.operator.inbox import NotAMessage, listed, made, read_regular, set_aside
 from ouroboros.progress.records import Task
 
 TASKS = "tasks"
@@ -65,7 +65,7 @@ def post(state_dir: Path, tasks: list[Task]) -> str:
     body = json.dumps([t.model_dump() for t in tasks]).encode()
     temporary = folder / f".{source}.tmp"
     with storage(folder):
-        folder.mkdir(parents=True, exist_ok=True)
+        made(folder)
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(handle, body)
@@ -83,11 +83,7 @@ def post(state_dir: Path, tasks: list[Task]) -> str:
 
 def waiting(state_dir: Path) -> list[str]:
     """The files of tasks not yet taken, oldest first."""
-    try:
-        names = os.listdir(state_dir / TASKS)
-    except OSError:
-        return []
-    return sorted(name[: -len(SUFFIX)] for name in names if name.endswith(SUFFIX))
+    return listed(state_dir / TASKS, SUFFIX)
 
 
 def read(state_dir: Path, source: str) -> list[Task]:
