@@ -16,6 +16,7 @@ import pytest
 
 from ouroboros.context.plan import plan_tokens
 from ouroboros.ground.errors import RunError
+from ouroboros.ground.state_folder import TASKS
 from ouroboros.model.scripted import Reply, count_tokens, tool
 from ouroboros.progress import tasks
 from ouroboros.progress.records import Progress, Task
@@ -185,7 +186,7 @@ def test_5000_operator_tasks_keep_the_first_request_within_its_budget(project: P
 
 
 def test_a_tasks_file_not_written_by_task_is_set_aside(project: Project) -> None:
-    folder = project.state / tasks.TASKS
+    folder = project.state / TASKS
     folder.mkdir(parents=True)
     (folder / "0001-bad.json").write_text(json.dumps({"not": "a list"}))
     ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
@@ -207,7 +208,7 @@ def test_a_planted_tasks_file_is_set_aside_never_a_hang_or_a_crash(
     project: Project, plant: Callable[[Path], None]
 ) -> None:
     """The tasks folder is read as the inbox is: no link followed, no FIFO waited on."""
-    folder = project.state / tasks.TASKS
+    folder = project.state / TASKS
     folder.mkdir(parents=True)
     plant(folder / "0001-bad.json")
     ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
@@ -242,7 +243,7 @@ def test_a_tasks_folder_that_is_a_link_is_not_read_through(project: Project) -> 
     (elsewhere / "0001-a.json").write_text(json.dumps([{"text": "a", "check": "true"}]))
     (elsewhere / "0002-b.json").write_text("not tasks")
     project.state.mkdir(parents=True, exist_ok=True)
-    (project.state / tasks.TASKS).symlink_to(elsewhere)
+    (project.state / TASKS).symlink_to(elsewhere)
     ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
     assert ran.returncode == 0, ran.stderr
     assert sorted(os.listdir(elsewhere)) == ["0001-a.json", "0002-b.json"]

@@ -25,3 +25,11 @@ CHECKPOINTS = "checkpoints.git"
 """The workspace's snapshots, one per session start: a git repository (`checkpoints/commit.py`)."""
 REWOUND = "rewound"
 """Where `python -m ouroboros rewind` moves the workspace's files of the day, one folder each."""
+TASKS = "tasks"
+"""The operator's tasks from `python -m ouroboros task`, one file each, until taken
+(`progress/tasks.py`)."""
+SERVER_LOG = "server.log"
+"""The output of the model server the run keeps alive, moved to `server.log.1` at its cap
+(`server/process.py`)."""
+SERVER_PID = "server.pid"
+"""That server's pid and start time while it runs (`server/process.py`)."""

@@ -21,11 +21,10 @@ from pydantic import ValidationError
 from ouroboros.context.plan import CHECK_CHARS
 from ouroboros.ground.errors import ConfigError, RunError
 from ouroboros.ground.jsonl import storage
+from ouroboros.ground.state_folder import TASKS
 from ouroboros.operator.inbox import NotAMessage, listed, made, read_regular, set_aside
 from ouroboros.progress.records import Task
 
-TASKS = "tasks"
-"""The state folder's folder of tasks not yet taken."""
 SUFFIX = ".json"
 TEXT_CHARS = 500
 """A task is a line of work; the agent is shown its first `plan.TEXT_CHARS`."""

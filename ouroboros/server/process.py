@@ -27,14 +27,13 @@ from anyio.abc import Process
 from ouroboros.ground.config import ServerSettings, Settings
 from ouroboros.ground.errors import RunError, StateUnwritable
 from ouroboros.ground.jsonl import storage
+from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
 from ouroboros.operator.inbox import NotAMessage, read_regular, set_aside
 from ouroboros.server.records import ServerExited, ServerStarted
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Notice, Record
 
-LOG = "server.log"
-PIDFILE = "server.pid"
 TAIL_LINES = 5
 STOP_GRACE_S = 10.0
 READY_POLL_S = 0.2
@@ -86,7 +85,7 @@ def _started_at(pid: int) -> str | None:
 def kill_orphan(state_dir: Path) -> int | None:
     """Kill the group of a server a killed run left (named by `server.pid`); its pid, if one
     was still there."""
-    path = state_dir / PIDFILE
+    path = state_dir / SERVER_PID
     try:
         pid_text, started = read_regular(path, PID_BYTES).decode().split()
         pid = int(pid_text)
@@ -126,8 +125,8 @@ def own_file(path: Path, flags: int) -> int:
 
 
 def write_pid(state_dir: Path, pid: int) -> None:
-    handle = own_file(state_dir / PIDFILE, os.O_WRONLY | os.O_TRUNC)
-    with storage(state_dir / PIDFILE):
+    handle = own_file(state_dir / SERVER_PID, os.O_WRONLY | os.O_TRUNC)
+    with storage(state_dir / SERVER_PID):
         try:
             os.write(handle, f"{pid} {_started_at(pid)}\n".encode())
         finally:
@@ -182,7 +181,7 @@ class ManagedServer:
         self.settings, self.state_dir = settings, state_dir
         self.models_url = base_url.rstrip("/") + "/models"
         self.on_start, self.on_exit = on_start, on_exit
-        self.log = CappedLog(state_dir / LOG, settings.log_max_bytes)
+        self.log = CappedLog(state_dir / SERVER_LOG, settings.log_max_bytes)
         self.process: Process | None = None
         self.exits: list[float] = []
 
@@ -241,7 +240,7 @@ class ManagedServer:
                     with anyio.CancelScope(shield=True):
                         await self._stop(process)
         finally:
-            (self.state_dir / PIDFILE).unlink(missing_ok=True)
+            (self.state_dir / SERVER_PID).unlink(missing_ok=True)
             self.process = None
             code = process.returncode
             name = signal.Signals(-code).name if code is not None and code < 0 else None
@@ -299,7 +298,7 @@ class ManagedServer:
 def journalled(settings: Settings, journal: Journal) -> ManagedServer:
     """The run's server, each start and exit journalled; killed when the retry layer reports a
     reply that stood still (a `retry` notice marked `stalled`)."""
-    log = settings.paths.state_dir / LOG
+    log = settings.paths.state_dir / SERVER_LOG
     starts = 0
 
     def started(pid: int) -> None:
