@@ -270,3 +270,19 @@ def test_the_group_a_killed_run_left_is_killed_once_its_leader_is_gone(tmp_path:
     assert kill_orphan(tmp_path) == leader.pid
     wait_for(lambda: not alive(server), timeout=60)
     assert not alive(server), "the server the command started was left running"
+
+
+def test_a_server_that_never_answers_gives_up_however_slow_each_start_is(tmp_path: Path) -> None:
+    """Starts that each wait `ready_timeout_s` in vain are spread wider than the restart window
+    (as with the defaults, 300 s each in 600 s): in a row, they give up all the same."""
+    command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    watched = Watched(command, tmp_path, ready_timeout_s=0.5, restart_window_s=0.2, max_restarts=2)
+
+    async def main() -> None:
+        with anyio.fail_after(60):  # a bound, not a measure: without the rule, it never ends
+            await watched.server.serve(anyio.Event())
+
+    with pytest.raises(ServerGaveUp, match=r"never answered: 3 starts in a row"):
+        anyio.run(main)
+    assert len(watched.exits) == 3
+    assert all(not alive(e.pid) for e in watched.exits)

@@ -188,7 +188,9 @@ class ManagedServer:
     async def serve(self, ready: anyio.Event) -> None:
         """Start the server, set `ready` once it first answers, start it again whenever it
         exits; raises `ServerGaveUp` once it exits more than `max_restarts` times within
-        `restart_window_s` (a start that never answers is an exit)."""
+        `restart_window_s` (a start that never answers is an exit), or more than
+        `max_restarts` starts in a row never answer."""
+        unanswered = 0
         try:
             while True:
                 async with self._running() as process:
@@ -197,7 +199,15 @@ class ManagedServer:
                         ready.set()
                         await process.wait()
                 self.exits.append(time.monotonic())
+                unanswered = 0 if answered else unanswered + 1
                 self._give_up_if_dying("keeps stopping" if answered else "never answered")
+                # Starts that each wait `ready_timeout_s` may be spread wider than the window.
+                if unanswered > self.settings.max_restarts:
+                    raise ServerGaveUp(
+                        f"the model server never answered: {unanswered} starts in a row, each "
+                        f"waited server.ready_timeout_s ({self.settings.ready_timeout_s:g} s) "
+                        f"for {self.models_url}; its output is in {self.log.path}"
+                    )
         finally:
             self.log.close()
 
