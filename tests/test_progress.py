@@ -144,6 +144,23 @@ def test_a_run_without_checked_items_never_stalls(project: Project) -> None:
     assert len(project.events("session_start")) == 10
 
 
+def test_a_run_whose_checked_items_all_pass_never_stalls(project: Project) -> None:
+    """Nothing is left to pass: sessions without a new pass are no stall (the run is not told
+    to pass one, with no item failing, nor stopped)."""
+    passes = {"text": "ok", "status": "done", "check": "true"}
+    script = [plans(passes), *[Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]]
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 1},
+        progress={"stall_sessions": 2},
+        supervisor={"max_total_turns": 10},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    assert not project.events("stalling")
+
+
 def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project: Project) -> None:
     tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
     own = {"text": "T1 write hello.txt", "status": "done", "check": "true"}
