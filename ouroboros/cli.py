@@ -181,8 +181,8 @@ def _task(load: Loader, args: argparse.Namespace, console: Console) -> int:
 
 
 def _request(load: Loader, request: str, what: str, console: Console) -> int:
-    """Leave a request the run takes at its next safe point, or when it starts (`operator.py`);
-    the newer of `pause` and `unpause` decides."""
+    """Leave a request the run takes at its next safe point, or when it starts
+    (`operator/safe_point.py`); the newer of `pause` and `unpause` decides."""
     state = load().paths.state_dir
     with storage(state / request):
         state.mkdir(parents=True, exist_ok=True)

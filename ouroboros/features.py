@@ -1,6 +1,6 @@
 """The features that plug into the run, in one place: each folder declares its journal records
 (they register their kinds as they are defined), its part of the run's state (`fold.Part`), the
-lines its records make and its entries of `status.json` (its `records.py`), and what people are
+events its records make and its entries of `status.json` (its `records.py`), and what people are
 shown of it (its `view.py`, registered here). What the run calls it at is built by the wiring
 (`run.session.Feature`). The package's `__init__` imports this module, so every reader of a
 journal knows every kind, and `tail`, `status` and `report` show every feature.

@@ -86,7 +86,7 @@ async def run(
                         signal.signal(signal.SIGINT, signal.SIG_IGN)
                         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
-                def server_gave_up(error: RunError) -> None:
+                def server_gave_up(error: RunError | StateUnwritable) -> None:
                     nonlocal failure
                     failure = error
                     tg.cancel_scope.cancel()
@@ -146,7 +146,7 @@ async def run(
 
 def run_to_end(settings: Settings, terminal: Terminal) -> RunOutcome:
     """`run` from synchronous code, with the logs opened and closed around it; `terminal` shows
-    their lines as they are written."""
+    their events as they are written."""
     log = EventLog(settings.paths.state_dir, terminal)
     try:
         return anyio.run(run, settings, log)

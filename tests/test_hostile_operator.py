@@ -64,6 +64,11 @@ def long_sent_at(path: Path) -> None:
     path.write_text(json.dumps({"sent_at": "x" * 100_000, "text": "hi"}))
 
 
+def nested(path: Path) -> None:
+    """Past the depth the JSON parser reads at: a RecursionError, not a ValueError."""
+    path.write_text("[" * 100_000)
+
+
 PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "FIFO": (fifo, "a FIFO"),
     "link to /dev/zero": (zero, "a link"),
@@ -72,6 +77,7 @@ PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "garbage": (garbage, "not a message `tell` wrote"),
     "lone surrogate": (surrogate, "not a message `tell` wrote"),
     "100 KB sent_at": (long_sent_at, "not a message `tell` wrote"),
+    "nested deep": (nested, "not a message `tell` wrote"),
 }
 
 
@@ -152,3 +158,31 @@ def test_tell_with_a_non_utf8_argument_is_one_line_and_exit_2(project: Project) 
     assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
     assert "not UTF-8 text" in ran.stderr
     assert inbox.waiting(project.state) == []
+
+
+def test_an_inbox_that_is_a_link_is_not_read_through(project: Project) -> None:
+    """A link planted for the inbox itself: what is where it points is neither delivered nor
+    renamed."""
+    elsewhere = project.root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "00000000000000000001-a.json").write_text("not a message")
+    (elsewhere / "00000000000000000002-b.json").write_text(
+        json.dumps({"sent_at": "now", "text": TOLD})
+    )
+    project.state.mkdir(parents=True)
+    (project.state / INBOX).symlink_to(elsewhere)
+    with ScriptedServer(agent) as server:
+        project.configure(server.url)
+        ran = project.run("run", "--max-turns", "2", timeout=60)
+        requests = server.chat_requests()
+    assert ran.returncode == 0, ran.stderr
+    assert TOLD not in json.dumps(requests)
+    assert sorted(os.listdir(elsewhere)) == [
+        "00000000000000000001-a.json",
+        "00000000000000000002-b.json",
+    ]
+    told = project.run("tell", "hello")
+    assert told.returncode == 1
+    assert "inbox is a link, which the run does not read through" in told.stderr
+    assert len(told.stderr.strip().splitlines()) == 1, told.stderr
+    assert len(os.listdir(elsewhere)) == 2, "a message was left where the run never looks"

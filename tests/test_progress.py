@@ -7,9 +7,16 @@ The same through the CLI: tests/test_progress_cli.py."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ouroboros.context.plan import plan_tokens
+from ouroboros.ground.errors import RunError
+from ouroboros.ground.state_folder import TASKS
 from ouroboros.model.scripted import Reply, count_tokens, tool
 from ouroboros.progress import tasks
 from ouroboros.progress.records import Progress, Task
@@ -137,6 +144,23 @@ def test_a_run_without_checked_items_never_stalls(project: Project) -> None:
     assert len(project.events("session_start")) == 10
 
 
+def test_a_run_whose_checked_items_all_pass_never_stalls(project: Project) -> None:
+    """Nothing is left to pass: sessions without a new pass are no stall (the run is not told
+    to pass one, with no item failing, nor stopped)."""
+    passes = {"text": "ok", "status": "done", "check": "true"}
+    script = [plans(passes), *[Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]]
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 1},
+        progress={"stall_sessions": 2},
+        supervisor={"max_total_turns": 10},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    assert not project.events("stalling")
+
+
 def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project: Project) -> None:
     tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
     own = {"text": "T1 write hello.txt", "status": "done", "check": "true"}
@@ -179,13 +203,35 @@ def test_5000_operator_tasks_keep_the_first_request_within_its_budget(project: P
 
 
 def test_a_tasks_file_not_written_by_task_is_set_aside(project: Project) -> None:
-    folder = project.state / tasks.TASKS
+    folder = project.state / TASKS
     folder.mkdir(parents=True)
     (folder / "0001-bad.json").write_text(json.dumps({"not": "a list"}))
     ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
     assert ran.returncode == 0, ran.stderr
     assert (folder / "0001-bad.json.rejected").exists()
     assert "Operator's tasks" not in opening(ran.chat_requests()[0])
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        lambda path: os.mkfifo(path),
+        lambda path: path.symlink_to("/dev/zero"),
+        lambda path: path.write_text("[" * 100_000),  # past the JSON parser's depth
+    ],
+    ids=["FIFO", "link to /dev/zero", "nested deep"],
+)
+def test_a_planted_tasks_file_is_set_aside_never_a_hang_or_a_crash(
+    project: Project, plant: Callable[[Path], None]
+) -> None:
+    """The tasks folder is read as the inbox is: no link followed, no FIFO waited on."""
+    folder = project.state / TASKS
+    folder.mkdir(parents=True)
+    plant(folder / "0001-bad.json")
+    ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    assert os.path.lexists(folder / "0001-bad.json.rejected")
+    assert not os.path.lexists(folder / "0001-bad.json")
 
 
 def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_nothing(
@@ -204,3 +250,21 @@ def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_not
     assert checks(project) == [("tests pass", 0, "done"), ("tests pass", 1, "done")]
     assert "finish refused" in ran.chat_requests()[3]["messages"][-1]["content"]
     assert project.events("run_end")[-1]["reason"] == "finish"
+
+
+def test_a_tasks_folder_that_is_a_link_is_not_read_through(project: Project) -> None:
+    """A link planted for the folder itself: the files where it points are neither taken nor
+    removed nor renamed."""
+    elsewhere = project.root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "0001-a.json").write_text(json.dumps([{"text": "a", "check": "true"}]))
+    (elsewhere / "0002-b.json").write_text("not tasks")
+    project.state.mkdir(parents=True, exist_ok=True)
+    (project.state / TASKS).symlink_to(elsewhere)
+    ran = run_here(project, [Reply(text="hi")], supervisor={"max_total_turns": 1})
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(os.listdir(elsewhere)) == ["0001-a.json", "0002-b.json"]
+    assert "Operator's tasks" not in opening(ran.chat_requests()[0])
+    with pytest.raises(RunError, match="tasks is a link, which the run does not read through"):
+        tasks.post(project.state, [Task(text="b", check="true")])
+    assert len(os.listdir(elsewhere)) == 2, "a task was left where the run never looks"

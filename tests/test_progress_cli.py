@@ -31,6 +31,8 @@ CLOSED = "http://127.0.0.1:9/v1"
             '[[task]]\ntext = "a\\nb"\ncheck = "true"\n',
             "task 1: its text has a line break",
         ),
+        ("tasks.jsonl", "[" * 100_000, "tasks.jsonl, line 1: nested too deep to read"),
+        ("tasks.toml", "a = " + "[" * 100_000, "tasks.toml: nested too deep to read"),
     ],
 )
 def test_a_malformed_import_file_is_refused_in_one_line_naming_where(

@@ -15,7 +15,8 @@ import httpx2
 import pytest
 
 from ouroboros.ground.config import ServerSettings
-from ouroboros.server.process import PIDFILE, Exit, ManagedServer, ServerGaveUp, kill_orphan
+from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
+from ouroboros.server.process import Exit, ManagedServer, ServerGaveUp, kill_orphan
 from tests.conftest import PROJECT_ROOT, Project, free_port, wait_for
 
 COMMAND = [sys.executable, str(PROJECT_ROOT / "tests" / "scripted_command.py")]
@@ -74,14 +75,14 @@ def test_a_server_killed_with_9_is_started_again_and_stopped_with_the_run(tmp_pa
     watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
 
     def kill(pid: int) -> None:
-        assert (tmp_path / PIDFILE).read_text().split()[0] == str(pid)
+        assert (tmp_path / SERVER_PID).read_text().split()[0] == str(pid)
         os.kill(pid, signal.SIGKILL)
 
     watched.started_again_after(kill)
     assert len(watched.starts) == 2
     assert watched.exits[0].signal == "SIGKILL"
     assert all(not alive(pid) for pid in watched.starts), "the run's end left a server running"
-    assert not (tmp_path / PIDFILE).exists()
+    assert not (tmp_path / SERVER_PID).exists()
     assert "serving on" in (tmp_path / "server.log").read_text()
 
 
@@ -112,14 +113,14 @@ def test_the_next_start_kills_the_server_a_killed_run_left(tmp_path: Path) -> No
         [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
     )
     stat = Path(f"/proc/{leader.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    (tmp_path / PIDFILE).write_text(f"{leader.pid} {stat}\n")
+    (tmp_path / SERVER_PID).write_text(f"{leader.pid} {stat}\n")
     assert kill_orphan(tmp_path) == leader.pid
     assert leader.wait(timeout=60) == -signal.SIGKILL
-    assert not (tmp_path / PIDFILE).exists()
+    assert not (tmp_path / SERVER_PID).exists()
 
 
 def test_a_pid_reused_by_another_process_is_left_alone(tmp_path: Path) -> None:
-    (tmp_path / PIDFILE).write_text(f"{os.getpid()} 1\n")
+    (tmp_path / SERVER_PID).write_text(f"{os.getpid()} 1\n")
     assert kill_orphan(tmp_path) is None
 
 
@@ -233,3 +234,67 @@ def test_a_server_command_that_names_no_program_is_one_line(project: Project) ->
         "fix [server] command in the config"
     )
     assert not (project.state / "server.log").exists()
+
+
+PLANTS: dict[str, Callable[[Path], None]] = {
+    "link": lambda path: path.symlink_to(path.parent.parent / "outside.txt"),
+    "FIFO": lambda path: os.mkfifo(path),
+    "folder": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", list(PLANTS))
+@pytest.mark.parametrize("name", [SERVER_PID, SERVER_LOG])
+def test_a_planted_pid_file_or_log_is_neither_followed_nor_waited_on(
+    project: Project, name: str, plant: str
+) -> None:
+    """What stands at server.pid or server.log is set aside: a file a link points to is not
+    written, a FIFO not waited on, a folder no traceback."""
+    outside = project.state.parent / "outside.txt"
+    outside.write_text("keep")
+    project.state.mkdir(parents=True, exist_ok=True)
+    PLANTS[plant](project.state / name)
+    managed_project(project, 1)
+    result = project.run("run", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert outside.read_text() == "keep"
+    assert os.path.lexists(project.state / f"{name}.rejected")
+    assert "serving on" in (project.state / SERVER_LOG).read_text()
+
+
+def test_the_group_a_killed_run_left_is_killed_once_its_leader_is_gone(tmp_path: Path) -> None:
+    """What a run killed with -9 leaves: the kernel killed the command (its parent-death
+    signal), not the server the command started; the next start kills that one, found by the
+    group server.pid names."""
+    child = tmp_path / "child.pid"
+    leader = subprocess.Popen(
+        ["sh", "-c", f"sleep 600 & echo $! > {child}; wait"], start_new_session=True
+    )
+    wait_for(lambda: child.exists() and child.read_text().strip())
+    server = int(child.read_text())
+    stat = Path(f"/proc/{leader.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    (tmp_path / SERVER_PID).write_text(f"{leader.pid} {stat}\n")
+    leader.kill()  # as PR_SET_PDEATHSIG does when the run dies
+    leader.wait()
+    assert alive(server)
+    assert kill_orphan(tmp_path) == leader.pid
+    wait_for(lambda: not alive(server), timeout=60)
+    assert not alive(server), "the server the command started was left running"
+
+
+def test_a_server_that_never_answers_gives_up_however_slow_each_start_is(tmp_path: Path) -> None:
+    """Starts that each wait `ready_timeout_s` in vain are spread wider than the restart window
+    (as with the defaults, 300 s each in 600 s): in a row, they give up all the same."""
+    command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    watched = Watched(command, tmp_path, ready_timeout_s=0.5, restart_window_s=0.2, max_restarts=2)
+
+    async def main() -> None:
+        with anyio.fail_after(60):  # a bound, not a measure: without the rule, it never ends
+            await watched.server.serve(anyio.Event())
+
+    with pytest.raises(ServerGaveUp, match=r"never answered: 3 starts in a row"):
+        anyio.run(main)
+    assert len(watched.exits) == 3
+    assert all(not alive(e.pid) for e in watched.exits)

@@ -1,5 +1,5 @@
 """`[checkpoints]`: whether a copy of the workspace is committed as each session starts
-(`checkpoints.py`), and how much of it at most."""
+(`checkpoints/commit.py`), and how much of it at most."""
 
 from __future__ import annotations
 

@@ -15,12 +15,21 @@ FORMER_UNPAUSE_REQUEST = "resume"
 """`unpause`'s request as the command made it before issue 30 (a person's script or hook
 may still leave it): taken as `unpause`, with a warning."""
 PAUSE_REQUEST = "pause"
-"""Made by `python -m ouroboros pause`: the run pauses at its next safe point (`operator.py`)."""
+"""Made by `python -m ouroboros pause`: the run pauses at its next safe point
+(`operator/safe_point.py`)."""
 INBOX = "inbox"
 """Messages from `python -m ouroboros tell`, one file each, until delivered (`inbox.py`)."""
 COMPACT_REQUEST = "compact"
 """Made by `python -m ouroboros compact`: the session compacts its context at its next turn."""
 CHECKPOINTS = "checkpoints.git"
-"""The workspace's snapshots, one per session start: a git repository (`checkpoints.py`)."""
+"""The workspace's snapshots, one per session start: a git repository (`checkpoints/commit.py`)."""
 REWOUND = "rewound"
 """Where `python -m ouroboros rewind` moves the workspace's files of the day, one folder each."""
+TASKS = "tasks"
+"""The operator's tasks from `python -m ouroboros task`, one file each, until taken
+(`progress/tasks.py`)."""
+SERVER_LOG = "server.log"
+"""The output of the model server the run keeps alive, moved to `server.log.1` at its cap
+(`server/process.py`)."""
+SERVER_PID = "server.pid"
+"""That server's pid and start time while it runs (`server/process.py`)."""

@@ -2,13 +2,14 @@
 durable the moment `tell` returns, whether a run is up or not.
 
 `tell` never touches the journal (a running supervisor holds it); the run takes a message at a
-safe point (`operator.py`) by journalling it first and removing its file after, so a kill
+safe point (`safe_point.py`) by journalling it first and removing its file after, so a kill
 between the two leaves a file the fold knows was taken.
 
 Whatever else lands in the folder is read as hostile: only a regular file is read (never
 through a link, never blocking on a FIFO), at most `MAX_FILE_BYTES` of it; anything else
 (a FIFO, a link, a folder, an oversized or unreadable file) is renamed `<name>.rejected` in
-place, so it is neither read again nor lost.
+place, so it is neither read again nor lost. A link in place of the folder itself is not read
+through (`listed`), and `tell` refuses to leave a message there (`made`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def post(state_dir: Path, text: str) -> Letter:
     body = json.dumps({"sent_at": letter.sent_at, "text": text}).encode()
     temporary = folder / f".{letter.message_id}.tmp"
     with storage(folder):
-        folder.mkdir(parents=True, exist_ok=True)
+        made(folder)
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(handle, body)
@@ -89,14 +90,34 @@ def post(state_dir: Path, text: str) -> Letter:
     return letter
 
 
+def made(folder: Path) -> None:
+    """`folder` made if missing; `RunError` where it is a link: the run reads no folder through
+    one (`listed`), so what was left there would wait for ever."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink():
+        raise RunError(f"{folder} is a link, which the run does not read through: remove it")
+
+
 def waiting(state_dir: Path) -> list[str]:
     """The ids of the messages in the inbox, oldest first, unread (a half-written one, never
     renamed into place, is not one)."""
+    return listed(state_dir / INBOX, SUFFIX)
+
+
+def listed(folder: Path, suffix: str) -> list[str]:
+    """The names in `folder` ending in `suffix`, less it, sorted; none where `folder` is a link
+    (the files it points to are not the run's to read, remove or set aside) or not a folder."""
     try:
-        names = os.listdir(state_dir / INBOX)  # not `Path`s: thousands may wait
+        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return []
-    return sorted(name[: -len(SUFFIX)] for name in names if name.endswith(SUFFIX))
+    try:
+        names = os.listdir(handle)  # not `Path`s: thousands may wait
+    except OSError:
+        return []
+    finally:
+        os.close(handle)
+    return sorted(name[: -len(suffix)] for name in names if name.endswith(suffix))
 
 
 def read_regular(path: Path, cap: int, follow: bool = False) -> bytes:
@@ -150,7 +171,8 @@ def read(state_dir: Path, message_id: str) -> Letter:
         # What `post` writes, no more: the agent is shown both, so both must be UTF-8 and
         # `sent_at` a time, not a page.
         size = len(letter.text.encode()) + len(letter.sent_at.encode())
-    except (ValueError, KeyError, TypeError):  # UnicodeEncodeError is a ValueError
+    # UnicodeEncodeError is a ValueError; a RecursionError is JSON nested past the parser.
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise NotAMessage("not a message `tell` wrote") from None
     if size > MAX_MESSAGE_BYTES + SENT_AT_BYTES or len(letter.sent_at) > SENT_AT_BYTES:
         raise NotAMessage("not a message `tell` wrote")

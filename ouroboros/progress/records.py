@@ -108,7 +108,7 @@ class Progress(Part):
     passing: int = 0
     checked_ts: str = ""
     quiet: int = 0
-    """Sessions ended in a row with checked items and no new pass."""
+    """Sessions ended in a row with checked items failing and no new pass."""
     passed_this_session: bool = False
     regressed: list[str] = field(default_factory=list)
     """Items found failing at the newest session end that passed before: the next opening
@@ -139,7 +139,10 @@ class Progress(Part):
             for item in state.plan.items:
                 if item.check and self.task_key(item) is None:
                     self.items.setdefault(item.text, ItemState())
-            if self.items and not self.passed_this_session:
+            # A stall is items still failing and none newly passing: with all passing,
+            # nothing is left to pass.
+            failing = any(not item.passing for item in self.items.values())
+            if failing and not self.passed_this_session:
                 self.quiet += 1
             self.passed_this_session = False
             self.regressed = []

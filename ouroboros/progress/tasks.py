@@ -21,11 +21,10 @@ from pydantic import ValidationError
 from ouroboros.context.plan import CHECK_CHARS
 from ouroboros.ground.errors import ConfigError, RunError
 from ouroboros.ground.jsonl import storage
-from ouroboros.operator.inbox import NotAMessage, read_regular, set_aside
+from ouroboros.ground.state_folder import TASKS
+from ouroboros.operator.inbox import NotAMessage, listed, made, read_regular, set_aside
 from ouroboros.progress.records import Task
 
-TASKS = "tasks"
-"""The state folder's folder of tasks not yet taken."""
 SUFFIX = ".json"
 TEXT_CHARS = 500
 """A task is a line of work; the agent is shown its first `plan.TEXT_CHARS`."""
@@ -65,7 +64,7 @@ def post(state_dir: Path, tasks: list[Task]) -> str:
     body = json.dumps([t.model_dump() for t in tasks]).encode()
     temporary = folder / f".{source}.tmp"
     with storage(folder):
-        folder.mkdir(parents=True, exist_ok=True)
+        made(folder)
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(handle, body)
@@ -83,11 +82,7 @@ def post(state_dir: Path, tasks: list[Task]) -> str:
 
 def waiting(state_dir: Path) -> list[str]:
     """The files of tasks not yet taken, oldest first."""
-    try:
-        names = os.listdir(state_dir / TASKS)
-    except OSError:
-        return []
-    return sorted(name[: -len(SUFFIX)] for name in names if name.endswith(SUFFIX))
+    return listed(state_dir / TASKS, SUFFIX)
 
 
 def read(state_dir: Path, source: str) -> list[Task]:
@@ -95,7 +90,7 @@ def read(state_dir: Path, source: str) -> list[Task]:
     data = read_regular(state_dir / TASKS / f"{source}{SUFFIX}", MAX_FILE_BYTES)
     try:
         tasks = [Task.model_validate(t) for t in json.loads(data)]
-    except (ValueError, TypeError, ValidationError):
+    except (ValueError, TypeError, ValidationError, RecursionError):  # nested past the parser
         raise NotAMessage("not tasks `task` wrote") from None
     if any(problem(t) for t in tasks):
         raise NotAMessage("not tasks `task` wrote")
@@ -132,7 +127,7 @@ def parse(path: Path) -> list[Task]:
             continue
         try:
             tasks.append(_task(json.loads(line)))
-        except (ValueError, TypeError, ValidationError) as e:
+        except (ValueError, TypeError, ValidationError, RecursionError) as e:
             raise ConfigError(f"{path}, line {number}: {_said(e)}") from None
     return tasks
 
@@ -140,8 +135,8 @@ def parse(path: Path) -> list[Task]:
 def _toml(path: Path, raw: str) -> list[Task]:
     try:
         tables = tomllib.loads(raw).get("task", [])
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: {_said(e)}") from None
     if not isinstance(tables, list):
         raise ConfigError(f"{path}: `task` must be [[task]] tables, each with text and check")
     tasks = []
@@ -163,6 +158,8 @@ def _task(raw: object) -> Task:
 
 
 def _said(e: Exception) -> str:
+    if isinstance(e, RecursionError):
+        return "nested too deep to read"
     if isinstance(e, ValidationError):
         return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
     return str(e).splitlines()[0]

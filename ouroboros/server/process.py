@@ -13,28 +13,36 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import anyio
 import httpx2
 from anyio.abc import Process
 
 from ouroboros.ground.config import ServerSettings, Settings
-from ouroboros.ground.errors import RunError
+from ouroboros.ground.errors import RunError, StateUnwritable
+from ouroboros.ground.jsonl import storage
+from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
+from ouroboros.operator.inbox import NotAMessage, read_regular, set_aside
 from ouroboros.server.records import ServerExited, ServerStarted
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Notice, Record
 
-LOG = "server.log"
-PIDFILE = "server.pid"
 TAIL_LINES = 5
 STOP_GRACE_S = 10.0
 READY_POLL_S = 0.2
+PID_BYTES = 64
+"""`server.pid`: a pid and a start time, well within."""
+OWN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_CREAT
+"""How the run opens its own files of the state folder: never through a link another party
+planted, never waiting on a FIFO."""
 
 # The child asks the kernel to kill it when its parent dies, then becomes the command (the
 # request survives the exec): a run killed with -9 leaves no server behind.
@@ -78,42 +86,80 @@ def _started_at(pid: int) -> str | None:
 def kill_orphan(state_dir: Path) -> int | None:
     """Kill the group of a server a killed run left (named by `server.pid`); its pid, if one
     was still there."""
-    path = state_dir / PIDFILE
+    path = state_dir / SERVER_PID
     try:
-        pid_text, started = path.read_text().split()
+        pid_text, started = read_regular(path, PID_BYTES).decode().split()
         pid = int(pid_text)
+    except NotAMessage:  # a link, a FIFO, a folder: not the run's, and nothing to kill
+        with storage(path):
+            set_aside(path)
+        return None
     except (OSError, ValueError):
         return None
     path.unlink(missing_ok=True)
-    if _started_at(pid) != started:
-        return None
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    if _started_at(pid) not in (started, None):
+        return None  # the pid is another process's now
+    # The leader, or, once the kernel killed it with the run, what it started: still in its
+    # group, whose id no new process is given while one of them lives.
+    try:
         os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return None
     return pid
+
+
+def own_file(path: Path, flags: int) -> int:
+    """`path` opened with `flags | OWN` as a regular file; whatever else stands there (a link,
+    a FIFO, a folder) is set aside first (`<name>.rejected`), never followed or waited on."""
+    with storage(path):
+        try:
+            handle: int | None = os.open(path, flags | OWN, 0o600)
+        except OSError:  # a link (ELOOP), a FIFO no one reads (ENXIO), a folder (EISDIR)
+            handle = None
+        if handle is not None:
+            if stat.S_ISREG(os.fstat(handle).st_mode):
+                return handle
+            os.close(handle)
+        if os.path.lexists(path):
+            set_aside(path)
+        return os.open(path, flags | OWN | os.O_EXCL, 0o600)
+
+
+def write_pid(state_dir: Path, pid: int) -> None:
+    handle = own_file(state_dir / SERVER_PID, os.O_WRONLY | os.O_TRUNC)
+    with storage(state_dir / SERVER_PID):
+        try:
+            os.write(handle, f"{pid} {_started_at(pid)}\n".encode())
+        finally:
+            os.close(handle)
 
 
 class CappedLog:
     """The server's output: when the log reaches `max_bytes` it is moved to `server.log.1`
-    (replacing the one before) and a new one begins."""
+    (replacing the one before) and a new one begins. Its tail is read from the run's own
+    handle, never from whatever stands at the path by then."""
 
     def __init__(self, path: Path, max_bytes: int):
         self.path, self.max_bytes = path, max_bytes
-        self._file = path.open("ab")
+        self._file = self._open()
+
+    def _open(self) -> BinaryIO:
+        return os.fdopen(own_file(self.path, os.O_RDWR | os.O_APPEND), "a+b")
 
     def write(self, data: bytes) -> None:
         if self._file.tell() + len(data) > self.max_bytes:
             self._file.close()
             self.path.replace(self.path.with_name(self.path.name + ".1"))
-            self._file = self.path.open("ab")
+            self._file = self._open()
         self._file.write(data)
         self._file.flush()
 
     def tail(self, lines: int = TAIL_LINES) -> str:
         try:
-            with self.path.open("rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
+            handle = self._file.fileno()
+            size = os.fstat(handle).st_size
+            text = os.pread(handle, 8192, max(0, size - 8192)).decode("utf-8", "replace")
+        except (OSError, ValueError):  # ValueError: closed
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
@@ -136,14 +182,16 @@ class ManagedServer:
         self.settings, self.state_dir = settings, state_dir
         self.models_url = base_url.rstrip("/") + "/models"
         self.on_start, self.on_exit = on_start, on_exit
-        self.log = CappedLog(state_dir / LOG, settings.log_max_bytes)
+        self.log = CappedLog(state_dir / SERVER_LOG, settings.log_max_bytes)
         self.process: Process | None = None
         self.exits: list[float] = []
 
     async def serve(self, ready: anyio.Event) -> None:
         """Start the server, set `ready` once it first answers, start it again whenever it
         exits; raises `ServerGaveUp` once it exits more than `max_restarts` times within
-        `restart_window_s` (a start that never answers is an exit)."""
+        `restart_window_s` (a start that never answers is an exit), or more than
+        `max_restarts` starts in a row never answer."""
+        unanswered = 0
         try:
             while True:
                 async with self._running() as process:
@@ -152,7 +200,15 @@ class ManagedServer:
                         ready.set()
                         await process.wait()
                 self.exits.append(time.monotonic())
+                unanswered = 0 if answered else unanswered + 1
                 self._give_up_if_dying("keeps stopping" if answered else "never answered")
+                # Starts that each wait `ready_timeout_s` may be spread wider than the window.
+                if unanswered > self.settings.max_restarts:
+                    raise ServerGaveUp(
+                        f"the model server never answered: {unanswered} starts in a row, each "
+                        f"waited server.ready_timeout_s ({self.settings.ready_timeout_s:g} s) "
+                        f"for {self.models_url}; its output is in {self.log.path}"
+                    )
         finally:
             self.log.close()
 
@@ -179,8 +235,13 @@ class ManagedServer:
         )
         self.process = process
         started = time.monotonic()
-        (self.state_dir / PIDFILE).write_text(f"{process.pid} {_started_at(process.pid)}\n")
-        self.on_start(process.pid)
+        try:
+            write_pid(self.state_dir, process.pid)
+            self.on_start(process.pid)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._stop(process)
+            raise
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._copy_output, process)
@@ -190,7 +251,7 @@ class ManagedServer:
                     with anyio.CancelScope(shield=True):
                         await self._stop(process)
         finally:
-            (self.state_dir / PIDFILE).unlink(missing_ok=True)
+            (self.state_dir / SERVER_PID).unlink(missing_ok=True)
             self.process = None
             code = process.returncode
             name = signal.Signals(-code).name if code is not None and code < 0 else None
@@ -248,7 +309,7 @@ class ManagedServer:
 def journalled(settings: Settings, journal: Journal) -> ManagedServer:
     """The run's server, each start and exit journalled; killed when the retry layer reports a
     reply that stood still (a `retry` notice marked `stalled`)."""
-    log = settings.paths.state_dir / LOG
+    log = settings.paths.state_dir / SERVER_LOG
     starts = 0
 
     def started(pid: int) -> None:
@@ -279,7 +340,7 @@ async def keep_alive(
     settings: Settings,
     journal: Journal,
     tg: anyio.abc.TaskGroup,
-    gave_up: Callable[[ServerGaveUp], None],
+    gave_up: Callable[[RunError | StateUnwritable], None],
 ) -> None:
     """With `[server] command` set: the run's server kept alive in `tg`, returning once it
     answers; `gave_up` is told if it keeps dying (the run then stops)."""
@@ -297,7 +358,7 @@ async def keep_alive(
     async def serve() -> None:
         try:
             await journalled(settings, journal).serve(ready)
-        except ServerGaveUp as e:
+        except (RunError, StateUnwritable) as e:  # it kept dying, or its files cannot be made
             gave_up(e)
 
     tg.start_soon(serve)
