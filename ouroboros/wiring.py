@@ -152,11 +152,13 @@ def build_parts(
     shell = tools.tools["shell_exec"]
     assert isinstance(shell, ShellExec)
     view_tokens = plan_tokens(budget.prompt_budget)
+    # The checks of a session's end run before the operator's pause between sessions: a run
+    # they stop as stalled is not paused first, and one paused has been checked.
     features = (
+        Checking(s, journal, shell, tools.workspace, view_tokens, tools.caps.plan_cap.price),
         Operator(s.paths.state_dir, journal, clock, s.supervisor.auto_restart),
         Checkpointing(s, journal),
         Recall(s.dead_ends.share, journal),
-        Checking(s, journal, shell, tools.workspace, view_tokens, tools.caps.plan_cap.price),
     )
     parts = Parts(
         s,

@@ -15,8 +15,12 @@ import httpx2
 import pytest
 
 from ouroboros.ground.config import ServerSettings
+from ouroboros.ground.figures import RunLimits
 from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
 from ouroboros.server.process import Exit, ManagedServer, ServerGaveUp, kill_orphan
+from ouroboros.server.records import ServerPart, ServerStarted
+from ouroboros.state.fold import RunState
+from ouroboros.state.records import Starting
 from tests.conftest import PROJECT_ROOT, Project, free_port, wait_for
 
 COMMAND = [sys.executable, str(PROJECT_ROOT / "tests" / "scripted_command.py")]
@@ -101,7 +105,7 @@ def test_a_server_that_exits_at_once_gives_up_naming_its_log(tmp_path: Path) -> 
 
 def test_a_stalled_server_is_killed_and_started_again(tmp_path: Path) -> None:
     watched = Watched(COMMAND, tmp_path, ready_timeout_s=30)
-    watched.started_again_after(lambda pid: watched.server.stalled())
+    watched.started_again_after(lambda pid: watched.server.stood_still())
     assert watched.exits[0].signal == "SIGKILL"
 
 
@@ -298,3 +302,12 @@ def test_a_server_that_never_answers_gives_up_however_slow_each_start_is(tmp_pat
         anyio.run(main)
     assert len(watched.exits) == 3
     assert all(not alive(e.pid) for e in watched.exits)
+
+
+def test_a_new_start_of_the_run_forgets_the_server_a_killed_run_left() -> None:
+    """A run killed with -9 journals no exit of its server: the next start says no pid."""
+    state = RunState()
+    state.apply(ServerStarted(pid=4321, log="server.log"))
+    assert state.part(ServerPart).pid == 4321
+    state.apply(Starting(limits=RunLimits(max_total_turns=1, wind_down_turns=1)))
+    assert state.part(ServerPart).pid is None

@@ -62,9 +62,9 @@ class TransientError(LLMError):
         """Seconds the server asked to wait (`Retry-After`), if it said."""
 
 
-class Stalled(TransientError):
-    """A reply stood still past `llm.timeout_s`, or had not ended within `llm.reply_timeout_s`:
-    the server is stuck (a managed one is killed and started again)."""
+class StoodStill(TransientError):
+    """A reply (or a discovery answer) stood still past `llm.timeout_s`: the server is stuck (a
+    managed one is killed and started again)."""
 
 
 class Unreachable(TransientError):
@@ -559,12 +559,13 @@ class LLMClient:
             with anyio.fail_after(s.reply_timeout_s), idle:
                 await self._stream(request, state, idle)
             if idle.cancelled_caught:
-                raise Stalled(
+                raise StoodStill(
                     f"the reply did not move on for llm.timeout_s ({s.timeout_s:g} s): the "
                     "server is stuck, or too slow for it"
                 )
         except TimeoutError:
-            raise Stalled(
+            # Still moving, only too long: no sign the server is stuck (not `StoodStill`).
+            raise TransientError(
                 f"no whole reply within llm.reply_timeout_s ({s.reply_timeout_s:g} s): the "
                 "server is stuck, or too slow for it"
             ) from None
@@ -630,7 +631,7 @@ class LLMClient:
             with anyio.fail_after(limit):
                 return await answer
         except TimeoutError:
-            raise Stalled(f"no whole answer to {url} within {limit:g} s") from None
+            raise StoodStill(f"no whole answer to {url} within {limit:g} s") from None
         except openai.OpenAIError as e:
             raise classify(e) from e
         except (ValueError, RecursionError):
@@ -763,7 +764,7 @@ def journalled(journal: Journal) -> Callable[[Retry], None]:
             server=retry.server,
             retry_for_s=retry.for_s,
             unreachable=retry.unreachable,
-            stalled=isinstance(retry.error, Stalled),
+            stood_still=isinstance(retry.error, StoodStill),
             told=retry.told,
         )
 

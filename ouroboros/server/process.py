@@ -283,7 +283,7 @@ class ManagedServer:
                         await process.wait()
         return False
 
-    def stalled(self) -> None:
+    def stood_still(self) -> None:
         """The server stopped answering (a reply stood still past `llm.timeout_s`): its group
         is killed, and `serve` starts it again."""
         if self.process is not None and self.process.returncode is None:
@@ -308,7 +308,7 @@ class ManagedServer:
 
 def journalled(settings: Settings, journal: Journal) -> ManagedServer:
     """The run's server, each start and exit journalled; killed when the retry layer reports a
-    reply that stood still (a `retry` notice marked `stalled`)."""
+    reply that stood still (a `retry` notice marked `stood_still`)."""
     log = settings.paths.state_dir / SERVER_LOG
     starts = 0
 
@@ -329,8 +329,12 @@ def journalled(settings: Settings, journal: Journal) -> ManagedServer:
     )
 
     def on_record(record: Record, state: RunState) -> None:
-        if isinstance(record, Notice) and record.event == "retry" and record.details.get("stalled"):
-            server.stalled()
+        if (
+            isinstance(record, Notice)
+            and record.event == "retry"
+            and record.details.get("stood_still")
+        ):
+            server.stood_still()
 
     journal.sinks.append(on_record)
     return server

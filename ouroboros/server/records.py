@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ouroboros.state.fold import Part, RunState
-from ouroboros.state.records import Record
+from ouroboros.state.records import Record, Starting
 
 
 class ServerStarted(Record):
@@ -50,7 +50,7 @@ def exit_text(line: dict[str, Any]) -> str:
 class ServerPart(Part):
     """What `status` says of the managed server."""
 
-    folds = (ServerStarted, ServerExited)
+    folds = (ServerStarted, ServerExited, Starting)
 
     pid: int | None = None
     up_since: str | None = None
@@ -64,6 +64,10 @@ class ServerPart(Part):
         elif isinstance(record, ServerExited):
             self.pid, self.up_since = None, None
             self.last_exit = exit_text(record.model_dump())
+        elif isinstance(record, Starting):
+            # A start of the run: a server a killed run left (never journalled as stopped) is
+            # gone, or about to be (`kill_orphan`).
+            self.pid, self.up_since = None, None
 
     def status(self) -> dict[str, Any]:
         if self.up_since is None and not self.last_exit:
