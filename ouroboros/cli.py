@@ -186,7 +186,9 @@ def _request(load: Loader, request: str, what: str, console: Console) -> int:
     state = load().paths.state_dir
     with storage(state / request):
         state.mkdir(parents=True, exist_ok=True)
-        (state / request).touch()
+        # Never through a link planted there, never blocked by a FIFO: the run sets either aside.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        os.close(os.open(state / request, flags, 0o600))
     console.print(f"asked the run on {escape(str(state))} to {what} {_when(state)}")
     return 0
 

@@ -186,3 +186,19 @@ def test_an_inbox_that_is_a_link_is_not_read_through(project: Project) -> None:
     assert "inbox is a link, which the run does not read through" in told.stderr
     assert len(told.stderr.strip().splitlines()) == 1, told.stderr
     assert len(os.listdir(elsewhere)) == 2, "a message was left where the run never looks"
+
+
+@pytest.mark.parametrize("request_name", [PAUSE_REQUEST, UNPAUSE_REQUEST])
+def test_pause_and_unpause_write_no_file_through_a_link_planted_at_their_request(
+    project: Project, request_name: str
+) -> None:
+    """A dangling link at the request's name: the command refuses in one line and creates
+    nothing where the link points."""
+    project.configure("http://127.0.0.1:9/v1")
+    project.state.mkdir(parents=True, exist_ok=True)
+    target = project.root / "made-through-the-link"
+    (project.state / request_name).symlink_to(target)
+    result = project.run(request_name)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not target.exists()

@@ -31,6 +31,9 @@ folded)."""
 
 class Saved(BaseModel):
     format: int = SNAPSHOT_FORMAT
+    shape: str = ""
+    """`shape()` when it was written: another (a field a part gained since) is ignored, rather
+    than loaded with that field's default."""
     offset: int
     """Bytes of the journal the state folds."""
     lines: int
@@ -44,6 +47,13 @@ class Saved(BaseModel):
 RUN_FIELDS = [f.name for f in fields(RunState) if not f.metadata.get("session")]
 """The run's fields of `RunState`: every one not reset by a session start."""
 RUN_FIELDS.remove("parts")
+
+
+@cache
+def shape(parts: tuple[type, ...]) -> str:
+    """The names of what a snapshot saves: the run's fields, and each part's."""
+    names = [*RUN_FIELDS, *(f"{part.__name__}.{f.name}" for part in parts for f in fields(part))]
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
 @cache
@@ -66,6 +76,7 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
     `state` as it is right after the session start record `last_line`."""
     run: dict[str, Any] = {name: getattr(state, name) for name in RUN_FIELDS}
     snap = snapshot_model(tuple(PARTS))(
+        shape=shape(tuple(PARTS)),
         offset=offset,
         lines=lines,
         line_sha256=hashlib.sha256(last_line).hexdigest(),
@@ -102,7 +113,9 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
             line = f.read(snap.line_bytes)
     except (OSError, ValidationError):
         return None
-    if snap.format != SNAPSHOT_FORMAT or hashlib.sha256(line).hexdigest() != snap.line_sha256:
+    if (snap.format, snap.shape) != (SNAPSHOT_FORMAT, shape(tuple(PARTS))):
+        return None
+    if hashlib.sha256(line).hexdigest() != snap.line_sha256:
         return None
     run = {name: getattr(snap.run, name) for name in RUN_FIELDS}  # type: ignore[attr-defined]
     parts = {part.__name__: getattr(snap.run, part.__name__) for part in PARTS}  # type: ignore[attr-defined]
