@@ -218,8 +218,11 @@ def test_a_tasks_file_not_written_by_task_is_set_aside(project: Project) -> None
         lambda path: os.mkfifo(path),
         lambda path: path.symlink_to("/dev/zero"),
         lambda path: path.write_text("[" * 100_000),  # past the JSON parser's depth
+        lambda path: path.write_text(
+            json.dumps([{"text": "t", "check": "true"}] * (tasks.MAX_TASKS + 1))
+        ),
     ],
-    ids=["FIFO", "link to /dev/zero", "nested deep"],
+    ids=["FIFO", "link to /dev/zero", "nested deep", "more than a task command leaves"],
 )
 def test_a_planted_tasks_file_is_set_aside_never_a_hang_or_a_crash(
     project: Project, plant: Callable[[Path], None]

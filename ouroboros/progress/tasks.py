@@ -92,7 +92,7 @@ def read(state_dir: Path, source: str) -> list[Task]:
         tasks = [Task.model_validate(t) for t in json.loads(data)]
     except (ValueError, TypeError, ValidationError, RecursionError):  # nested past the parser
         raise NotAMessage("not tasks `task` wrote") from None
-    if any(problem(t) for t in tasks):
+    if len(tasks) > MAX_TASKS or any(problem(t) for t in tasks):
         raise NotAMessage("not tasks `task` wrote")
     return tasks
 
