@@ -53,12 +53,24 @@ class NotAMessage(Exception):
     bytes")."""
 
 
-def _fsync_folder(folder: Path) -> None:
-    handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
+def leave(folder: Path, name: str, body: bytes) -> None:
+    """`body` as the file `name` of `folder`, durable when this returns, whole or not there
+    (written aside, synced, renamed, the folder synced): what `tell` and `task` leave."""
+    temporary = folder / f".{name}.tmp"
+    with storage(folder):
+        made(folder)
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(handle, body)
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        temporary.rename(folder / name)
+        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
 
 
 def post(state_dir: Path, text: str) -> Letter:
@@ -73,20 +85,9 @@ def post(state_dir: Path, text: str) -> Letter:
             f"the message is {size:,} bytes, more than {MAX_MESSAGE_BYTES:,}: write it to a "
             "file in the workspace and tell the agent to read it"
         )
-    folder = state_dir / INBOX
     letter = Letter(f"{time.time_ns():020d}-{secrets.token_hex(4)}", text, now_iso())
     body = json.dumps({"sent_at": letter.sent_at, "text": text}).encode()
-    temporary = folder / f".{letter.message_id}.tmp"
-    with storage(folder):
-        made(folder)
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(handle, body)
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-        temporary.rename(folder / f"{letter.message_id}{SUFFIX}")
-        _fsync_folder(folder)
+    leave(state_dir / INBOX, f"{letter.message_id}{SUFFIX}", body)
     return letter
 
 

@@ -10,7 +10,6 @@ where it is."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 import tomllib
@@ -22,7 +21,7 @@ from ouroboros.context.plan import CHECK_CHARS
 from ouroboros.ground.errors import ConfigError, RunError
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.state_folder import TASKS
-from ouroboros.operator.inbox import NotAMessage, listed, made, read_regular, set_aside
+from ouroboros.operator.inbox import NotAMessage, leave, listed, read_regular, set_aside
 from ouroboros.progress.records import Task
 
 SUFFIX = ".json"
@@ -59,24 +58,9 @@ def post(state_dir: Path, tasks: list[Task]) -> str:
     for n, task in enumerate(tasks, 1):
         if (wrong := problem(task)) is not None:
             raise RunError(f"task {n}: {wrong}" if len(tasks) > 1 else wrong)
-    folder = state_dir / TASKS
     source = f"{time.time_ns():020d}-{secrets.token_hex(4)}"
     body = json.dumps([t.model_dump() for t in tasks]).encode()
-    temporary = folder / f".{source}.tmp"
-    with storage(folder):
-        made(folder)
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(handle, body)
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-        temporary.rename(folder / f"{source}{SUFFIX}")
-        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
+    leave(state_dir / TASKS, f"{source}{SUFFIX}", body)
     return source
 
 
