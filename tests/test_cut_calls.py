@@ -16,7 +16,7 @@ import pytest
 
 from ouroboros.model.llm import ReplyTooLarge, _LimitedStream
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.model.tool_protocol import OpenCall, open_call
+from ouroboros.model.text_calls import OpenCall, open_call
 from tests.conftest import Project
 from tests.inprocess import run_here
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.tool_protocol import (
+from ouroboros.model.text_calls import (
     Action,
     FormatProblem,
     fences,

@@ -13,7 +13,8 @@ from ouroboros.context.tokens import raw_units, tools_estimate
 from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
 from ouroboros.model.scripted import Reply, tool
-from ouroboros.model.tool_protocol import OMITTED, schema_raw, text_wire
+from ouroboros.model.text_calls import text_wire
+from ouroboros.model.tool_protocol import OMITTED, schema_raw
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec

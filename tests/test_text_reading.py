@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
-from ouroboros.model.tool_protocol import (
+from ouroboros.model.text_calls import (
     HEADING,
     Action,
     FormatProblem,

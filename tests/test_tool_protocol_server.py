@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ouroboros.model.scripted import Reply, Responder, ScriptedServer, without_tools
-from ouroboros.state.protocol_tally import SWITCH
+from ouroboros.state.fold import SWITCH
 from tests.conftest import Project, wait_for
 
 pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`

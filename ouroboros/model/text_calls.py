@@ -1,0 +1,535 @@
+"""Tool calls as text: a reply's text as the model meant it (`reply_text`, its fenced blocks),
+the calls models commonly write as text read back (`recover`: Hermes `<tool_call>` tags, a bare
+or fenced JSON object, Mistral's `[TOOL_CALLS]`), the text protocol's one action a reply
+(`read_action`), and the text protocol on the wire (`tools_section`, `text_wire`). Pure; the
+readers are strict on purpose (`tool_protocol.py` says why), and every regex is possessive: a
+reply of megabytes is read in time linear in its length."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+
+# --- A reply's text as the model meant it, and its fenced blocks.
+
+END_TOKENS = re.compile(r"<\|im_end\|>|</s>|<end_of_turn>|<\|eot_id\|>|<\|end\|>")
+"""Stop tokens a server leaves in the text when the template's stop is another: the reply ends
+at the first outside a fenced block (inside one, `</s>` is HTML a command writes)."""
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+OPEN = re.compile(r"^[ \t]*+(`{3,}+)[ \t]*+([\w+-]*+)[^\n`]*+$", re.MULTILINE)
+FENCE_LINE = re.compile(r"^[ \t]*+```", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Fence:
+    language: str
+    body: str
+    start: int
+    end: int
+
+
+@lru_cache(maxsize=64)
+def _closing(ticks: int) -> re.Pattern[str]:
+    """The line that closes a block opened with `ticks` backticks; a stop token may end it
+    (```<|im_end|>): the block ends before it."""
+    return re.compile(rf"^[ \t]*+`{{{ticks},}}+[ \t]*+(?=$|{END_TOKENS.pattern})", re.MULTILINE)
+
+
+def fences(text: str) -> list[Fence]:
+    """The closed fenced blocks of `text`, in order; a block left open (a reply cut off) is none."""
+    found: list[Fence] = []
+    position = 0
+    while (opening := OPEN.search(text, position)) is not None:
+        close = _closing(len(opening[1])).search(text, opening.end())
+        if close is None:
+            break
+        body = text[opening.end() + 1 : close.start()].rstrip("\n")
+        found.append(Fence(opening[2].lower(), body, opening.start(), close.end()))
+        position = close.end()
+    return found
+
+
+def reply_text(content: str) -> str:
+    """The reply as the model meant it, as it is journalled: lines end in `\\n`, and it ends at
+    its first stop token outside a fenced block (what follows it the model did not mean to say)."""
+    text = content.replace("\r\n", "\n")
+    closed = iter(fences(text))
+    fence = next(closed, None)
+    for stop in END_TOKENS.finditer(text):
+        while fence is not None and fence.end <= stop.start():
+            fence = next(closed, None)
+        if fence is None or stop.start() < fence.start:
+            return text[: stop.start()]
+    return text
+
+
+def _open_fence(text: str) -> bool:
+    found = fences(text)
+    return OPEN.search(text, found[-1].end if found else 0) is not None
+
+
+def finished_part(text: str, cut_off: bool) -> str | None:
+    """The part of a reply its calls are read from: none of reasoning left open (a call there is
+    only weighed), nothing of a reply cut off in an open block or reasoning (`cut_off`: what it was
+    about to write is unknown)."""
+    think = text.rfind(THINK_OPEN)
+    if think > text.rfind(THINK_CLOSE):
+        return None if cut_off else text[:think]
+    return None if cut_off and _open_fence(text) else text
+
+
+# --- Tool calls written as text, read back.
+
+RecoveryFormat = Literal["hermes", "json", "fenced_json", "mistral"]
+ActionFormat = Literal["bash", "json_action"]
+SHELL_TOOL = "shell_exec"
+SHELL_LANGUAGES = ("bash", "sh", "shell")
+JSON_LANGUAGES = ("json",)
+
+
+@dataclass(frozen=True)
+class TextCall:
+    name: str
+    arguments: str
+    """Canonical JSON of the arguments object."""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    calls: tuple[TextCall, ...]
+    format: RecoveryFormat
+    remaining: str
+    """The reply's text without the calls (the prose around them)."""
+    start: int
+    """Where the calls begin in the text read; they run to its end."""
+
+
+@dataclass(frozen=True)
+class Action:
+    call: TextCall
+    format: ActionFormat | RecoveryFormat
+    start: int
+    end: int
+    """Where the action is written in the reply (`reply_text`)."""
+
+
+@dataclass(frozen=True)
+class FormatProblem:
+    what: str
+    """What is wrong, as the model is told: "no action", "3 actions", "the json block ..."."""
+
+
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+BARE_STARTS = 16
+"""Lines starting with `{`, from the reply's end, tried as the start of a bare call: a call's
+own nested objects take a few; trying every line of a reply made of them would take time that
+grows with its square."""
+_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*+([\w.-]++)\s*+\[ARGS\]")
+_MISTRAL = "[TOOL_CALLS]"
+
+
+CUT_OFF = FormatProblem("no action it finished: it was cut off at the output limit")
+"""A reply cut off at the output limit in an open block or reasoning."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("a key repeated: which value was meant is unclear")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is no JSON number")
+
+
+_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+"""Strict JSON: a repeated key (json keeps the last, a reader sees the first) or NaN is none."""
+
+
+def _object(text: str) -> dict[str, object] | None:
+    try:
+        value = _JSON.decode(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _arguments(value: object) -> str | None:
+    """Canonical JSON of an arguments object; a string holding one is accepted too (some
+    models write `"arguments": "{...}"`, as the wire format does)."""
+    if isinstance(value, str):
+        value = _object(value)
+    return json.dumps(value) if isinstance(value, dict) else None
+
+
+def call_of(value: object, tools: Collection[str], name_keys: tuple[str, ...]) -> TextCall | None:
+    """A call from a JSON object with a tool name and an arguments object, and nothing else."""
+    if not isinstance(value, dict):
+        return None
+    names = [key for key in name_keys if key in value]
+    argument_keys = [key for key in ("arguments", "parameters") if key in value]
+    if len(names) != 1 or len(argument_keys) != 1 or len(value) != 2:
+        return None
+    name, arguments = value[names[0]], _arguments(value[argument_keys[0]])
+    if not isinstance(name, str) or name not in tools or arguments is None:
+        return None
+    return TextCall(name, arguments)
+
+
+def _calls(values: list[object], tools: Collection[str]) -> tuple[TextCall, ...] | None:
+    calls = [call_of(v, tools, ("name",)) for v in values]
+    if not calls or any(c is None for c in calls):
+        return None
+    return tuple(c for c in calls if c is not None)
+
+
+def _hermes(text: str, tools: Collection[str]) -> Recovered | None:
+    """Tags one after another to the reply's end: prose between or after them is no call."""
+    first = position = text.find(HERMES_OPEN)
+    bodies = []
+    while position < len(text):
+        end = text.find(HERMES_CLOSE, position)
+        if not text.startswith(HERMES_OPEN, position) or end == -1:
+            return None
+        bodies.append(text[position + len(HERMES_OPEN) : end])
+        position = end + len(HERMES_CLOSE)
+        while position < len(text) and text[position].isspace():
+            position += 1
+    calls = _calls([_object(body.strip()) for body in bodies], tools)
+    return Recovered(calls, "hermes", text[:first].strip(), first) if calls else None
+
+
+def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
+    if text.count(_MISTRAL) != 1:
+        return None
+    before, after = text.split(_MISTRAL)
+    named = _MISTRAL_ARGS.search(text)
+    if named is not None:  # the newer form: [TOOL_CALLS]name[ARGS]{...}
+        arguments = _arguments(_object(text[named.end() :].strip()))
+        if named[1] not in tools or arguments is None:
+            return None
+        return Recovered((TextCall(named[1], arguments),), "mistral", before.strip(), len(before))
+    try:
+        value, end = _JSON.raw_decode(after.strip())
+    except (ValueError, RecursionError):
+        return None
+    if after.strip()[end:].strip():
+        return None
+    calls = _calls(value if isinstance(value, list) else [value], tools)
+    return Recovered(calls, "mistral", before.strip(), len(before)) if calls else None
+
+
+def _fenced(text: str, tools: Collection[str]) -> Recovered | None:
+    blocks = [f for f in fences(text) if f.language in ("json", "")]
+    if len(blocks) != 1 or text[blocks[0].end :].strip():
+        return None
+    call = call_of(_object(blocks[0].body), tools, ("name",))
+    start = blocks[0].start
+    return Recovered((call,), "fenced_json", text[:start].strip(), start) if call else None
+
+
+def _bare(text: str, tools: Collection[str]) -> Recovered | None:
+    """The reply ends with one JSON object that starts a line (inline JSON is prose)."""
+    stripped = text.rstrip()
+    starts = [m.start() for m in re.finditer(r"^[ \t]*+\{", stripped, re.MULTILINE)]
+    for start in reversed(starts[-BARE_STARTS:]):
+        value = _object(stripped[start:])
+        if value is not None:
+            call = call_of(value, tools, ("name",))
+            if call is None or '"name"' in stripped[:start]:
+                return None  # a second candidate before it: which one was meant is unclear
+            return Recovered((call,), "json", stripped[:start].strip(), start)
+    return None
+
+
+def _recover(text: str, tools: Collection[str]) -> Recovered | None:
+    if HERMES_OPEN in text:
+        return _hermes(text, tools)
+    if _MISTRAL in text:
+        return _mistral(text, tools)
+    if "```" in text:
+        return _fenced(text, tools)
+    return _bare(text, tools)
+
+
+def recover(text: str, tools: Collection[str], cut_off: bool = False) -> Recovered | None:
+    """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
+    readable = finished_part(reply_text(text), cut_off)
+    return None if readable is None else _recover(readable, tools)
+
+
+def _called_outside(text: str, fenced: list[Fence], tools: Collection[str]) -> bool:
+    """Whether the text outside the fenced blocks holds a call in another format too."""
+    bounds = [0, *(i for f in fenced for i in (f.start, f.end)), len(text)]
+    outside = "".join(text[a:b] for a, b in zip(bounds[::2], bounds[1::2], strict=True))
+    return HERMES_OPEN in outside or _MISTRAL in outside or _bare(outside, tools) is not None
+
+
+def read_action(text: str, tools: Collection[str], cut_off: bool = False) -> Action | FormatProblem:
+    """The one action of a reply in the text protocol, or what is wrong with it."""
+    readable = finished_part(reply_text(text), cut_off)
+    if readable is None:
+        return CUT_OFF
+    fenced = fences(readable)
+    blocks = [f for f in fenced if f.language in SHELL_LANGUAGES + JSON_LANGUAGES]
+    if blocks and _called_outside(readable, fenced, tools):
+        return FormatProblem(f"{len(blocks) + 1} actions in different formats (none was run)")
+    if len(blocks) > 1:
+        return FormatProblem(f"{len(blocks)} action blocks (none was run)")
+    if blocks:
+        return _block_action(blocks[0], readable, tools)
+    recovered = _recover(readable, tools)
+    if recovered is None:
+        return FormatProblem("no action block")
+    if len(recovered.calls) > 1:
+        return FormatProblem(f"{len(recovered.calls)} actions (none was run)")
+    return Action(recovered.calls[0], recovered.format, recovered.start, len(readable))
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A call the reply was cut off in: its tool, if named yet, and the bytes written of it."""
+
+    tool: str | None
+    size: int
+
+
+_NAMED = re.compile(r'"(?:tool|name)"\s*+:\s*+"([\w.-]{1,64}+)"')
+
+
+def open_call(text: str) -> OpenCall | None:
+    """The call a reply cut off at the output limit ends inside: an action block left open (a
+    ```bash block is a shell call, a ```json one names its tool), or a `<tool_call>` tag; None
+    if it ends in reasoning or prose."""
+    text = reply_text(text)
+    if text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE):
+        return None
+    closed = fences(text)
+    block = OPEN.search(text, closed[-1].end if closed else 0)
+    if block is not None:
+        body = text[block.end() + 1 :]
+        shell = block[2].lower() in SHELL_LANGUAGES
+        named = None if shell else _NAMED.search(body, 0, 200)
+        tool = SHELL_TOOL if shell else named[1] if named else None
+        return OpenCall(tool, len(body.encode()))
+    start = text.rfind(HERMES_OPEN)
+    if start > text.rfind(HERMES_CLOSE):
+        body = text[start + len(HERMES_OPEN) :]
+        named = _NAMED.search(body, 0, 200)
+        return OpenCall(named[1] if named else None, len(body.encode()))
+    return None
+
+
+def _block_action(block: Fence, text: str, tools: Collection[str]) -> Action | FormatProblem:
+    if FENCE_LINE.search(text, block.end):
+        return FormatProblem(
+            "a ``` line after its action block (none was run). An action that holds a ``` "
+            "line (a heredoc writing Markdown) needs a longer fence, ````bash ... ````, or "
+            "file_write"
+        )
+    if block.language in SHELL_LANGUAGES:
+        if SHELL_TOOL not in tools:
+            return FormatProblem(f"a {block.language} block, but there is no shell tool")
+        if not block.body.strip():
+            return FormatProblem(f"an empty {block.language} block")
+        shell = TextCall(SHELL_TOOL, json.dumps({"command": block.body}))
+        return Action(shell, "bash", block.start, block.end)
+    value = _object(block.body)
+    if value is None:
+        return FormatProblem("a json block that is not one JSON object (each key once)")
+    call = call_of(value, tools, ("tool", "name"))
+    if call is None:
+        named = value.get("tool", value.get("name"))
+        if isinstance(named, str) and named not in tools:
+            return FormatProblem(f"a json block naming no tool there is ({named[:40]!r})")
+        return FormatProblem('a json block that is not {"tool": ..., "arguments": {...}}')
+    return Action(call, "json_action", block.start, block.end)
+
+
+# --- The text protocol on the wire: what the model is told of its tools, and the
+# conversation as system, user and assistant messages only.
+
+SAMPLE_STRINGS = {
+    "path": "NOTES.md",
+    "command": "ls -la",
+    "content": "# Notes\n",
+    "summary": "what was done",
+    "query": "error",
+}
+"""Example values a small model can copy sensibly, by parameter name."""
+
+HEADING = """\
+# How you act
+
+You have no function-calling interface: act by writing one action a reply, as a fenced block; \
+its result comes back in the next message. A reply with no action, or more than one, runs nothing.
+- A shell command: a ```bash block.
+- Another tool: a ```json block holding {"tool": NAME, "arguments": {...}}.
+- An action holding a ``` line (a heredoc of Markdown) needs a longer fence, ````bash closed by \
+````; or use file_write.
+
+The tools:
+"""
+
+
+def names(schemas: list[dict[str, Any]]) -> list[str]:
+    """The tools' names, from their schemas."""
+    return [str((s.get("function") or {}).get("name")) for s in schemas]
+
+
+def _sample(name: str, schema: dict[str, Any], depth: int = 0) -> object:
+    examples = schema.get("examples")
+    if isinstance(examples, list) and examples:
+        return examples[0]
+    if "default" in schema:
+        return schema["default"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    kind = schema.get("type")
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        item = schema.get("items")
+        return [_sample(name, item, depth + 1)] if isinstance(item, dict) and depth < 3 else []
+    if kind == "object":
+        return example_arguments(schema, depth + 1) if depth < 3 else {}
+    return SAMPLE_STRINGS.get(name, name)
+
+
+def example_arguments(parameters: dict[str, Any], depth: int = 0) -> dict[str, object]:
+    """Arguments for one example call: every required parameter (and of an object in it), with a
+    value of its type."""
+    properties = parameters.get("properties") or {}
+    required = parameters.get("required") or []
+    return {
+        name: _sample(name, properties.get(name) or {}, depth)
+        for name in required
+        if name in properties
+    }
+
+
+def _parameters(parameters: dict[str, Any]) -> str:
+    properties = parameters.get("properties") or {}
+    required = set(parameters.get("required") or [])
+    lines = []
+    for name, schema in properties.items():
+        kind = schema.get("type") or "/".join(
+            str(option.get("type")) for option in schema.get("anyOf", []) if option.get("type")
+        )
+        need = "" if name in required else ", optional"
+        text = schema.get("description", "")
+        lines.append(f"- {name} ({kind or 'any'}{need}){': ' + text if text else ''}")
+    return "\n".join(lines)
+
+
+def action_text(name: str, arguments: dict[str, object]) -> str:
+    """A call as the text protocol writes it: a bash block for a shell command, else json."""
+    command = arguments.get("command")
+    if name == SHELL_TOOL and set(arguments) == {"command"} and isinstance(command, str):
+        return f"```bash\n{command}\n```"
+    return f"```json\n{json.dumps({'tool': name, 'arguments': arguments})}\n```"
+
+
+def tools_section(schemas: list[dict[str, Any]]) -> str:
+    """Every offered tool, its parameters and one example, from its schema."""
+    parts = [HEADING]
+    for schema in schemas:
+        function = schema.get("function") or {}
+        name, parameters = str(function.get("name")), function.get("parameters") or {}
+        example = action_text(name, example_arguments(parameters))
+        parts.append(
+            f"## {name}\n{' '.join(str(function.get('description', '')).split())}\n"
+            f"{_parameters(parameters)}\n"
+            f"Example:\n{example}\n"
+        )
+    return "\n".join(parts)
+
+
+def tools_description(schemas: list[dict[str, Any]]) -> str:
+    """What the system message carries of the tools, exactly: the budget counts it every
+    request (a side call offers none)."""
+    return f"\n\n{tools_section(schemas)}" if schemas else ""
+
+
+def format_message(problem: str, schemas: list[dict[str, Any]]) -> str:
+    """What a reply without exactly one action is told, with an example to copy (the shell's,
+    where there is a shell)."""
+    functions = [s.get("function") or {} for s in schemas]
+    shown = next((f for f in functions if f.get("name") == SHELL_TOOL), functions[0])
+    example = action_text(str(shown.get("name")), example_arguments(shown.get("parameters") or {}))
+    return (
+        f"Your last reply had {problem}. Write exactly one action per reply: a shell command "
+        'in a ```bash block, or another tool as a ```json block {"tool": NAME, "arguments": '
+        f"{{...}}}}, as the examples in your instructions show. For example:\n{example}"
+    )
+
+
+def result_text(message: ToolMessage) -> str:
+    """A tool result as the user message that brings it back."""
+    if message.masked:
+        return message.content  # a placeholder says what it stands for
+    failed = " (failed)" if message.error else ""
+    return f"[{message.name} result{failed}]\n{message.content}"
+
+
+def _written(message: AssistantMessage) -> str:
+    """The reply as the model wrote it; a call it did not write as text (a native call before a
+    switch to text) is added in the text form, so the model sees every action it took. Whether
+    it wrote it is read from the reply alone, not from the tools offered now (a side call offers
+    none)."""
+    if not message.tool_calls:
+        return message.content
+    calls = [(c.name, c.arguments) for c in message.tool_calls]
+    action = read_action(message.content, [name for name, _ in calls])
+    if isinstance(action, Action) and calls == [(action.call.name, action.call.arguments)]:
+        return message.content
+    blocks = []
+    for call in message.tool_calls:
+        try:
+            arguments = json.loads(call.arguments)
+        except (ValueError, RecursionError):
+            arguments = None
+        if isinstance(arguments, dict):
+            blocks.append(action_text(call.name, arguments))
+        else:
+            blocks.append(f'```json\n{{"tool": "{call.name}", "arguments": ...}}\n```')
+    return "\n\n".join(part for part in (message.content.strip(), *blocks) if part)
+
+
+def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Message]:
+    """The conversation in the text protocol: the tools described in the system message, each
+    result a user message, and user messages in a row joined (templates such as Gemma's refuse
+    two turns of one role in a row)."""
+    section = tools_description(schemas)
+    sent: list[Message] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            sent.append(SystemMessage(content=message.content + section))
+            continue
+        if isinstance(message, AssistantMessage):
+            sent.append(AssistantMessage(content=_written(message)))
+            continue
+        text = result_text(message) if isinstance(message, ToolMessage) else message.content
+        last = sent[-1] if sent else None
+        if isinstance(last, UserMessage):
+            sent[-1] = UserMessage(content=f"{last.content}\n\n{text}")
+        else:
+            sent.append(UserMessage(content=text))
+    return sent
