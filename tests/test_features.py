@@ -49,15 +49,6 @@ def test_a_feature_record_is_read_by_its_kind_and_a_kind_is_taken_once() -> None
             kind: Literal["checkpoint"] = "checkpoint"
 
 
-def test_a_record_still_saying_its_events_as_lines_is_refused_as_it_is_defined() -> None:
-    """`Record.lines` became `events` (issue 30): a feature written before would log nothing."""
-    with pytest.raises(TypeError, match=r"Former.lines is now `events`"):
-
-        class Former(Record):
-            def lines(self) -> list[tuple[str, dict[str, object]]]:
-                return [("former", {})]
-
-
 def test_a_features_part_folds_its_records_and_what_they_imply() -> None:
     state = RunState()
     state.apply(SessionStart(session=1, reason="fresh", messages=[]))

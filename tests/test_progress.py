@@ -130,8 +130,9 @@ def test_a_checked_step_that_never_passes_stops_the_run_as_stalled_and_its_hook_
     assert [e["event"] for e in recorded(out)] == ["stalled"]
 
 
-def test_a_run_without_checked_items_never_stalls(project: Project) -> None:
-    script = [Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]
+def ten_sessions_of_one_turn(project: Project, *first: Reply) -> None:
+    """`first`, then `list_dir` calls: ten sessions of one turn, stalls told after two."""
+    script = [*first, *[Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]]
     ran = run_here(
         project,
         script,
@@ -141,23 +142,17 @@ def test_a_run_without_checked_items_never_stalls(project: Project) -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+
+
+def test_a_run_without_checked_items_never_stalls(project: Project) -> None:
+    ten_sessions_of_one_turn(project)
     assert len(project.events("session_start")) == 10
 
 
 def test_a_run_whose_checked_items_all_pass_never_stalls(project: Project) -> None:
     """Nothing is left to pass: sessions without a new pass are no stall (the run is not told
     to pass one, with no item failing, nor stopped)."""
-    passes = {"text": "ok", "status": "done", "check": "true"}
-    script = [plans(passes), *[Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]]
-    ran = run_here(
-        project,
-        script,
-        session={"max_turns": 1},
-        progress={"stall_sessions": 2},
-        supervisor={"max_total_turns": 10},
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    ten_sessions_of_one_turn(project, plans({"text": "ok", "status": "done", "check": "true"}))
     assert not project.events("stalling")
 
 

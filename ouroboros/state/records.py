@@ -48,9 +48,6 @@ class Record(BaseModel):
         if isinstance(kind, str):
             if KINDS.setdefault(kind, cls) is not cls:
                 raise TypeError(f"record kind {kind!r} is taken by {KINDS[kind].__name__}")
-        # `lines` was this hook's name before issue 30: a record still defining it logs nothing.
-        if "lines" in cls.__dict__:
-            raise TypeError(f"{cls.__name__}.lines is now `events` (issue 30)")
 
     def implied(self) -> list[Record]:
         """Records this one means too, folded after it (a rewind ends the session it finds)."""
