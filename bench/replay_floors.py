@@ -8,13 +8,14 @@ from collections import Counter
 
 from floor import StepTokens, WindDownTokens, sessions_keeping_recent, sessions_with_promises
 from prefill import prefill
-from replay_model import DEFAULTS, PLACEHOLDER, Step
+from replay_model import DEFAULTS, MAX_OUTPUT, PLACEHOLDER, Step
 from replay_run import Run, budget, cap
 
+from ouroboros.context import mask
 from ouroboros.context.mask import masked
 from ouroboros.context.truncate import shown
 from ouroboros.ground import prompts
-from ouroboros.ground.messages import ToolCall, ToolMessage
+from ouroboros.ground.messages import AssistantMessage, ToolCall, ToolMessage
 from ouroboros.model.llm import to_wire
 from ouroboros.policy.room import LONGEST_WIND_DOWN, MIN_OUTPUT_BYTES
 from ouroboros.run.window import mask_policy
@@ -22,23 +23,31 @@ from ouroboros.tools.results import shaped_result
 from ouroboros.tools.tool import Output
 
 
-def step_tokens(run: Run) -> tuple[int, list[StepTokens]]:
-    """What every session's prompt holds before its first turn, and each step's tokens."""
+def step_tokens(run: Run, held_whole: bool = False) -> tuple[int, list[StepTokens]]:
+    """What every session's prompt holds before its first turn, and each step's tokens.
+    `held_whole`: a reply a server cuts off at the limit stays whole in the prompt, as an
+    unmanaged agent keeps it; the harness shows it as a placeholder (`mask.cut_off_reply`) and
+    the model writes the step again."""
     t, tokens = run.trajectory, run.trajectory.tokens
     again = tokens.message({"role": "user", "content": prompts.CONTINUE})
+    told = tokens.message({"role": "user", "content": prompts.cut_off(MAX_OUTPUT)})
 
     def figures(index: int, step: Step) -> list[StepTokens]:
-        """The step; first, where a server stops its reply at the limit, that reply (the
-        model's, whatever the harness: every agent holds it)."""
+        """The step; first, where a server stops its reply at the limit, that reply (every
+        agent gets it)."""
         stopped = t.at_limit(index)
-        first = (
-            [StepTokens(tokens.message(stopped.wire()) + again, stopped.completion)]
-            if stopped is not None and step.action is not None
-            else []
-        )
-        served = stopped if stopped is not None and step.action is None else t.reply(index)
+        if stopped is not None and held_whole and step.action is None:
+            return [StepTokens(tokens.message(stopped.wire()) + again, stopped.completion)]
+        first = []
+        if stopped is not None and held_whole:
+            first = [StepTokens(tokens.message(stopped.wire()) + told, stopped.completion)]
+        elif stopped is not None:
+            text = mask.cut_off_reply(AssistantMessage(content=stopped.text)).content
+            shown_tokens = tokens.message({**stopped.wire(), "content": text})
+            first = [StepTokens(shown_tokens + told, shown_tokens)]
+        served = t.reply(index)
         if step.action is None:
-            return [StepTokens(tokens.message(served.wire()) + again, served.completion)]
+            return [*first, StepTokens(tokens.message(served.wire()) + again, served.completion)]
         result = result_at_cap(step, cap(run.window))
         pair = (tokens.message(to_wire(result)), tokens.message(to_wire(masked(result))))
         cut = shown(result_at_cap(step, cap(run.window), MIN_OUTPUT_BYTES))
@@ -73,7 +82,7 @@ def equal_promises_floor(run: Run) -> int:
 def append_only(run: Run) -> int:
     """What an unmanaged agent with an unlimited window makes the server process: each token
     of its one growing prompt once (the results at the normal cap, as the runner keeps them)."""
-    fixed, steps = step_tokens(run)
+    fixed, steps = step_tokens(run, held_whole=True)
     return fixed + sum(s.prompt + sum(whole for whole, _ in s.results) for s in steps)
 
 

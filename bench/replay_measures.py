@@ -13,6 +13,7 @@ from replay_floors import equal_promises_floor, floor, prefill_figures
 from replay_model import DEFAULTS, PLACEHOLDER
 from replay_run import Run
 
+from ouroboros.context import mask
 from ouroboros.ground.messages import (
     AssistantMessage,
     Message,
@@ -50,7 +51,7 @@ def last_step_fate(previous: list[Message], sent: list[dict[str, Any]]) -> tuple
     if not any(
         m["role"] == "assistant"
         and [c["id"] for c in m.get("tool_calls") or []] == ids
-        and (ids or m["content"] == reply.content)
+        and (ids or m["content"] in (reply.content, mask.cut_off_reply(reply).content))
         for m in carried
     ):
         return "reply missing", 0

@@ -189,3 +189,41 @@ def test_the_event_the_byte_cap_falls_in_starts_after_a_blank_line_split_between
     cut = anyio.run(read)
     assert cut.event_head.startswith(b'data: {"choices":[{"delta":{"content"')
     assert cut.event_bytes == 100
+
+
+def test_a_reply_cut_off_before_any_call_is_shown_short_and_journalled_whole(
+    project: Project,
+) -> None:
+    """Its thought is written again, shorter, once the model is told it was cut off: kept whole it
+    would take `max_output_tokens` of every later prompt next to the reply that does the step."""
+    thought = "THOUGHT: I look at the layout first, then trace the bug. " + "parse-tz " * 400
+    script = [
+        Reply(text=thought, completion_tokens=CUT),
+        Reply(text="Listing.", tool_calls=[tool("list_dir", path=".")]),
+        FINISH,
+    ]
+    ran = run_here(project, script)
+    assert ran.returncode == 0, ran.stderr
+    for body in ran.chat_requests()[1:]:
+        assert "parse-tz" not in json.dumps(body)
+        replies = [m for m in body["messages"] if m["role"] == "assistant"]
+        assert replies[0]["content"] == (
+            f"[reply cut off at the output limit, {len(thought):,} characters, not shown again; "
+            'it began "THOUGHT: I look at the layout first, then trace…"]'
+        )
+    assert "Listing." in json.dumps(ran.chat_requests()[2]), "a reply that made a call is whole"
+    kept = [r["message"] for r in project.records("journal.jsonl") if r["kind"] == "message"]
+    assert kept[0]["content"] == thought, "the journal keeps what the model wrote"
+
+
+def test_a_reply_cut_off_after_its_calls_is_shown_whole(project: Project) -> None:
+    script = [
+        Reply(
+            text="Listing first.", tool_calls=[tool("list_dir", path=".")], completion_tokens=CUT
+        ),
+        FINISH,
+    ]
+    ran = run_here(project, script)
+    assert ran.returncode == 0, ran.stderr
+    replies = [m for m in ran.chat_requests()[1]["messages"] if m["role"] == "assistant"]
+    assert replies[0]["content"] == "Listing first."

@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.tokens import Budget
+from ouroboros.context.tokens import Budget, CallFigures
 from ouroboros.ground.config import ContextSettings
 from ouroboros.ground.messages import (
     AssistantMessage,
@@ -201,3 +201,33 @@ def test_a_compaction_after_masks_waits_for_the_history_to_regrow_past_the_faile
     assert policy.still_wanted(state, rules, freeing, "compact", first=False) == "skip"
     forced = replace(freeing, forced=True)
     assert policy.still_wanted(state, rules, forced, "compact", first=False) == "try"
+
+
+def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_shown() -> None:
+    """A reply the server cut off at the output limit with no call is a short placeholder in
+    every later prompt (`context.mask.cut_off_reply`): it does not make the room larger."""
+
+    def after_replies(finish: str) -> room.StepFigures:
+        state = session_with_results([50])
+        for turn in range(1, 9):
+            figures = CallFigures(
+                prompt_tokens=1000 + turn,
+                completion_tokens=900,
+                source="server",
+                raw_prompt=1000,
+                raw_reply=3600,
+                silent_truncation=False,
+                turn=turn,
+                finish_reason=finish,
+            )
+            reply = AssistantMessage(content="thinking at length " * 200)
+            state.apply(MessageRecord(session=1, message=reply, usage=figures))
+            state.apply(MessageRecord(session=1, message=UserMessage(content="Go on.")))
+        budget = Budget(20_000, 16_000, 8_000, 15_000)
+        rules = Rules(budget, MaskPolicy(1, 16_000, 10), ContextSettings(), TURNS, 1000, 0)
+        return step(state, rules)
+
+    cut_off, whole = after_replies("length"), after_replies("stop")
+    assert whole.lines.reply == 900
+    assert cut_off.lines.reply < 100
+    assert cut_off.hard_line > whole.hard_line

@@ -1185,3 +1185,24 @@ def test_a_run_starts_llama_server_itself_and_again_after_a_kill_9(tmp_path: Pat
     for pid in (r["pid"] for r in started):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_reply_cut_off_before_any_call_is_a_placeholder_in_the_next_request(
+    finished_run: FinishedRun,
+) -> None:
+    """llama-server stops a reply at `max_tokens` (32 here): one with no call in it is shown
+    from the next request on as a placeholder with its start, and journalled whole."""
+    chats, usage = finished_run.chats, finished_run.project.usage()
+    journal = finished_run.project.records("journal.jsonl")
+    replies = [r["message"] for r in journal if r["kind"] == "message" and r.get("usage")]
+    cut_off = [
+        n
+        for n, (line, reply) in enumerate(zip(usage, replies, strict=True))
+        if line["finish_reason"] == "length" and not reply["tool_calls"] and reply["content"]
+        if n + 1 < len(chats)
+    ]
+    assert cut_off, "no reply went past 32 tokens without a call before the last: nothing to check"
+    for n in cut_off:
+        sent = [m for m in chats[n + 1].request["messages"] if m["role"] == "assistant"][-1]
+        assert sent["content"].startswith("[reply cut off at the output limit, "), sent
+        assert replies[n]["content"] not in sent["content"]

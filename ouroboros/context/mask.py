@@ -1,7 +1,8 @@
 """Replace the oldest tool observations with short descriptive placeholders.
 
 Masking is a view: the journal keeps every full result. No message is ever removed, so each tool
-call keeps its result; assistant messages are never touched.
+call keeps its result. Of the assistant's messages only one kind is shown shorter, at once: a
+reply the server cut off at the output limit before any tool call (`cut_off_reply`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,22 @@ def placeholder(message: ToolMessage) -> str:
 
 def masked(message: ToolMessage) -> ToolMessage:
     return message.model_copy(update={"content": placeholder(message), "masked": True})
+
+
+def cut_off_reply(message: AssistantMessage) -> AssistantMessage:
+    """A reply the server cut off at the output limit before any tool call, as the model sees
+    it from the next request on: a placeholder with its start. Such a reply is a thought the
+    model writes again, shorter, when told it was cut off (a server stops the next at the same
+    limit); kept whole it would take `max_output_tokens` of every later prompt, next to the
+    reply that does the step: at an 8K window the pair is about a third of the prompt budget.
+    The journal keeps it whole."""
+    text = message.content
+    return message.model_copy(
+        update={
+            "content": f"[reply cut off at the output limit, {len(text):,} characters, "
+            f"not shown again; it began {_quote(text)}]"
+        }
+    )
 
 
 def apply_masks(messages: Sequence[Message], masked_ids: Collection[str]) -> list[Message]:

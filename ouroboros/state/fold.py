@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import singledispatchmethod
 from typing import Any, ClassVar, TypeVar, cast
 
+from ouroboros.context.mask import cut_off_reply
 from ouroboros.context.tokens import Ledger, PrefillTally
 from ouroboros.context.view import ContextView
 from ouroboros.ground.figures import RunLimits, WindowFigures
@@ -85,6 +86,19 @@ class ProtocolTally:
         read = f"{count:,} read from text ({formats})" if count else "none read from text"
         why = self.switch_reason
         return read if why is None else f"{read}; text protocol since: {why}"
+
+
+def cut_off_before_a_call(record: MessageRecord) -> bool:
+    """A reply the server cut off at the output limit with no tool call in it: shown as a
+    placeholder (`context.mask.cut_off_reply`)."""
+    message, usage = record.message, record.usage
+    return (
+        isinstance(message, AssistantMessage)
+        and not message.tool_calls
+        and bool(message.content)
+        and usage is not None
+        and usage.finish_reason == "length"
+    )
 
 
 def is_switch(record: Notice) -> bool:
@@ -163,7 +177,8 @@ class RunState:
     """Calls the session's newest reply had past `llm.max_tool_calls_per_reply`: the agent is
     told after its results."""
     recent_replies: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
-    """Completion tokens of the newest replies (they place the wind-down)."""
+    """Tokens the newest replies take in the prompts after them (they place the wind-down):
+    their completion tokens; a reply cut off before any call, its placeholder's."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
     """Every reply the agent gave after a wind-down message in the run: which one it was after
     the message (1, 2, ...) and its completion tokens."""
@@ -254,14 +269,21 @@ class RunState:
             # The view is what was sent (first record after it): kept while the check can use it.
             checked = usage.cached_tokens is not None and "cache" not in self.warned
             self.last_request = (self.view.messages(), usage.prompt_tokens) if checked else None
-        self.join(record.message)
-        if isinstance(record.message, AssistantMessage):
+        message = record.message
+        if isinstance(message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
             self.refusal_window = None
+            if cut_off_before_a_call(record):
+                message = cut_off_reply(message)
+        self.join(message)
         self.plan.apply(record)
         self.protocol.message(record)
         if record.usage is not None:
-            self._turn(record.usage.prompt_tokens, record.usage.completion_tokens)
+            # The room a reply takes is what it takes in the prompts after it.
+            shown = record.usage.completion_tokens
+            if message is not record.message:
+                shown = self.ledger.calibration.message_tokens(message)
+            self._turn(record.usage.prompt_tokens, shown)
             self.ledger.apply(record.usage)
             self.prefill.add(record.usage)
 
