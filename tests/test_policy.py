@@ -16,12 +16,15 @@ from ouroboros.ground.messages import (
     ToolMessage,
     UserMessage,
 )
+from ouroboros.observe.describe import describe
 from ouroboros.policy import policy, room
 from ouroboros.policy.policy import End, FreeRoom
 from ouroboros.policy.room import Rules
+from ouroboros.sinks.record_events import events_of
 from ouroboros.state.fold import RunState
 from ouroboros.state.records import (
     CompactionFailed,
+    Cut,
     EndReason,
     Mask,
     MaskReason,
@@ -155,6 +158,58 @@ def test_a_step_past_the_budget_ends_the_session_and_says_the_wind_down_was_miss
     assert missed.event == "wind_down_missed"
     assert isinstance(end, End)
     assert end.reason == EndReason.CONTEXT_FULL
+
+
+def test_a_wind_down_past_the_budget_cuts_the_unseen_result_before_it_ends_the_session() -> None:
+    """The room was sized on estimates: where the newest result (the model has not seen it)
+    takes the prompt a little past the budget, it is cut and the promised reply still comes;
+    where no cut can make the prompt fit, the session ends."""
+
+    def winding() -> RunState:
+        state = session_with_results([300, 300])
+        notice = UserMessage(content="Save your state.", origin="wind_down")
+        state.apply(
+            WindDown(
+                session=1,
+                projected=0,
+                hard_line=0,
+                room=0,
+                reply_allowance=0,
+                turns_left=TURNS,
+                message=notice,
+            )
+        )
+        call = ToolCall(id="new", name="shell_exec", arguments='{"command": "make test"}')
+        output = "\n".join(f"line {i} of the test log" for i in range(600))
+        for message in (
+            AssistantMessage(content="", tool_calls=(call,)),
+            ToolMessage(tool_call_id="new", name=call.name, content=output, exit_code=1),
+        ):
+            state.apply(MessageRecord(session=1, message=message))
+        return state
+
+    state = winding()
+    now = room.projected(state, rules_at(state, hard_at=1.0))
+    result = state.ledger.calibration.message_tokens(state.messages[-1])
+    # Past the budget by more than the result less its cut marker: a cut cannot fit it.
+    for over, fits in ((50, True), (result // 2, True), (result - 5, False), (now, False)):
+        state = winding()
+        rules = replace(rules_at(state, hard_at=1.0), budget=Budget(now * 2, now - over, 1, 1))
+        decisions = policy.wind_down_or_end(state, rules, step(state, rules))
+        if not fits:
+            assert [type(d) for d in decisions] == [End]
+            continue
+        [cut] = decisions
+        assert isinstance(cut, Cut)
+        assert list(cut.cuts) == ["new"], "only the result the model has not seen"
+        assert cut.reason == "wind_down"
+        state.apply(cut)
+        assert room.projected(state, rules) <= rules.budget.prompt_budget
+        [event] = events_of(cut, state)
+        line = describe(event)
+        assert line is not None
+        assert "result(s) the model has not seen to" in line.plain
+        assert line.plain.endswith("bytes for the wind-down's next reply")
 
 
 def test_a_refused_prompt_masks_all_but_the_protected_and_cuts_what_was_not_seen() -> None:

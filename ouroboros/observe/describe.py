@@ -184,7 +184,12 @@ _DESCRIBE: dict[str, tuple[str, features.Describe]] = {
         "magenta",
         lambda r: (
             f"cut {r.get('results')} result(s) the model has not seen to "
-            f"{figure(r.get('shown_bytes'))} bytes after the server refused the prompt"
+            f"{figure(r.get('shown_bytes'))} bytes "
+            + (
+                "for the wind-down's next reply"
+                if r.get("reason") == "wind_down"
+                else "after the server refused the prompt"
+            )
         ),
     ),
     "compaction": (

@@ -111,20 +111,29 @@ def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
     if masking is not None:
         decisions.append(masking)
         after = masking.projected_after or after
-    over = after - rules.budget.prompt_budget
-    unseen = view.unseen()
+    cut, _ = cut_unseen(state, after - rules.budget.prompt_budget, "refused")
+    return decisions + ([cut] if cut else [])
+
+
+def cut_unseen(
+    state: RunState, over: int, reason: Literal["refused", "wind_down"]
+) -> tuple[Cut | None, int]:
+    """The results the model has not seen cut to take `over` tokens fewer, as the carry-over
+    cuts a step (a cut keeps at least its marker), and the tokens that frees."""
+    unseen, tokens = state.view.unseen(), state.ledger.calibration.message_tokens
     if over <= 0 or not unseen:
-        return decisions
-    tokens = calibration.message_tokens
-    fitted = fit_step(list(unseen), sum(tokens(shown(m)) for m in unseen) - over, tokens)
+        return None, 0
+    now = sum(tokens(shown(m)) for m in unseen)
+    fitted = fit_step(list(unseen), now - over, tokens)
     cuts = {
         m.tool_call_id: m.room_bytes
         for m in fitted
         if isinstance(m, ToolMessage) and m.room_bytes is not None
     }
-    if cuts:
-        decisions.append(Cut(session=state.session, cuts=cuts))
-    return decisions
+    if not cuts:
+        return None, 0
+    after = sum(tokens(shown(m) if isinstance(m, ToolMessage) else m) for m in fitted)
+    return Cut(session=state.session, cuts=cuts, reason=reason), now - after
 
 
 def still_wanted(
@@ -246,6 +255,12 @@ def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[D
     winding = state.wind_down_replies is not None
     now = projected(state, rules)
     if now > budget.prompt_budget:
+        # A promised reply comes before the length of results the model has not seen yet (each
+        # saved whole where its cut marker says): the room was sized on estimates.
+        over = now - budget.prompt_budget
+        cut, freed = cut_unseen(state, over, "wind_down") if winding else (None, 0)
+        if cut is not None and now - freed <= budget.prompt_budget:
+            return [cut]
         end = End(
             EndReason.CONTEXT_FULL, f"next prompt ~{now:,} tokens > budget {budget.prompt_budget:,}"
         )

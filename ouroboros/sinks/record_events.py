@@ -117,7 +117,12 @@ def _(record: Cut, state: RunState) -> list[tuple[str, dict[str, Any]]]:
     return [
         (
             "context_cut",
-            {"session": record.session, "results": len(record.cuts), "shown_bytes": shown},
+            {
+                "session": record.session,
+                "results": len(record.cuts),
+                "shown_bytes": shown,
+                "reason": record.reason,
+            },
         )
     ]
 

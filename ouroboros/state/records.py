@@ -241,12 +241,14 @@ class Mask(Record):
 
 
 class Cut(Record):
-    """Results the model has not seen, shown cut after the server refused a prompt."""
+    """Results the model has not seen, shown cut: after the server refused a prompt, or where
+    they would take a wind-down's next prompt past the budget."""
 
     kind: Literal["cut"] = "cut"
     session: int
     cuts: dict[str, int]
     """Bytes shown, by call id."""
+    reason: Literal["refused", "wind_down"] = "refused"
 
 
 class Refused(Measurement, Record):
