@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ouroboros.context.plan import PlanItem
 from ouroboros.state.fold import Part, RunState
-from ouroboros.state.records import Record, SessionEnd
+from ouroboros.state.records import EndReason, Record, RunEnd, RunStart, SessionEnd
 
 FAILING_SAID = 5
 """Failing items `status` and a refused `finish` name: the first few, then a count."""
@@ -98,7 +98,7 @@ class Progress(Part):
     """The operator's tasks, every checked item's standing, and the sessions since a check
     last newly passed."""
 
-    folds = (TasksAdded, CheckRun, Stalling, SessionEnd)
+    folds = (TasksAdded, CheckRun, Stalling, SessionEnd, RunEnd, RunStart)
 
     tasks: list[Task] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
@@ -114,6 +114,9 @@ class Progress(Part):
     """Items found failing at the newest session end that passed before: the next opening
     says so."""
     stalling: Stalling | None = None
+    stopped_stalled: bool = False
+    """The run last stopped as `stalled`: a person who starts it again gives it
+    `progress.stall_sessions` more sessions."""
 
     def apply(self, record: Record, state: RunState) -> None:
         if isinstance(record, TasksAdded):
@@ -135,17 +138,24 @@ class Progress(Part):
                 ]
         elif isinstance(record, Stalling):
             self.stalling = record
+        elif isinstance(record, RunEnd):
+            self.stopped_stalled = record.reason == EndReason.STALLED
+        elif isinstance(record, RunStart) and self.stopped_stalled:
+            self.quiet, self.stalling, self.stopped_stalled = 0, None, False
         elif isinstance(record, SessionEnd):
-            for item in state.plan.items:
-                if item.check and self.task_key(item) is None:
-                    self.items.setdefault(item.text, ItemState())
-            # A stall is items still failing and none newly passing: with all passing,
-            # nothing is left to pass.
-            failing = any(not item.passing for item in self.items.values())
-            if failing and not self.passed_this_session:
-                self.quiet += 1
-            self.passed_this_session = False
-            self.regressed = []
+            self.session_ended(state)
+
+    def session_ended(self, state: RunState) -> None:
+        for item in state.plan.items:
+            if item.check and self.task_key(item) is None:
+                self.items.setdefault(item.text, ItemState())
+        # A stall is items still failing and none newly passing: with all passing, nothing is
+        # left to pass.
+        failing = any(not item.passing for item in self.items.values())
+        if failing and not self.passed_this_session:
+            self.quiet += 1
+        self.passed_this_session = False
+        self.regressed = []
 
     def checked(self, record: CheckRun) -> None:
         item = self.items.setdefault(record.item, ItemState())

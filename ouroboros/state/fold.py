@@ -411,6 +411,8 @@ class RunState:
     def _(self, record: RunStart) -> None:
         if self.started_at is None:
             self.started_at = datetime.fromisoformat(record.ts).timestamp()
+        if self.run_end is not None and self.run_end.reason == EndReason.STUCK:
+            self.loops.restarts = 0  # a person who starts it again gives it `max_loops` more
         self.run_end = None
         if record.window is not None:
             self.window = record.window
