@@ -146,9 +146,14 @@ class Progress(Part):
             self.session_ended(state)
 
     def session_ended(self, state: RunState) -> None:
-        for item in state.plan.items:
-            if item.check and self.task_key(item) is None:
-                self.items.setdefault(item.text, ItemState())
+        steps = {i.text for i in state.plan.items if i.check and self.task_key(i) is None}
+        for text in steps:
+            self.items.setdefault(text, ItemState())
+        # A failing step the agent dropped from its plan is no longer its to pass (nor does
+        # `finish` wait for it): it counts for no stall. One that passed stays achieved.
+        for key in [k for k, i in self.items.items() if not i.passing and k not in steps]:
+            if self.task(key) is None:
+                del self.items[key]
         # A stall is items still failing and none newly passing: with all passing, nothing is
         # left to pass.
         failing = any(not item.passing for item in self.items.values())
