@@ -262,7 +262,7 @@ def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_show
     """A reply the server cut off at the output limit with no call is a short placeholder in
     every later prompt (`context.mask.cut_off_reply`): it does not make the room larger."""
 
-    def after_replies(finish: str) -> room.StepFigures:
+    def after_replies(finish: str) -> tuple[RunState, room.StepFigures]:
         state = session_with_results([50])
         for turn in range(1, 9):
             figures = CallFigures(
@@ -280,9 +280,10 @@ def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_show
             state.apply(MessageRecord(session=1, message=UserMessage(content="Go on.")))
         budget = Budget(20_000, 16_000, 8_000, 15_000)
         rules = Rules(budget, MaskPolicy(1, 16_000, 10), ContextSettings(), TURNS, 1000, 0)
-        return step(state, rules)
+        return state, step(state, rules)
 
-    cut_off, whole = after_replies("length"), after_replies("stop")
+    (generated, cut_off), (_, whole) = after_replies("length"), after_replies("stop")
+    assert generated.total_completion_tokens == 8 * 900, "the tokens the server generated"
     assert whole.lines.reply == 900
     assert cut_off.lines.reply < 100
     assert cut_off.hard_line > whole.hard_line

@@ -181,7 +181,7 @@ class RunState:
     their completion tokens; a reply cut off before any call, its placeholder's."""
     wind_down_reply_tokens: list[tuple[int, int]] = field(default_factory=list)
     """Every reply the agent gave after a wind-down message in the run: which one it was after
-    the message (1, 2, ...) and its completion tokens."""
+    the message (1, 2, ...) and the tokens it takes in the prompts after it."""
     wind_down_replies: int | None = field(default=None, metadata=SESSION)
     """Replies the agent gave since this session's wind-down message; None before it."""
     ended_reason: EndReason | None = field(default=None, metadata=SESSION)
@@ -280,10 +280,10 @@ class RunState:
         self.protocol.message(record)
         if record.usage is not None:
             # The room a reply takes is what it takes in the prompts after it.
-            shown = record.usage.completion_tokens
+            completion = shown = record.usage.completion_tokens
             if message is not record.message:
                 shown = self.ledger.calibration.message_tokens(message)
-            self._turn(record.usage.prompt_tokens, shown)
+            self._turn(record.usage.prompt_tokens, completion, shown)
             self.ledger.apply(record.usage)
             self.prefill.add(record.usage)
 
@@ -380,11 +380,12 @@ class RunState:
         if isinstance(message, AssistantMessage):
             self.call_ids.update(c.id for c in message.tool_calls)
 
-    def _turn(self, prompt_tokens: int, completion_tokens: int) -> None:
-        """A turn is a model reply with its usage: carried-over replies are none."""
-        self.recent_replies.append(completion_tokens)
+    def _turn(self, prompt_tokens: int, completion_tokens: int, shown: int) -> None:
+        """A turn is a model reply with its usage: carried-over replies are none. `shown`: the
+        tokens the reply takes in the prompts after it."""
+        self.recent_replies.append(shown)
         if self.wind_down_replies is not None:
-            self.wind_down_reply_tokens.append((self.wind_down_replies, completion_tokens))
+            self.wind_down_reply_tokens.append((self.wind_down_replies, shown))
         self.total_prompt_tokens += prompt_tokens
         self.total_completion_tokens += completion_tokens
         self.session_turns += 1
