@@ -260,16 +260,7 @@ def test_a_failing_step_the_agent_dropped_from_its_plan_counts_for_no_stall(
     project: Project,
 ) -> None:
     never = {"text": "make it pass", "status": "done", "check": "false"}
-    script = [plans(never), plans(), *[Reply(tool_calls=[tool("list_dir")]) for _ in range(12)]]
-    ran = run_here(
-        project,
-        script,
-        session={"max_turns": 2},
-        progress={"stall_sessions": 2},
-        supervisor={"max_total_turns": 12},
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert project.events("run_end")[-1]["reason"] == "max_total_turns"
+    ten_sessions_of_one_turn(project, plans(never), plans())
     assert not project.events("stalling")
     status = json.loads((project.state / "status.json").read_text())
     assert status["run"]["progress"]["failing"] == [], status["run"]["progress"]
