@@ -17,6 +17,7 @@ import pytest
 from ouroboros.model.llm import ReplyTooLarge, _LimitedStream
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.model.text_calls import OpenCall, open_call
+from ouroboros.state.snapshot import snapshot_path
 from tests.conftest import Project
 from tests.inprocess import run_here
 
@@ -90,6 +91,17 @@ def test_a_text_action_cut_open_names_its_tool(project: Project) -> None:
         "`cat >> path` the others."
     )
     assert not (project.workspace / "notes.md").exists()
+
+    # Killed right after that reply was journalled: the resumed run tells it the same, from the
+    # reply as written (the view shows a placeholder).
+    journal = project.state / "journal.jsonl"
+    records = project.records("journal.jsonl")
+    cut = next(i for i, r in enumerate(records) if r["kind"] == "message" and r.get("usage"))
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[: cut + 1]))
+    snapshot_path(journal).unlink(missing_ok=True)
+    resumed = run_here(project, [FINISH], llm={"tool_protocol": "text"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.chat_requests()[0]["messages"][-1]["content"] == told
 
 
 @pytest.mark.parametrize(
@@ -227,3 +239,12 @@ def test_a_reply_cut_off_after_its_calls_is_shown_whole(project: Project) -> Non
     assert ran.returncode == 0, ran.stderr
     replies = [m for m in ran.chat_requests()[1]["messages"] if m["role"] == "assistant"]
     assert replies[0]["content"] == "Listing first."
+
+
+def test_a_reply_cut_off_shorter_than_its_placeholder_is_shown_whole(project: Project) -> None:
+    """At a tiny output limit the placeholder would take more room than the text it hides."""
+    script = [Reply(text="Let me see", completion_tokens=CUT), FINISH]
+    ran = run_here(project, script)
+    assert ran.returncode == 0, ran.stderr
+    replies = [m for m in ran.chat_requests()[1]["messages"] if m["role"] == "assistant"]
+    assert replies[0]["content"] == "Let me see"

@@ -27,8 +27,6 @@ from ouroboros.state.records import (
     LoopKind,
     MessageRecord,
     Notice,
-    RunEnd,
-    RunStart,
     SessionEnd,
     SessionStart,
     WindDown,
@@ -203,11 +201,6 @@ def test_a_loop_is_named_then_restarted_then_stops_the_run_as_stuck() -> None:
     assert [type(d) for d in stuck] == [LoopDetected, End]
     assert isinstance(stuck[1], End)
     assert stuck[1].reason == EndReason.STUCK
-    # Started again by a person: `max_loops` more restarts, not a stop at the next loop.
-    after.apply(RunEnd(reason=EndReason.STUCK, detail=stuck[1].detail))
-    after.apply(RunStart(model="m", base_url="http://127.0.0.1:1/v1", resumed=True))
-    ran(after, *[ok("c")] * 3)
-    assert [type(d) for d in escalate(after, max_loops=1)] == [LoopDetected, WindDown]
 
 
 def test_a_loop_is_at_least_twice() -> None:

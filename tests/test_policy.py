@@ -204,7 +204,15 @@ def test_a_wind_down_past_the_budget_cuts_the_unseen_result_before_it_ends_the_s
         assert list(cut.cuts) == ["new"], "only the result the model has not seen"
         assert cut.reason == "wind_down"
         state.apply(cut)
-        assert room.projected(state, rules) <= rules.budget.prompt_budget
+        cut_to = room.projected(state, rules)
+        assert cut_to <= rules.budget.prompt_budget
+        assert cut_to >= rules.budget.prompt_budget - result // 8, "cut by what it must, not half"
+        # Cut again (the server refused it after all): from the cut in force, never looser.
+        again, freed = policy.cut_unseen(state, 50, "refused")
+        assert again is not None
+        assert again.cuts["new"] < cut.cuts["new"]
+        state.apply(again)
+        assert room.projected(state, rules) <= cut_to - 50
         [event] = events_of(cut, state)
         line = describe(event)
         assert line is not None
@@ -262,7 +270,9 @@ def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_show
     """A reply the server cut off at the output limit with no call is a short placeholder in
     every later prompt (`context.mask.cut_off_reply`): it does not make the room larger."""
 
-    def after_replies(finish: str) -> tuple[RunState, room.StepFigures]:
+    def after_replies(
+        finish: str, text: str = "thinking at length " * 200
+    ) -> tuple[RunState, room.StepFigures]:
         state = session_with_results([50])
         for turn in range(1, 9):
             figures = CallFigures(
@@ -275,7 +285,7 @@ def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_show
                 turn=turn,
                 finish_reason=finish,
             )
-            reply = AssistantMessage(content="thinking at length " * 200)
+            reply = AssistantMessage(content=text)
             state.apply(MessageRecord(session=1, message=reply, usage=figures))
             state.apply(MessageRecord(session=1, message=UserMessage(content="Go on.")))
         budget = Budget(20_000, 16_000, 8_000, 15_000)
@@ -287,3 +297,30 @@ def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_show
     assert whole.lines.reply == 900
     assert cut_off.lines.reply < 100
     assert cut_off.hard_line > whole.hard_line
+    # A thinking model cut off while reasoning: no text (its reasoning is not sent back).
+    _, reasoning = after_replies("length", text="")
+    assert reasoning.lines.reply < 100
+
+
+def test_the_prompt_after_a_reply_cut_off_before_any_call_is_projected_with_its_placeholder() -> (
+    None
+):
+    """The next prompt holds the placeholder, not the reply the server counted: the projection
+    is anchored on that, whatever the price of the whole reply would have been."""
+    state = session_with_results([50])
+    figures = CallFigures(
+        prompt_tokens=1000,
+        completion_tokens=1024,
+        source="server",
+        raw_prompt=900,
+        raw_reply=100,  # a price far from the count: it must not matter
+        silent_truncation=False,
+        raw_kinds=dict(state.view.raw_kinds),
+        turn=1,
+        finish_reason="length",
+    )
+    reply = AssistantMessage(content="thinking at length " * 200)
+    state.apply(MessageRecord(session=1, message=reply, usage=figures))
+    rules = rules_at(state, hard_at=0.5)
+    placeholder = state.ledger.calibration.message_tokens(state.view.messages()[-1])
+    assert abs(room.projected(state, rules) - (1000 + placeholder)) <= 20

@@ -170,6 +170,10 @@ class ContextView:
         """Everything but the protected results: the response to a context-overflow error."""
         return self.choose_masks(policy, calibration, excess=self.raw_total * 10 + 1)
 
+    def result_shown(self, call_id: str) -> Message:
+        """A result as it is sent now: whole, cut or a placeholder."""
+        return self.shown[self._tool_index[call_id]]
+
     def result(self, call_id: str) -> ToolMessage:
         """A result as the history holds it."""
         message = self.history[self._tool_index[call_id]]

@@ -21,7 +21,7 @@ from ouroboros.context.carryover import fit_step
 from ouroboros.context.mask import round_waits_below
 from ouroboros.context.truncate import shown
 from ouroboros.ground import prompts
-from ouroboros.ground.messages import ToolMessage, UserMessage
+from ouroboros.ground.messages import Message, ToolMessage, UserMessage
 from ouroboros.policy import loops, rounds
 from ouroboros.policy.result_room import ceiling
 from ouroboros.policy.room import Rules, StepFigures, projected
@@ -118,21 +118,32 @@ def after_overflow(state: RunState, rules: Rules) -> list[Mask | Cut]:
 def cut_unseen(
     state: RunState, over: int, reason: Literal["refused", "wind_down"]
 ) -> tuple[Cut | None, int]:
-    """The results the model has not seen cut to take `over` tokens fewer, as the carry-over
-    cuts a step (a cut keeps at least its marker), and the tokens that frees."""
-    unseen, tokens = state.view.unseen(), state.ledger.calibration.message_tokens
+    """The results the model has not seen cut to take `over` tokens fewer than they take as
+    sent now, as the carry-over cuts a step (a cut keeps at least its marker; one in force is
+    never loosened), and the tokens that frees."""
+    view, price = state.view, state.ledger.calibration.message_tokens
+    unseen = view.unseen()
     if over <= 0 or not unseen:
         return None, 0
-    now = sum(tokens(shown(m)) for m in unseen)
+
+    def tokens(message: Message) -> int:
+        return price(shown(message) if isinstance(message, ToolMessage) else message)
+
+    now = sum(price(view.result_shown(m.tool_call_id)) for m in unseen)
     fitted = fit_step(list(unseen), now - over, tokens)
     cuts = {
-        m.tool_call_id: m.room_bytes
+        m.tool_call_id: min(m.room_bytes, view.cuts.get(m.tool_call_id, m.room_bytes))
         for m in fitted
         if isinstance(m, ToolMessage) and m.room_bytes is not None
     }
     if not cuts:
         return None, 0
-    after = sum(tokens(shown(m) if isinstance(m, ToolMessage) else m) for m in fitted)
+    after = sum(
+        tokens(m.model_copy(update={"room_bytes": cuts[m.tool_call_id]}))
+        if m.tool_call_id in cuts
+        else price(view.result_shown(m.tool_call_id))
+        for m in unseen
+    )
     return Cut(session=state.session, cuts=cuts, reason=reason), now - after
 
 

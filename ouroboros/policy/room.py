@@ -112,7 +112,8 @@ def place(
     turns: int,
     max_output: int,
 ) -> WindDownLine:
-    """The line from the run's own replies (completion tokens as the server counted them).
+    """The line from the run's own replies (the tokens each takes in the prompts after it,
+    `RunState.recent_replies`).
 
     Room is kept for the step that crosses the line and for each promised reply but the last,
     whose results only the next session sees: that many replies in a row as this run's come

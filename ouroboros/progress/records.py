@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ouroboros.context.plan import PlanItem
 from ouroboros.state.fold import Part, RunState
-from ouroboros.state.records import EndReason, Record, RunEnd, RunStart, SessionEnd
+from ouroboros.state.records import Record, SessionEnd
 
 FAILING_SAID = 5
 """Failing items `status` and a refused `finish` name: the first few, then a count."""
@@ -98,7 +98,7 @@ class Progress(Part):
     """The operator's tasks, every checked item's standing, and the sessions since a check
     last newly passed."""
 
-    folds = (TasksAdded, CheckRun, Stalling, SessionEnd, RunEnd, RunStart)
+    folds = (TasksAdded, CheckRun, Stalling, SessionEnd)
 
     tasks: list[Task] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
@@ -114,9 +114,6 @@ class Progress(Part):
     """Items found failing at the newest session end that passed before: the next opening
     says so."""
     stalling: Stalling | None = None
-    stopped_stalled: bool = False
-    """The run last stopped as `stalled`: a person who starts it again gives it
-    `progress.stall_sessions` more sessions."""
 
     def apply(self, record: Record, state: RunState) -> None:
         if isinstance(record, TasksAdded):
@@ -138,10 +135,6 @@ class Progress(Part):
                 ]
         elif isinstance(record, Stalling):
             self.stalling = record
-        elif isinstance(record, RunEnd):
-            self.stopped_stalled = record.reason == EndReason.STALLED
-        elif isinstance(record, RunStart) and self.stopped_stalled:
-            self.quiet, self.stalling, self.stopped_stalled = 0, None, False
         elif isinstance(record, SessionEnd):
             self.session_ended(state)
 

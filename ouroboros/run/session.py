@@ -376,7 +376,13 @@ class Session:
         if reply.tool_calls or not answered:
             # The first message after its results tells of dropped calls: not yet, if none.
             dropped = 0 if answered else self.state.dropped_calls
-            await self.act_on(reply, resuming=True, dropped=dropped)
+            # A reply cut off at the limit is answered from its text as written (where a call
+            # it was writing stops), not from the placeholder the view shows.
+            written = self.state.cut_off_text
+            if written is not None:
+                reply = reply.model_copy(update={"content": written})
+            cut_off = written is not None
+            await self.act_on(reply, resuming=True, at_max_tokens=cut_off, dropped=dropped)
         else:
             await self.after_step()  # answered, but what the policy decided after may be cut off
 

@@ -13,7 +13,7 @@ from functools import singledispatchmethod
 from typing import Any, ClassVar, TypeVar, cast
 
 from ouroboros.context.mask import cut_off_reply
-from ouroboros.context.tokens import Ledger, PrefillTally
+from ouroboros.context.tokens import Ledger, PrefillTally, raw_estimate
 from ouroboros.context.view import ContextView
 from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
@@ -89,16 +89,22 @@ class ProtocolTally:
 
 
 def cut_off_before_a_call(record: MessageRecord) -> bool:
-    """A reply the server cut off at the output limit with no tool call in it: shown as a
-    placeholder (`context.mask.cut_off_reply`)."""
+    """A reply the server cut off at the output limit with no tool call in it (its text, if
+    any, shown as a placeholder: `context.mask.cut_off_reply`)."""
     message, usage = record.message, record.usage
     return (
         isinstance(message, AssistantMessage)
         and not message.tool_calls
-        and bool(message.content)
         and usage is not None
         and usage.finish_reason == "length"
     )
+
+
+def as_shown(message: AssistantMessage) -> AssistantMessage:
+    """A reply cut off before any call as the model sees it again: the placeholder, where it
+    is shorter than the text it stands for (at a tiny output limit it would not be)."""
+    short = cut_off_reply(message)
+    return short if len(short.content) < len(message.content) else message
 
 
 def is_switch(record: Notice) -> bool:
@@ -184,6 +190,9 @@ class RunState:
     the message (1, 2, ...) and the tokens it takes in the prompts after it."""
     wind_down_replies: int | None = field(default=None, metadata=SESSION)
     """Replies the agent gave since this session's wind-down message; None before it."""
+    cut_off_text: str | None = field(default=None, metadata=SESSION)
+    """The newest reply's text as written, where the server cut it off at the output limit
+    (the view may show a placeholder); a resumed step is answered from it."""
     ended_reason: EndReason | None = field(default=None, metadata=SESSION)
     """Why the last session ended, while no next session has started."""
     ended_detail: str = field(default="", metadata=SESSION)
@@ -269,23 +278,32 @@ class RunState:
             # The view is what was sent (first record after it): kept while the check can use it.
             checked = usage.cached_tokens is not None and "cache" not in self.warned
             self.last_request = (self.view.messages(), usage.prompt_tokens) if checked else None
-        message = record.message
+        message, cut_off = record.message, cut_off_before_a_call(record)
         if isinstance(message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
             self.refusal_window = None
-            if cut_off_before_a_call(record):
-                message = cut_off_reply(message)
+            if record.usage is not None:
+                at_limit = record.usage.finish_reason == "length"
+                self.cut_off_text = message.content if at_limit else None
+            if cut_off:
+                message = as_shown(message)
         self.join(message)
         self.plan.apply(record)
         self.protocol.message(record)
-        if record.usage is not None:
-            # The room a reply takes is what it takes in the prompts after it.
-            completion = shown = record.usage.completion_tokens
-            if message is not record.message:
-                shown = self.ledger.calibration.message_tokens(message)
-            self._turn(record.usage.prompt_tokens, completion, shown)
-            self.ledger.apply(record.usage)
-            self.prefill.add(record.usage)
+        if (usage := record.usage) is not None:
+            self.prefill.add(usage)
+            completion = shown = usage.completion_tokens
+            if cut_off:
+                # What it takes in the prompts after it (a thinking model's reasoning is not
+                # sent back either): the room, and the anchor of the next projection.
+                calibration = self.ledger.calibration
+                shown = calibration.message_tokens(message)
+                as_sent = max(shown - round(calibration.frame), 0)
+                usage = usage.model_copy(
+                    update={"completion_tokens": as_sent, "raw_reply": raw_estimate(message)}
+                )
+            self._turn(usage.prompt_tokens, completion, shown)
+            self.ledger.apply(usage)
 
     @_fold.register
     def _(self, record: ToolStarted) -> None:
@@ -412,8 +430,6 @@ class RunState:
     def _(self, record: RunStart) -> None:
         if self.started_at is None:
             self.started_at = datetime.fromisoformat(record.ts).timestamp()
-        if self.run_end is not None and self.run_end.reason == EndReason.STUCK:
-            self.loops.restarts = 0  # a person who starts it again gives it `max_loops` more
         self.run_end = None
         if record.window is not None:
             self.window = record.window
