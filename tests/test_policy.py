@@ -324,3 +324,8 @@ def test_the_prompt_after_a_reply_cut_off_before_any_call_is_projected_with_its_
     rules = rules_at(state, hard_at=0.5)
     placeholder = state.ledger.calibration.message_tokens(state.view.messages()[-1])
     assert abs(room.projected(state, rules) - (1000 + placeholder)) <= 20
+    # A resumed step is answered from the reply as written, while it is the newest one.
+    assert state.cut_off_text == reply.content
+    state.apply(MessageRecord(session=1, message=UserMessage(content="Go on.")))
+    state.apply(MessageRecord(session=1, message=AssistantMessage(content="Next.")))
+    assert state.cut_off_text is None

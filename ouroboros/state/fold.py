@@ -282,9 +282,8 @@ class RunState:
         if isinstance(message, AssistantMessage):
             self.dropped_calls = record.dropped_calls or 0
             self.refusal_window = None
-            if record.usage is not None:
-                at_limit = record.usage.finish_reason == "length"
-                self.cut_off_text = message.content if at_limit else None
+            at_limit = record.usage is not None and record.usage.finish_reason == "length"
+            self.cut_off_text = message.content if at_limit else None
             if cut_off:
                 message = as_shown(message)
         self.join(message)
