@@ -17,7 +17,7 @@ import pytest
 from ouroboros.ground.config import ServerSettings
 from ouroboros.ground.figures import RunLimits
 from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
-from ouroboros.server.process import Exit, ManagedServer, ServerGaveUp, kill_orphan
+from ouroboros.server.process import CappedLog, Exit, ManagedServer, ServerGaveUp, kill_orphan
 from ouroboros.server.records import ServerPart, ServerStarted
 from ouroboros.state.fold import RunState
 from ouroboros.state.records import Starting
@@ -311,3 +311,25 @@ def test_a_new_start_of_the_run_forgets_the_server_a_killed_run_left() -> None:
     assert state.part(ServerPart).pid == 4321
     state.apply(Starting(limits=RunLimits(max_total_turns=1, wind_down_turns=1)))
     assert state.part(ServerPart).pid is None
+
+
+@pytest.mark.parametrize("plant", ["folder", "link"])
+def test_the_log_moves_aside_onto_whatever_was_planted_at_its_old_name(
+    tmp_path: Path, plant: str
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    before = tmp_path / f"{SERVER_LOG}.1"
+    if plant == "folder":
+        before.mkdir()
+    else:
+        before.symlink_to(outside)
+    log = CappedLog(tmp_path / SERVER_LOG, max_bytes=64)
+    for n in range(4):
+        log.write(f"line {n} of the server's output\n".encode())
+    log.close()
+    assert before.is_file()
+    assert not before.is_symlink()
+    assert "line" in before.read_text()
+    assert outside.read_text() == "keep"
+    assert (plant == "folder") == os.path.lexists(tmp_path / f"{SERVER_LOG}.1.rejected")

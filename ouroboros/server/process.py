@@ -149,7 +149,10 @@ class CappedLog:
     def write(self, data: bytes) -> None:
         if self._file.tell() + len(data) > self.max_bytes:
             self._file.close()
-            self.path.replace(self.path.with_name(self.path.name + ".1"))
+            before = self.path.with_name(self.path.name + ".1")
+            if before.is_dir() and not before.is_symlink():
+                set_aside(before)  # a folder planted there: a rename onto it would fail
+            self.path.replace(before)  # a link there is replaced, not followed
             self._file = self._open()
         self._file.write(data)
         self._file.flush()
