@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, UNPAUSE_REQUEST
+from ouroboros.ground.state_folder import INBOX, PAUSE_REQUEST, TASKS, UNPAUSE_REQUEST
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.operator import inbox
 from tests.conftest import Project
@@ -202,3 +202,25 @@ def test_pause_and_unpause_write_no_file_through_a_link_planted_at_their_request
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not target.exists()
+
+
+@pytest.mark.parametrize("folder", [INBOX, TASKS])
+def test_a_folder_swapped_for_a_link_after_it_was_listed_is_not_read_removed_or_renamed_through(
+    tmp_path: Path, folder: str
+) -> None:
+    """Between listing the inbox (or the tasks) and reading, removing or setting aside what it
+    listed, the folder is swapped for a link: the files where the link points are not the run's."""
+    state = tmp_path / "state"
+    name = f"20260101-abcd{inbox.SUFFIX}"
+    (state / folder).mkdir(parents=True)
+    (state / folder / name).write_text('{"text": "from the run", "sent_at": "now"}')
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / name).write_text('{"text": "from elsewhere", "sent_at": "now"}')
+    (state / folder).rename(tmp_path / "moved")
+    (state / folder).symlink_to(outside)
+    with pytest.raises(inbox.NotAMessage):
+        inbox.read_in(state / folder, name, inbox.MAX_FILE_BYTES)
+    inbox.remove_in(state / folder, name)
+    assert inbox.set_aside_in(state / folder, name) is None
+    assert sorted(os.listdir(outside)) == [name], "nothing where the link points was touched"

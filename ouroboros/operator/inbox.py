@@ -9,16 +9,20 @@ Whatever else lands in the folder is read as hostile: only a regular file is rea
 through a link, never blocking on a FIFO), at most `MAX_FILE_BYTES` of it; anything else
 (a FIFO, a link, a folder, an oversized or unreadable file) is renamed `<name>.rejected` in
 place, so it is neither read again nor lost. A link in place of the folder itself is not read
-through (`listed`), and `tell` refuses to leave a message there (`made`).
+through (`listed`), and `tell` refuses to leave a message there (`made`); one swapped in after
+the folder was listed is not read, removed or renamed through either (`read_in`, `remove_in`,
+`set_aside_in` open the folder first, without following a link, and act on names in it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,17 +125,50 @@ def listed(folder: Path, suffix: str) -> list[str]:
     return sorted(name[: -len(suffix)] for name in names if name.endswith(suffix))
 
 
-def read_regular(path: Path, cap: int, follow: bool = False) -> bytes:
-    """The regular file at `path`, of at most `cap` bytes (at most `cap` + 1 are read): opened
-    without blocking (a FIFO, a device), through no link unless `follow`. `NotAMessage` says
-    what it is instead; `FileNotFoundError` if nothing is there."""
+@contextlib.contextmanager
+def _folder(folder: Path) -> Iterator[int | None]:
+    """`folder` opened as a folder, never through a link; None where it is a link (or gone,
+    or no folder): nothing in it is the run's then."""
+    try:
+        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        yield handle
+    finally:
+        os.close(handle)
+
+
+def _is_link(path: Path, dir_fd: int | None) -> bool:
+    try:
+        name = path if dir_fd is None else path.name
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def read_in(folder: Path, name: str, cap: int) -> bytes:
+    """`read_regular` of `name` in `folder`, the folder opened first through no link."""
+    with _folder(folder) as handle:
+        if handle is None:
+            raise NotAMessage("in a folder that is a link, or gone")
+        return read_regular(folder / name, cap, dir_fd=handle)
+
+
+def read_regular(path: Path, cap: int, follow: bool = False, dir_fd: int | None = None) -> bytes:
+    """The regular file at `path` (its name in the open folder `dir_fd`, if given), of at most
+    `cap` bytes (at most `cap` + 1 are read): opened without blocking (a FIFO, a device),
+    through no link unless `follow`. `NotAMessage` says what it is instead;
+    `FileNotFoundError` if nothing is there."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        handle = os.open(path, flags | (0 if follow else os.O_NOFOLLOW))
+        name = path if dir_fd is None else path.name
+        handle = os.open(name, flags | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as e:
-        if not follow and os.path.islink(path):
+        if not follow and _is_link(path, dir_fd):
             raise NotAMessage("a link") from None
         raise NotAMessage(f"unreadable ({e.strerror or e})") from None
     try:
@@ -165,7 +202,7 @@ def _kind(mode: int) -> str:
 def read(state_dir: Path, message_id: str) -> Letter:
     """The message `message_id`; `NotAMessage` if its file is anything else, `FileNotFoundError`
     if it is gone."""
-    data = read_regular(state_dir / INBOX / f"{message_id}{SUFFIX}", MAX_FILE_BYTES)
+    data = read_in(state_dir / INBOX, f"{message_id}{SUFFIX}", MAX_FILE_BYTES)
     try:
         found = json.loads(data)
         letter = Letter(message_id, str(found["text"]), str(found["sent_at"]))
@@ -180,23 +217,40 @@ def read(state_dir: Path, message_id: str) -> Letter:
     return letter
 
 
-def set_aside(path: Path) -> Path:
-    """Rename `path` (whatever it is; a link itself, not what it points to) to
-    `<name>.rejected` next to it, or `<name>.rejected.2`, ... : nothing is lost."""
+def set_aside(path: Path, dir_fd: int | None = None) -> Path:
+    """Rename `path` (whatever it is; a link itself, not what it points to; its name in the
+    open folder `dir_fd`, if given) to `<name>.rejected` next to it, or `<name>.rejected.2`,
+    ... : nothing is lost."""
     for count in range(1, 1000):
         aside = path.with_name(path.name + REJECTED + (f".{count}" if count > 1 else ""))
-        if not os.path.lexists(aside):
+        try:
+            os.stat(aside if dir_fd is None else aside.name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
             with storage(aside):
-                path.rename(aside)
+                src, dst = (path, aside) if dir_fd is None else (path.name, aside.name)
+                os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             return aside
     raise RunError(f"{path}: too many files rejected next to it: remove the *{REJECTED}* files")
 
 
-def reject(state_dir: Path, message_id: str) -> Path:
-    return set_aside(state_dir / INBOX / f"{message_id}{SUFFIX}")
+def set_aside_in(folder: Path, name: str) -> Path | None:
+    """`set_aside` of `name` in `folder`, the folder opened first through no link (None where
+    it is one: nothing in it is the run's to move)."""
+    with _folder(folder) as handle:
+        return None if handle is None else set_aside(folder / name, dir_fd=handle)
+
+
+def remove_in(folder: Path, name: str) -> None:
+    """`name` removed from `folder`, the folder opened first through no link."""
+    with _folder(folder) as handle, storage(folder):
+        if handle is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=handle)
+
+
+def reject(state_dir: Path, message_id: str) -> Path | None:
+    return set_aside_in(state_dir / INBOX, f"{message_id}{SUFFIX}")
 
 
 def remove(state_dir: Path, message_id: str) -> None:
-    folder = state_dir / INBOX
-    with storage(folder):
-        (folder / f"{message_id}{SUFFIX}").unlink(missing_ok=True)
+    remove_in(state_dir / INBOX, f"{message_id}{SUFFIX}")

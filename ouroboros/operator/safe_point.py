@@ -163,7 +163,8 @@ def _letter(state_dir: Path, journal: Journal, message_id: str) -> inbox.Letter 
         return None  # removed since it was listed
     except inbox.NotAMessage as e:
         aside = inbox.reject(state_dir, message_id)
-        journal.notify("warning", f"inbox: {message_id}{inbox.SUFFIX} is {e}: renamed {aside.name}")
+        done = f"renamed {aside.name}" if aside else "left where it is"
+        journal.notify("warning", f"inbox: {message_id}{inbox.SUFFIX} is {e}: {done}")
         return None
 
 

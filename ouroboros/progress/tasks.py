@@ -19,9 +19,16 @@ from pydantic import ValidationError
 
 from ouroboros.context.plan import CHECK_CHARS
 from ouroboros.ground.errors import ConfigError, RunError
-from ouroboros.ground.jsonl import storage
 from ouroboros.ground.state_folder import TASKS
-from ouroboros.operator.inbox import NotAMessage, leave, listed, read_regular, set_aside
+from ouroboros.operator.inbox import (
+    NotAMessage,
+    leave,
+    listed,
+    read_in,
+    read_regular,
+    remove_in,
+    set_aside_in,
+)
 from ouroboros.progress.records import Task
 
 SUFFIX = ".json"
@@ -71,7 +78,7 @@ def waiting(state_dir: Path) -> list[str]:
 
 def read(state_dir: Path, source: str) -> list[Task]:
     """The tasks of file `source`; `NotAMessage` if it is not one `post` wrote."""
-    data = read_regular(state_dir / TASKS / f"{source}{SUFFIX}", MAX_FILE_BYTES)
+    data = read_in(state_dir / TASKS, f"{source}{SUFFIX}", MAX_FILE_BYTES)
     try:
         tasks = [Task.model_validate(t) for t in json.loads(data)]
     except (ValueError, TypeError, ValidationError, RecursionError):  # nested past the parser
@@ -82,13 +89,11 @@ def read(state_dir: Path, source: str) -> list[Task]:
 
 
 def reject(state_dir: Path, source: str) -> None:
-    set_aside(state_dir / TASKS / f"{source}{SUFFIX}")
+    set_aside_in(state_dir / TASKS, f"{source}{SUFFIX}")
 
 
 def remove(state_dir: Path, source: str) -> None:
-    folder = state_dir / TASKS
-    with storage(folder):
-        (folder / f"{source}{SUFFIX}").unlink(missing_ok=True)
+    remove_in(state_dir / TASKS, f"{source}{SUFFIX}")
 
 
 def parse(path: Path) -> list[Task]:
