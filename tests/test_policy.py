@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.tokens import Budget, CallFigures
@@ -266,6 +267,23 @@ def test_a_compaction_after_masks_waits_for_the_history_to_regrow_past_the_faile
     assert policy.still_wanted(state, rules, forced, "compact", first=False) == "try"
 
 
+def reply_figures(
+    prompt: int, completion: int, raw_reply: int, finish: str, turn: int = 1, **more: Any
+) -> CallFigures:
+    """A model call's figures as the server counted them."""
+    return CallFigures(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        source="server",
+        raw_prompt=prompt - 100,
+        raw_reply=raw_reply,
+        silent_truncation=False,
+        turn=turn,
+        finish_reason=finish,
+        **more,
+    )
+
+
 def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_shown() -> None:
     """A reply the server cut off at the output limit with no call is a short placeholder in
     every later prompt (`context.mask.cut_off_reply`): it does not make the room larger."""
@@ -275,16 +293,7 @@ def test_the_wind_down_room_counts_a_reply_cut_off_before_any_call_as_it_is_show
     ) -> tuple[RunState, room.StepFigures]:
         state = session_with_results([50])
         for turn in range(1, 9):
-            figures = CallFigures(
-                prompt_tokens=1000 + turn,
-                completion_tokens=900,
-                source="server",
-                raw_prompt=1000,
-                raw_reply=3600,
-                silent_truncation=False,
-                turn=turn,
-                finish_reason=finish,
-            )
+            figures = reply_figures(1000 + turn, 900, 3600, finish, turn)
             reply = AssistantMessage(content=text)
             state.apply(MessageRecord(session=1, message=reply, usage=figures))
             state.apply(MessageRecord(session=1, message=UserMessage(content="Go on.")))
@@ -308,17 +317,8 @@ def test_the_prompt_after_a_reply_cut_off_before_any_call_is_projected_with_its_
     """The next prompt holds the placeholder, not the reply the server counted: the projection
     is anchored on that, whatever the price of the whole reply would have been."""
     state = session_with_results([50])
-    figures = CallFigures(
-        prompt_tokens=1000,
-        completion_tokens=1024,
-        source="server",
-        raw_prompt=900,
-        raw_reply=100,  # a price far from the count: it must not matter
-        silent_truncation=False,
-        raw_kinds=dict(state.view.raw_kinds),
-        turn=1,
-        finish_reason="length",
-    )
+    # A price of the whole reply (100 raw units) far from its count: it must not matter.
+    figures = reply_figures(1000, 1024, 100, "length", raw_kinds=dict(state.view.raw_kinds))
     reply = AssistantMessage(content="thinking at length " * 200)
     state.apply(MessageRecord(session=1, message=reply, usage=figures))
     rules = rules_at(state, hard_at=0.5)
