@@ -112,16 +112,13 @@ def waiting(state_dir: Path) -> list[str]:
 def listed(folder: Path, suffix: str) -> list[str]:
     """The names in `folder` ending in `suffix`, less it, sorted; none where `folder` is a link
     (the files it points to are not the run's to read, remove or set aside) or not a folder."""
-    try:
-        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return []
-    try:
-        names = os.listdir(handle)  # not `Path`s: thousands may wait
-    except OSError:
-        return []
-    finally:
-        os.close(handle)
+    with _folder(folder) as handle:
+        if handle is None:
+            return []
+        try:
+            names = os.listdir(handle)  # not `Path`s: thousands may wait
+        except OSError:
+            return []
     return sorted(name[: -len(suffix)] for name in names if name.endswith(suffix))
 
 
