@@ -68,7 +68,12 @@ def test_a_step_is_done_only_once_its_check_passes_and_finish_waits_for_it(
     refused = requests[2]["messages"][-1]["content"]
     assert "finish refused: 1 checked item(s) do not pass: write hello.txt" in refused
     assert "step 1: check passed" in requests[4]["messages"][-1]["content"]
-    assert checks(project) == [("write hello.txt", 2, "done"), ("write hello.txt", 0, "done")]
+    assert checks(project) == [
+        ("write hello.txt", 2, "done"),
+        ("write hello.txt", 2, "finish"),
+        ("write hello.txt", 0, "done"),
+        ("write hello.txt", 0, "finish"),
+    ]
     saved = [r["plan"] for r in project.records("journal.jsonl") if r.get("plan")]
     assert [[i["status"] for i in plan] for plan in saved] == [["doing"], ["done"]]
     state = fold(project.state / "journal.jsonl")[0]
@@ -170,7 +175,12 @@ def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project:
     assert len(project.events("session_start")) == 2  # its own check is no item of its own
     assert "Operator's tasks: 0 of 1 pass" in opening(ran.chat_requests()[0])
     assert "T1 [todo] write hello.txt" in opening(ran.chat_requests()[0])
-    assert checks(project) == [("T1", 2, "done"), ("T1", 0, "done")]
+    assert checks(project) == [
+        ("T1", 2, "done"),
+        ("T1", 0, "session_end"),
+        ("T1", 0, "done"),
+        ("T1", 0, "finish"),
+    ]
     state = fold(project.state / "journal.jsonl")[0]
     assert list(state.part(Progress).items) == ["T1"]  # status counts 1 of 1
     assert project.events("run_end")[-1]["reason"] == "finish"
@@ -245,7 +255,11 @@ def test_a_step_whose_check_changed_is_checked_again_and_a_dropped_one_holds_not
     ]
     ran = run_here(project, script, supervisor={"max_total_turns": 8})
     assert ran.returncode == 0, ran.stderr
-    assert checks(project) == [("tests pass", 0, "done"), ("tests pass", 1, "done")]
+    assert checks(project) == [
+        ("tests pass", 0, "done"),
+        ("tests pass", 1, "done"),
+        ("tests pass", 1, "finish"),
+    ]
     assert "finish refused" in ran.chat_requests()[3]["messages"][-1]["content"]
     assert project.events("run_end")[-1]["reason"] == "finish"
 
@@ -276,3 +290,168 @@ def test_a_tasks_folder_that_is_a_link_is_not_read_through(project: Project) -> 
     with pytest.raises(RunError, match="tasks is a link, which the run does not read through"):
         tasks.post(project.state, [Task(text="b", check="true")])
     assert len(os.listdir(elsewhere)) == 2, "a task was left where the run never looks"
+
+
+def shell(command: str) -> Reply:
+    return Reply(tool_calls=[tool("shell_exec", command=command)])
+
+
+FINISH = Reply(tool_calls=[tool("finish", summary="done")])
+
+
+def told(request: dict[str, Any]) -> str:
+    """The newest message of a request: the result of the call before it."""
+    return str(request["messages"][-1]["content"])
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"text": "T1 make done.txt", "status": "done"},
+        {"text": "make done.txt", "status": "done", "check": "test -f done.txt"},
+    ],
+    ids=["operator's task", "agent's own step"],
+)
+def test_finish_runs_each_check_again_and_is_refused_once_the_work_is_undone(
+    project: Project, item: dict[str, Any]
+) -> None:
+    """A check that passed once is no pass at `finish`: the run ends on checks run then."""
+    if "check" not in item:
+        tasks.post(project.state, [Task(text="make done.txt", check="test -f done.txt")])
+    key = "T1" if "check" not in item else "make done.txt"
+    script = [shell("touch done.txt"), plans(item), shell("rm done.txt"), FINISH]
+    script += [shell("touch done.txt"), FINISH]
+    ran = run_here(project, script, supervisor={"max_total_turns": 8})
+    assert ran.returncode == 0, ran.stderr
+    requests = ran.chat_requests()
+    assert "check passed" in told(requests[2])
+    refused = told(requests[4])
+    assert f"finish refused: 1 checked item(s) do not pass: {key} (exit 1)" in refused, refused
+    assert checks(project)[-2:] == [(key, 1, "finish"), (key, 0, "finish")]
+    assert project.events("run_end")[-1]["reason"] == "finish"
+    said = json.loads((project.state / "status.json").read_text())["run"]["progress"]
+    assert (said["passing"], said["total"]) == (1, 1)
+
+
+def test_an_operators_task_passes_by_its_check_unnamed_at_a_session_end_and_at_finish(
+    project: Project,
+) -> None:
+    """The agent never plans `T1 ...`: its check runs as the session ends (the next opening
+    counts it) and, for a task no check judged yet, at `finish` before the run ends."""
+    tasks.post(
+        project.state,
+        [
+            Task(text="write hello.txt", check="grep -q hello hello.txt"),
+            Task(text="write bye.txt", check="test -f bye.txt"),
+        ],
+    )
+    script = [shell("echo hello > hello.txt"), shell("touch bye.txt"), FINISH]
+    ran = run_here(project, script, session={"max_turns": 1}, supervisor={"max_total_turns": 5})
+    assert ran.returncode == 0, ran.stderr
+    assert "Operator's tasks: 1 of 2 pass" in opening(ran.chat_requests()[1])
+    assert checks(project) == [
+        ("T1", 0, "session_end"),
+        ("T2", 1, "session_end"),
+        ("T1", 0, "session_end"),
+        ("T2", 0, "session_end"),
+        ("T1", 0, "finish"),
+        ("T2", 0, "finish"),
+    ]
+    assert project.events("run_end")[-1]["reason"] == "finish"
+
+
+def test_a_finish_with_a_task_no_check_judged_yet_runs_its_check_first(project: Project) -> None:
+    tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
+    ran = run_here(project, [shell("echo hello > hello.txt"), FINISH])
+    assert ran.returncode == 0, ran.stderr
+    assert checks(project) == [("T1", 0, "finish")]
+    assert project.events("run_end")[-1]["reason"] == "finish"
+
+
+def test_a_step_named_as_a_task_not_there_yet_never_passes_by_its_own_check(
+    project: Project,
+) -> None:
+    """`T3` names the operator's third task, there or not: the agent's own check on it is never
+    run, so task 3 taken later starts as it should, and every view counts the same."""
+    tasks.post(project.state, [Task(text="a", check="false"), Task(text="b", check="false")])
+    asked = iter(range(100))
+    script = [plans({"text": "T3", "status": "done", "check": "true"})]
+    script += [Reply(tool_calls=[tool("list_dir")])] * 2
+
+    def respond(body: dict[str, Any]) -> Reply:
+        n = next(asked)
+        if n == 1:
+            tasks.post(project.state, [Task(text="c", check="false")])
+        return script[n] if n < len(script) else Reply(text="waiting")
+
+    ran = run_here(project, respond, supervisor={"max_total_turns": 3})
+    assert ran.returncode == 0, ran.stderr
+    assert "step 1: T3 is no operator's task" in told(ran.chat_requests()[1])
+    assert checks(project) == []
+    progress = fold(project.state / "journal.jsonl")[0].part(Progress)
+    assert [i.standing for i in progress.items.values()] == ["not checked yet"] * 3
+    said = json.loads((project.state / "status.json").read_text())["run"]["progress"]
+    assert (said["passing"], said["total"], said["unchecked"]) == (0, 3, 3)
+
+
+def test_a_session_end_checks_a_rotating_share_each_task_within_its_sessions(
+    project: Project,
+) -> None:
+    """7 tasks, 3 checks a session end: each is checked within ceil(7 / 3) = 3 of them, those
+    checked longest ago (never first) first; the agent's done step is checked at each."""
+    tasks.post(project.state, [Task(text=f"t{n}", check="true") for n in range(1, 8)])
+    own = {"text": "mine", "status": "done", "check": "true"}
+    script = [plans(own), *[Reply(tool_calls=[tool("list_dir")]) for _ in range(6)]]
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 1},
+        progress={"session_end_checks": 3},
+        supervisor={"max_total_turns": 5},
+    )
+    assert ran.returncode == 0, ran.stderr
+    by_session: dict[int, list[str]] = {}
+    for r in project.records("journal.jsonl"):
+        if r["kind"] == "check" and r["when"] == "session_end":
+            by_session.setdefault(r["session"], []).append(r["item"])
+    assert by_session == {
+        1: ["mine", "T1", "T2"],
+        2: ["mine", "T3", "T4"],
+        3: ["mine", "T5", "T6"],
+        4: ["mine", "T7", "T1"],
+    }
+
+
+def test_checks_run_at_once_and_are_journalled_in_the_order_asked(project: Project) -> None:
+    """Each of four checks passes only once all four have started (it waits for the others'
+    marks): at `progress.checks_at_once` = 4 all pass, and the records keep the tasks' order."""
+    wait = "for i in $(seq 200); do [ $(ls marks | wc -l) -ge 4 ] && exit 0; sleep 0.05; done"
+    found = [Task(text=f"t{n}", check=f"touch marks/{n}; {wait}; exit 1") for n in range(1, 5)]
+    tasks.post(project.state, found)
+    script = [shell("mkdir marks"), FINISH]
+    ran = run_here(project, script, progress={"checks_at_once": 4})
+    assert ran.returncode == 0, ran.stderr
+    assert checks(project) == [(f"T{n}", 0, "finish") for n in range(1, 5)]
+
+
+def test_a_run_is_stopped_as_stalled_only_once_every_task_is_checked_as_it_stands(
+    project: Project,
+) -> None:
+    """The share (one check) left T3 out, and T3 was met: the stall's stop runs it first, and
+    the run goes on, to stop two sessions later with nothing newly passed."""
+    found = [Task(text="never", check="false"), Task(text="x", check="false")]
+    tasks.post(project.state, [*found, Task(text="later", check="test -f later.txt")])
+    script = [shell("true"), shell("touch later.txt")]
+    script += [Reply(tool_calls=[tool("list_dir")]) for _ in range(5)]
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 1},
+        progress={"stall_sessions": 1, "session_end_checks": 1},
+        supervisor={"max_total_turns": 5},
+    )
+    assert ran.returncode == 0, ran.stderr
+    passed = [(r["item"], r["session"]) for r in project.events("check") if r["passed"]]
+    assert passed[0] == ("T3", 2), checks(project)
+    assert project.events("run_end")[-1]["reason"] == "stalled"
+    assert len(project.events("session_start")) == 4

@@ -114,7 +114,9 @@ def test_a_run_passes_the_operators_tasks_only_by_their_checks(project: Project)
         assert ran.returncode == 0, ran.stderr
         requests = server.chat_requests()
     results = [m for m in requests[1]["messages"] if m["role"] == "tool"]
-    assert "finish refused: 2 checked item(s) do not pass: T1, T2" in results[-1]["content"]
+    refused = results[-1]["content"]
+    assert "finish refused: 2 checked item(s) do not pass: T1 (exit 2: " in refused, refused
+    assert "; T2 (exit 1). Their checks ran just now" in refused, refused
     told = [m for m in requests[2]["messages"] if m["role"] == "tool"][-1]["content"]
     assert "step 1 stays doing: its check exited 2" in told
     passed = [m for m in requests[4]["messages"] if m["role"] == "tool"][-1]["content"]
@@ -130,6 +132,8 @@ def test_a_run_passes_the_operators_tasks_only_by_their_checks(project: Project)
     assert "check of T1 failed (exit 2), at the session's end" in tail
     listed = project.run("task", "list").stdout
     assert "T2 [passes] bye" in listed
+    assert "2 of 2 checked items pass; 0 pending" in listed
+    assert "2 of 2 checked items pass, checked" in status
     assert project.run("report").returncode == 0
     page = (project.state / "report.html").read_text()
     assert 'id="burn-up"' in page

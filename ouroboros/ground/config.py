@@ -257,6 +257,12 @@ class ProgressSettings(_Section):
     stops as `stalled`; 0 = never."""
     check_timeout_s: float = Field(60.0, gt=0)
     """A check still running after this fails (at most `session.shell_timeout_s`)."""
+    checks_at_once: int = Field(4, ge=1)
+    """Checks run at the same time at `finish` and a session's end (1: one after another, where
+    checks write the same files)."""
+    session_end_checks: int = Field(500, ge=1)
+    """The most checks a session's end runs: the agent's done steps, then the operator's tasks
+    checked longest ago; each task is checked at least every ceil(tasks / this) session ends."""
 
 
 class HookCommand(_Section):

@@ -192,17 +192,24 @@ run recorded them call by call. Hover a point for its figures.</p>
 {_sessions(data.sessions)}
 <h2>The plan</h2>
 {plan_section(data.events)}
-{_features(data.events)}<h2>Errors, warnings and retries</h2>
+{_features(data)}<h2>Errors, warnings and retries</h2>
 {notable_table(data.events)}
 {"".join(f"<p class=note>{escape(line)}</p>" for line in data.skipped)}
 </body></html>
 """
 
 
-def _features(events: list[dict[str, Any]]) -> str:
+def _features(data: RunData) -> str:
     """Each feature's section (`observe/shown.py`): checkpoints, what the operator did."""
-    sections = [feature.report for feature in SHOWN if feature.report]
-    return "".join(f"<h2>{head}</h2>\n{section(events)}\n" for head, section in sections)
+    said = []
+    for feature in SHOWN:
+        if feature.report:
+            head, section = feature.report
+            said.append(f"<h2>{head}</h2>\n{section(data.events)}\n")
+        elif feature.report_of_state:
+            head, of_state = feature.report_of_state
+            said.append(f"<h2>{head}</h2>\n{of_state(data.state_dir)}\n")
+    return "".join(said)
 
 
 def _charts(data: RunData, lines: Lines, session: int | None = None) -> str:

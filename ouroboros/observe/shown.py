@@ -1,8 +1,8 @@
 """What a feature shows people, declared in its folder and registered by `ouroboros/features.py`:
 how `tail` and the run's terminal show its events (by kind), its rows of `status` (from
 `status.json`'s `run` and the state folder) and its section of the report (from the logged
-events). `describe`, `status` and `report` show every registered feature's, without
-importing one. Pure."""
+events, or from the state folder). `describe`, `status` and `report` show every registered
+feature's, without importing one. Pure."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ class Shown:
     status: StatusRows | None = None
     report: tuple[str, Callable[[list[dict[str, Any]]], str]] | None = None
     """The report's heading, and its section from every logged event."""
+    report_of_state: tuple[str, Callable[[Path], str]] | None = None
+    """Or its heading and section from the state folder: a section that shows the run's state
+    (its journal folded, as `status` and the run see it) rather than the events that led there."""
 
 
 SHOWN: list[Shown] = []

@@ -1,16 +1,19 @@
 """Checked progress, the run's calls to it (`run.session.Feature`): an item's check run when the
-agent marks it done and again at each session's end, `finish` refused while one fails, a stall
-told and then stopped, the operator's tasks taken and shown.
+agent marks it done, as a session ends and as the agent calls `finish` (refused while one
+fails), a stall told and then stopped, the operator's tasks taken and shown.
 
 A check runs through the `shell_exec` tool itself (its block list, its confinement, its
-timeout): it can do nothing a command of the agent's cannot."""
+timeout): it can do nothing a command of the agent's cannot. Up to `progress.checks_at_once`
+run at a time; their records are journalled in the order they were asked for."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
+
+import anyio
 
 from ouroboros.context.plan import PLAN_TOOL, TEXT_CHARS, PlanArgs, PlanCap, PlanItem, saved
 from ouroboros.ground.config import Settings
@@ -18,7 +21,16 @@ from ouroboros.ground.messages import ToolCall
 from ouroboros.operator.inbox import NotAMessage
 from ouroboros.policy.policy import End
 from ouroboros.progress import tasks as task_files
-from ouroboros.progress.records import CheckRun, Progress, Stalling, TasksAdded, last_line
+from ouroboros.progress.records import (
+    CheckRun,
+    Progress,
+    Stalling,
+    TasksAdded,
+    When,
+    last_line,
+    named_task,
+    reason,
+)
 from ouroboros.run.session import Feature
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
@@ -34,6 +46,10 @@ TAIL_CHARS = 400
 SHOWN_EACH = 5
 """The operator's tasks a session's opening lists: the first few in progress, the next few
 open."""
+TASKS_SAID = "Each passes once its check exits 0: checks run as sessions end and at `finish`."
+"""What the opening says of the operator's tasks: the agent need not name them to pass them."""
+REFUSED_SAID = 5
+"""Failing items a refused `finish` names, each with why."""
 
 
 class Checking(Feature):
@@ -67,37 +83,66 @@ class Checking(Feature):
         take_tasks(self.settings.paths.state_dir, self.journal)
 
     def check_of(self, item: PlanItem) -> tuple[str, str] | None:
-        """The key and command of a step's check: the operator's task's where it names one."""
-        if (key := self.progress.task_key(item)) is not None:
+        """The key and command of a step's check: the operator's task's where it names one (none
+        while that task is not there: its own check is never run), else its own."""
+        if (key := named_task(item.text)) is not None:
             task = self.progress.task(key)
             return (key, task.check) if task is not None and task.check else None
         return (item.text, item.check) if item.check else None
 
-    async def run_check(self, key: str, command: str, when: str) -> CheckRun:
+    def task_checks(self, keys: Iterable[str]) -> list[tuple[str, str]]:
+        progress = self.progress
+        return [(key, task.check) for key in keys if (task := progress.task(key)) and task.check]
+
+    async def run_checks(self, checks: list[tuple[str, str]], when: When) -> list[CheckRun]:
+        """Each check asked for run once (by key), `progress.checks_at_once` at a time; each
+        record journalled as soon as those asked for before it are."""
+        asked: dict[str, str] = {}
+        for key, command in checks:
+            asked.setdefault(key, command)
+        ran: list[CheckRun | None] = [None] * len(asked)
+        written = 0
+        waiting = iter(enumerate(asked.items()))
+
+        async def check_the_next() -> None:
+            nonlocal written
+            for n, (key, command) in waiting:
+                ran[n] = await self.run_check(key, command, when)
+                while written < len(ran) and (record := ran[written]) is not None:
+                    self.journal.append(record)
+                    written += 1
+
+        try:
+            async with anyio.create_task_group() as group:
+                for _ in range(min(self.settings.progress.checks_at_once, len(asked))):
+                    group.start_soon(check_the_next)
+        except BaseExceptionGroup as failed:  # what one check met, as it would surface alone
+            raise failed.exceptions[0] from None
+        return [record for record in ran if record is not None]
+
+    async def run_check(self, key: str, command: str, when: When) -> CheckRun:
         args = ShellExecArgs(command=command, timeout_s=self.settings.progress.check_timeout_s)
         try:
             output = await self.shell.run(args, ToolContext(self.workspace, PlanCap()))
             code, text = output.exit_code, output.text
         except (ToolFailed, PathRefused, ValueError, OSError) as e:
             code, text = None, f"error: {e}"
-        record = CheckRun(
+        return CheckRun(
             session=self.journal.state.session,
             item=key,
             command=command,
             exit_code=code,
             tail=text[-TAIL_CHARS:],
-            when="done" if when == "done" else "session_end",
+            when=when,
         )
-        self.journal.append(record)
-        return record
 
     async def tool_ran(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
         if outcome.error is not None:
             return outcome
         if call.name == PLAN_TOOL:
             return await self.plan_checked(outcome)
-        if outcome.finish_summary is not None and self.settings.progress.finish_needs_checks:
-            return self.finish_checked(outcome)
+        if outcome.finish_summary is not None:
+            return await self.finish_checked(outcome)
         return outcome
 
     async def plan_checked(self, outcome: ToolOutcome) -> ToolOutcome:
@@ -105,82 +150,98 @@ class Checking(Feature):
         is saved as doing, and the result says why."""
         items = plan_saved(outcome.message) or []
         was_done = {(i.text, i.check) for i in self.journal.state.plan.items if i.status == "done"}
-        kept, said = [], []
+        asked: dict[int, tuple[str, str]] = {}
+        said: dict[int, str] = {}
         for n, item in enumerate(items, 1):
-            check = self.check_of(item) if item.status == "done" else None
-            standing = self.progress.items.get(check[0]) if check else None
-            if check is None or (
-                (item.text, item.check) in was_done and standing and standing.passing
-            ):
-                kept.append(item)
+            if item.status != "done":
                 continue
-            ran = await self.run_check(*check, when="done")
-            if ran.passed:
-                said.append(f"step {n}: check passed")
+            if (check := self.check_of(item)) is None:
+                key = named_task(item.text)
+                if key is not None and self.progress.task(key) is None:
+                    said[n] = f"step {n}: {key} is no operator's task, so no check passes it"
+                continue
+            standing = self.progress.items.get(check[0])
+            if not ((item.text, item.check) in was_done and standing and standing.passing):
+                asked[n] = check
+        ran = {r.item: r for r in await self.run_checks(list(asked.values()), when="done")}
+        kept = []
+        for n, item in enumerate(items, 1):
+            record = ran[asked[n][0]] if n in asked else None
+            if record is None or record.passed:
                 kept.append(item)
+                if record is not None:
+                    said[n] = f"step {n}: check passed"
             else:
-                said.append(f"step {n} stays doing: its check {failure(ran)}")
+                said[n] = f"step {n} stays doing: its check {failure(record)}"
                 kept.append(item.model_copy(update={"status": "doing"}))
         if not said:
             return outcome
-        text = "\n".join([saved(kept), *said])
+        text = "\n".join([saved(kept), *(said[n] for n in sorted(said))])
         arguments = json.dumps(PlanArgs(items=kept).model_dump(exclude_defaults=True))
         message = outcome.message.model_copy(update={"content": text, "arguments": arguments})
         return replace(outcome, message=message)
 
-    def finish_checked(self, outcome: ToolOutcome) -> ToolOutcome:
-        failing = self.failing()
-        if not failing:
+    def finish_checks(self) -> list[tuple[str, str]]:
+        """What `finish` depends on: every operator's task, and every checked step of the
+        agent's plan as it stands (one it dropped is no longer its to pass)."""
+        progress, plan = self.progress, self.journal.state.plan.items
+        tasks = self.task_checks(f"T{n}" for n in range(1, len(progress.tasks) + 1))
+        steps = [c for i in plan if named_task(i.text) is None and (c := self.check_of(i))]
+        return [*tasks, *steps]
+
+    async def finish_checked(self, outcome: ToolOutcome) -> ToolOutcome:
+        """Every check `finish` depends on run there and then: a run that ends is judged on
+        its checks as they stand, not as they stood. Refused while one fails (unless
+        `progress.finish_needs_checks` is off)."""
+        failing = [r for r in await self.run_checks(self.finish_checks(), "finish") if not r.passed]
+        if not failing or not self.settings.progress.finish_needs_checks:
             return outcome
-        names = ", ".join(failing[:5]) + (
-            f" and {len(failing) - 5} more" if len(failing) > 5 else ""
-        )
+        named = "; ".join(f"{r.item} ({reason(r)})" for r in failing[:REFUSED_SAID])
+        if len(failing) > REFUSED_SAID:
+            named += f"; and {len(failing) - REFUSED_SAID} more"
         error = (
-            f"finish refused: {len(failing)} checked item(s) do not pass: {names}. Do them and "
-            "mark each done in your plan (its check runs), then finish"
+            f"finish refused: {len(failing)} checked item(s) do not pass: {named}. Their checks "
+            "ran just now: make them pass, then finish"
         )
         message = outcome.message.model_copy(update={"content": f"error: {error}", "error": True})
         return replace(outcome, message=message, error=error, finish_summary=None)
 
-    def failing(self) -> list[str]:
-        """The checked items that do not pass: the operator's tasks, and the checked steps of
-        the agent's plan as it stands (one it dropped is no longer its to pass)."""
+    def oldest_tasks(self, most: int, skip: set[str]) -> list[tuple[str, str]]:
+        """The checks of at most `most` operator's tasks, those judged longest ago first."""
         progress = self.progress
-        planned = [c[0] for i in self.journal.state.plan.items if (c := self.check_of(i))]
-        steps = [k for k in planned if progress.task(k) is None]
-        tasks = (k for k in progress.failing() if progress.task(k) is not None)
-        return [
-            *tasks,
-            *(k for k in steps if k not in progress.items or not progress.items[k].passing),
-        ]
+        keys = [k for n in range(1, len(progress.tasks) + 1) if (k := f"T{n}") not in skip]
+        keys.sort(key=lambda key: progress.items[key].judged)
+        return self.task_checks(keys[:most])
 
     async def between_sessions(self) -> End | None:
-        """Every done item checked again; a stall told, or the run stopped as `stalled`."""
-        progress, seen = self.progress, set()
+        """The done steps checked again and a share of the operator's tasks; a stall told, or
+        the run stopped as `stalled`."""
+        progress = self.progress
         done = [
             c
             for i in self.journal.state.plan.items
             if i.status == "done" and (c := self.check_of(i))
         ]
-        passing = [
-            (key, task.check)
-            for key, standing in progress.items.items()
-            if standing.passing and (task := progress.task(key)) is not None
-        ]
-        for key, command in [*done, *passing]:
-            if key not in seen:
-                seen.add(key)
-                await self.run_check(key, command, when="session_end")
+        ran = {key for key, _ in done}
+        most = max(0, self.settings.progress.session_end_checks - len(ran))
+        share = self.oldest_tasks(most, ran)
+        await self.run_checks([*done, *share], when="session_end")
         stall = self.settings.progress.stall_sessions
         if not stall or progress.quiet < stall:  # counted only while there are checked items
             return None
-        failing = progress.failing()
         if progress.quiet > stall:
+            # Stopped only on checks as they stand: those the share left out run first.
+            ran |= {key for key, _ in share}
+            await self.run_checks(self.oldest_tasks(len(progress.tasks), ran), "session_end")
+            if progress.quiet <= stall:
+                return None
+            failing = progress.not_passing()
             detail = f"no check newly passed in {progress.quiet} sessions; failing: "
             return End(EndReason.STALLED, detail + ", ".join(failing[:5]))
         session = self.journal.state.session
         if progress.stalling is None or progress.stalling.session != session:
-            self.journal.append(Stalling(session=session, sessions=stall, failing=failing[:5]))
+            failing = progress.not_passing()[:5]
+            self.journal.append(Stalling(session=session, sessions=stall, failing=failing))
         return None
 
     def opening(self, state: RunState) -> tuple[str, bool]:
@@ -217,10 +278,7 @@ class Checking(Feature):
                 break
         lines = [*shown["doing"], *shown["todo"]]
         passing = sum(progress.items[f"T{n}"].passing for n in range(1, len(progress.tasks) + 1))
-        head = (
-            f"\n\nOperator's tasks: {passing} of {len(progress.tasks)} pass. Only a check passes "
-            "one: plan it as `T<n> ...` and mark it done to run its check."
-        )
+        head = f"\n\nOperator's tasks: {passing} of {len(progress.tasks)} pass. {TASKS_SAID}"
         # Priced whole, then a line less each time: at most `2 * SHOWN_EACH` prices.
         while lines and self.price(head + "\n".join(lines)) > self.view_tokens:
             lines.pop()
@@ -232,7 +290,7 @@ def failure(ran: CheckRun) -> str:
         return f"could not run: {last_line(ran.tail)}"
     if ran.exit_code == -9:
         return f"timed out:\n{ran.tail}"
-    return f"exited {ran.exit_code}:\n{ran.tail.removeprefix(f'exit code {ran.exit_code}').strip()}"
+    return f"exited {ran.exit_code}:\n{ran.output}"
 
 
 def take_tasks(state_dir: Path, journal: Journal) -> None:

@@ -1,6 +1,6 @@
 """`python -m ouroboros task add | list | import`: the operator's tasks left for the run
 (`tasks.py`), and listed with where each stands (the journal folded, and the files not yet
-taken)."""
+taken): each task's standing in the words `status` and the report use."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from ouroboros.ground.printable import printable
-from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.observe.describe import stdout_console
 from ouroboros.operator.inbox import NotAMessage
 from ouroboros.progress import tasks
-from ouroboros.progress.records import Progress, Task
-from ouroboros.state.journal import fold
+from ouroboros.progress.records import Task
+from ouroboros.progress.view import counted, folded
 
 
 def task_command(
@@ -36,12 +35,12 @@ def task_command(
 
 def task_list(state_dir: Path) -> int:
     out = stdout_console()
-    journal = state_dir / JOURNAL
-    progress = fold(journal)[0].part(Progress) if journal.exists() else Progress()
+    progress = folded(state_dir)
     for n, task in enumerate(progress.tasks, 1):
         standing = progress.items[f"T{n}"]
-        now = "passes" if standing.passing else (standing.last and "fails") or "open"
-        said = f"T{n} [{now}] {task.text}" + (f"  check: {task.check}" if task.check else "")
+        said = f"T{n} [{standing.standing}] {task.text}" + (
+            f"  check: {task.check}" if task.check else ""
+        )
         out.print(escape(printable(said)), soft_wrap=True)
     pending = 0
     for source in tasks.waiting(state_dir):
@@ -52,5 +51,9 @@ def task_list(state_dir: Path) -> int:
                 out.print(escape(printable(said)), soft_wrap=True)
         except (FileNotFoundError, NotAMessage):
             continue
-    out.print(f"{progress.passing} of {len(progress.items)} checked items pass; {pending} pending")
+    counts = progress.status()["progress"]
+    line = counted(
+        progress.passing, len(progress.items), counts["failing_count"], counts["unchecked"]
+    )
+    out.print(f"{line}; {pending:,} pending")
     return 0

@@ -2,7 +2,9 @@
 a stall told; and what the run knows of them (`Progress`, the feature's part of the state).
 
 An item is named by a key: `T<n>` for the operator's n-th task, the text of the step for the
-agent's own. It passes while its newest check exited 0."""
+agent's own. A step whose text begins `T<n>` names that task, whether or not it is there yet,
+and is never an item of its own: the two kinds of key cannot meet. An item passes while its
+newest check exited 0, fails once one did not, and is not checked yet before any."""
 
 from __future__ import annotations
 
@@ -17,9 +19,18 @@ from ouroboros.state.fold import Part, RunState
 from ouroboros.state.records import Record, SessionEnd
 
 FAILING_SAID = 5
-"""Failing items `status` and a refused `finish` name: the first few, then a count."""
-TASK_REF = re.compile(r"T\d+\b")
+"""Failing items `status` names: the first few, then a count."""
+TASK_REF = re.compile(r"T(\d+)\b")
 """How the agent names the operator's task in a step of its plan: `T12 parse dates`."""
+NOT_CHECKED = "not checked yet"
+"""An item no check has judged yet: neither passing nor failing."""
+
+
+def named_task(text: str) -> str | None:
+    """The key of the operator's task a step's text names (`T12 parse dates`: `T12`), whether
+    or not that task is there yet."""
+    found = TASK_REF.match(text)
+    return f"T{int(found.group(1))}" if found else None
 
 
 class Task(BaseModel):
@@ -45,6 +56,10 @@ class TasksAdded(Record):
         return [("tasks_added", {"count": len(self.tasks), "first": first[:120]})]
 
 
+When = Literal["done", "session_end", "finish"]
+"""Marked done by the agent, checked as a session ended, or as the agent called `finish`."""
+
+
 class CheckRun(Record):
     """One run of an item's check, confined as `shell_exec` is."""
 
@@ -57,12 +72,16 @@ class CheckRun(Record):
     """None: it never ran (refused, or it could not start); -9 where it timed out."""
     tail: str
     """The end of what it printed, or why it never ran."""
-    when: Literal["done", "session_end"]
-    """Marked done by the agent, or checked again as a session ended."""
+    when: When
 
     @property
     def passed(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def output(self) -> str:
+        """The end of what it printed, without the exit code `shell_exec` puts before it."""
+        return self.tail.removeprefix(f"exit code {self.exit_code}").strip()
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
         said = self.model_dump(include={"session", "item", "command", "exit_code", "when"})
@@ -86,11 +105,21 @@ class Stalling(Record):
 class ItemState:
     passing: bool = False
     checked_ts: str = ""
+    judged: int = 0
+    """Which of the run's checks judged it last, counted from 1 (0: none yet): the session
+    end's share re-checks those judged longest ago."""
     first_pass: str = ""
     first_pass_session: int = 0
     regressions: int = 0
     last: str = ""
     """The newest failing check's exit and last line ("" while it passes)."""
+
+    @property
+    def standing(self) -> str:
+        """What every view says of it: passes, fails, or not checked yet."""
+        if self.passing:
+            return "passes"
+        return "fails" if self.judged else NOT_CHECKED
 
 
 @dataclass
@@ -107,6 +136,11 @@ class Progress(Part):
     agent's from their first check or the session end after they were planned."""
     passing: int = 0
     checked_ts: str = ""
+    judged: int = 0
+    """Checks run in the run."""
+    by_session: list[tuple[int, str, int, int]] = field(default_factory=list)
+    """(session, when, passing, items) as each session's newest check or end left them: the
+    report's burn-up."""
     quiet: int = 0
     """Sessions ended in a row with checked items failing and no new pass."""
     passed_this_session: bool = False
@@ -122,14 +156,19 @@ class Progress(Part):
             self.sources.add(record.source)
             for task in record.tasks:
                 self.tasks.append(task)
+                # A journal written before the keys were kept apart may hold a step's check under
+                # this key: its standing was the step's, not the task's.
+                if (was := self.items.get(f"T{len(self.tasks)}")) is not None and was.passing:
+                    self.passing -= 1
                 self.items[f"T{len(self.tasks)}"] = ItemState()
         elif isinstance(record, CheckRun):
             self.checked(record)
-            if not record.passed and record.when == "session_end":
-                # Done only while its check passes: the step the agent marked done is doing again.
+            if not record.passed and record.when != "done":
+                # Done only while its check passes: the step the agent marked done is doing again
+                # (one marked done and failing was saved doing).
                 state.plan.items = [
                     i.model_copy(update={"status": "doing"})
-                    if i.status == "done" and record.item in (i.text, self.task_key(i))
+                    if i.status == "done" and record.item in (i.text, named_task(i.text))
                     else i
                     for i in state.plan.items
                 ]
@@ -137,9 +176,10 @@ class Progress(Part):
             self.stalling = record
         elif isinstance(record, SessionEnd):
             self.session_ended(state)
+            self.point(record.session, record.ts)
 
     def session_ended(self, state: RunState) -> None:
-        steps = {i.text for i in state.plan.items if i.check and self.task_key(i) is None}
+        steps = {i.text for i in state.plan.items if i.check and named_task(i.text) is None}
         for text in steps:
             self.items.setdefault(text, ItemState())
         # A failing step the agent dropped from its plan is no longer its to pass (nor does
@@ -158,11 +198,13 @@ class Progress(Part):
     def checked(self, record: CheckRun) -> None:
         item = self.items.setdefault(record.item, ItemState())
         self.checked_ts = item.checked_ts = record.ts
+        self.judged += 1
+        item.judged = self.judged
         if record.passed and not item.passing:
             self.passing += 1
             self.quiet, self.stalling = 0, None
             # One found at a session's end counts for the one that ended (already counted).
-            self.passed_this_session = record.when == "done"
+            self.passed_this_session = record.when != "session_end"
             if not item.first_pass:
                 item.first_pass, item.first_pass_session = record.ts, record.session
         elif not record.passed and item.passing:
@@ -171,7 +213,16 @@ class Progress(Part):
             if record.when == "session_end":
                 self.regressed.append(record.item)
         item.passing = record.passed
-        item.last = "" if record.passed else f"exit {record.exit_code}: {last_line(record.tail)}"
+        item.last = "" if record.passed else reason(record)
+        self.point(record.session, record.ts)
+
+    def point(self, session: int, ts: str) -> None:
+        """The burn-up's point for `session`, as it stands now."""
+        now = (session, ts, self.passing, len(self.items))
+        if self.by_session and self.by_session[-1][0] == session:
+            self.by_session[-1] = now
+        else:
+            self.by_session.append(now)
 
     def task(self, key: str) -> Task | None:
         """The operator's task `key` names (`T<n>`), if any."""
@@ -181,31 +232,49 @@ class Progress(Part):
         return self.tasks[n - 1] if 0 < n <= len(self.tasks) else None
 
     def task_key(self, item: PlanItem) -> str | None:
-        """The operator's task a step of the agent's plan names, if any."""
-        found = TASK_REF.match(item.text)
-        return found.group() if found and self.task(found.group()) is not None else None
+        """The operator's task a step of the agent's plan names, if it is there."""
+        key = named_task(item.text)
+        return key if key is not None and self.task(key) is not None else None
 
-    def failing(self) -> list[str]:
-        """Every checked item that does not pass now, in the order known."""
+    def not_passing(self) -> list[str]:
+        """Every checked item that does not pass now (failing, or not checked yet), in the
+        order known."""
         return [key for key, item in self.items.items() if not item.passing]
 
     def status(self) -> dict[str, Any]:
-        """Passing of total, when last checked, the first few failing, the stall."""
-        failing = []
+        """Passing of total, those failing (the first few) and not checked yet, when last
+        checked, the stall."""
+        failing: list[str] = []
+        failing_count = unchecked = 0
         for key, item in self.items.items():
-            if not item.passing:
+            if item.passing:
+                continue
+            if not item.judged:
+                unchecked += 1
+                continue
+            failing_count += 1
+            if len(failing) < FAILING_SAID:
                 failing.append(key)
-                if len(failing) == FAILING_SAID:
-                    break
         return {
             "progress": {
                 "passing": self.passing,
                 "total": len(self.items),
                 "checked": self.checked_ts,
                 "failing": failing,
+                "failing_count": failing_count,
+                "unchecked": unchecked,
                 "quiet": self.quiet,
             }
         }
+
+
+def reason(ran: CheckRun) -> str:
+    """Why a check failed, in a few words: its exit and the last line it printed."""
+    if ran.exit_code is None:
+        return f"could not run: {last_line(ran.tail)}"
+    if ran.exit_code == -9:
+        return "timed out"
+    return f"exit {ran.exit_code}" + (f": {last_line(ran.output)}" if ran.output else "")
 
 
 def last_line(text: str) -> str:

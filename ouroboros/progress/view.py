@@ -1,6 +1,8 @@
 """Checked progress as people read it (`SHOWN`): the `check`, `tasks_added` and `stalling`
-events (`tail`, the terminal), `status`'s row (passing of total, when last checked), and the
-report's section: a burn-up of passing items by session and a table of every item."""
+events (`tail`, the terminal), `status`'s row (passing of total, failing, not checked yet, when
+last checked), and the report's section: a burn-up of passing items by session and a table of
+every item. `status` (from `status.json`), `task list` and the report (the journal folded) all
+show the one `Progress` and say an item's standing in the same words (`ItemState.standing`)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,22 @@ from typing import Any
 
 from rich.text import Text
 
-from ouroboros.observe.shown import Describe, Shown, age, table, utc
+from ouroboros.ground.state_folder import JOURNAL
+from ouroboros.observe.shown import Describe, Shown, age, table
 from ouroboros.observe.svg import escape
 from ouroboros.progress import tasks
+from ouroboros.progress.records import NOT_CHECKED, Progress
+from ouroboros.state.journal import fold
 
 MAX_ROWS = 200
 
 
+WHEN_SAID = {"session_end": "at the session's end", "finish": "at finish", "done": "marked done"}
+
+
 def check_text(r: dict[str, Any]) -> str:
     verdict = "passed" if r.get("passed") else f"failed (exit {r.get('exit_code')})"
-    when = "at the session's end" if r.get("when") == "session_end" else "marked done"
+    when = WHEN_SAID.get(str(r.get("when")), "marked done")
     last = f": {r['last']}" if r.get("last") and not r.get("passed") else ""
     return f"check of {r.get('item')} {verdict}, {when}: `{r.get('command')}`{last}"
 
@@ -39,39 +47,40 @@ DESCRIBED: dict[str, tuple[str, Describe]] = {
 }
 
 
+def folded(state_dir: Path) -> Progress:
+    """The run's checked progress, its journal folded (none before a run)."""
+    journal = state_dir / JOURNAL
+    return fold(journal)[0].part(Progress) if journal.exists() else Progress()
+
+
+def counted(passing: int, total: int, failing: int, unchecked: int) -> str:
+    """How many items pass, fail and are not checked yet, as `status` and `task list` say it."""
+    said = f"{passing:,} of {total:,} checked items pass"
+    if failing:
+        said += f", {failing:,} fail"
+    if unchecked:
+        said += f", {unchecked:,} {NOT_CHECKED}"
+    return said
+
+
 def progress_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
     rows = []
     if (said := run.get("progress")) and said.get("total"):
-        text = Text(
-            f"{said['passing']} of {said['total']} checked items pass, checked "
-            f"{age(said.get('checked'), now)}"
-        )
-        if failing := said.get("failing"):
-            text.append(f"\nfailing: {', '.join(map(str, failing))}", style="yellow")
+        failing = list(map(str, said.get("failing") or []))
+        count = int(said.get("failing_count", len(failing)))
+        line = counted(said["passing"], said["total"], count, int(said.get("unchecked", 0)))
+        if said.get("checked"):
+            line += f", checked {age(said['checked'], now)}"
+        text = Text(line)
+        if failing:
+            more = f" and {count - len(failing):,} more" if count > len(failing) else ""
+            text.append(f"\nfailing: {', '.join(failing)}{more}", style="yellow")
         if said.get("quiet"):
             text.append(f"\n{said['quiet']} session(s) without a new pass", style="yellow")
         rows.append(("progress", text))
     if pending := tasks.waiting(state_dir):
         rows.append(("tasks", Text(f"{len(pending)} file(s) of tasks pending")))
     return rows
-
-
-def burn_up(events: list[dict[str, Any]]) -> list[tuple[int, str, int, int]]:
-    """(session, time, passing, total) after each session's newest check."""
-    passing: dict[str, bool] = {}
-    added, points = 0, {}
-    for e in events:
-        if e.get("kind") == "tasks_added":
-            added += int(e.get("count") or 0)
-        elif e.get("kind") == "check":
-            passing[str(e.get("item"))] = bool(e.get("passed"))
-            known = added + sum(1 for k in passing if not _is_task(k))
-            points[int(e.get("session") or 0)] = (utc(e), sum(passing.values()), known)
-    return [(s, when, p, t) for s, (when, p, t) in sorted(points.items())]
-
-
-def _is_task(key: str) -> bool:
-    return key.startswith("T") and key[1:].isdecimal()
 
 
 def chart(points: list[tuple[int, str, int, int]]) -> str:
@@ -94,35 +103,34 @@ def chart(points: list[tuple[int, str, int, int]]) -> str:
     )
 
 
-def progress_section(events: list[dict[str, Any]]) -> str:
-    checks = [e for e in events if e.get("kind") == "check"]
-    if not checks:
+def progress_section(state_dir: Path) -> str:
+    """The burn-up and every item as the run's state holds them: the same as `status` and
+    `task list` say."""
+    progress = folded(state_dir)
+    if not progress.items:
         return '<p class="note">No checked item.</p>'
-    points = burn_up(events)
-    sessions = table(
-        "burn-up-table",
-        [("", "session"), ("text", "time (UTC)"), ("", "passing"), ("", "total")],
-        [[("", s), ("text", when), ("", p), ("", t)] for s, when, p, t in points],
-    )
-    first: dict[str, str] = {}
-    regressions: dict[str, int] = {}
-    last: dict[str, dict[str, Any]] = {}
-    for e in checks:
-        key = str(e.get("item"))
-        if e.get("passed") and key not in first:
-            first[key] = f"{utc(e)} (session {e.get('session')})"
-        if not e.get("passed") and key in last and last[key].get("passed"):
-            regressions[key] = regressions.get(key, 0) + 1
-        last[key] = e
+    said = ""
+    if points := progress.by_session:
+        sessions = table(
+            "burn-up-table",
+            [("", "session"), ("text", "time (UTC)"), ("", "passing"), ("", "total")],
+            [[("", s), ("text", as_utc(ts)), ("", p), ("", t)] for s, ts, p, t in points],
+        )
+        said = chart(points) + sessions
     rows = [
         [
             ("text", key),
-            ("text", "passes" if e.get("passed") else f"fails (exit {e.get('exit_code')})"),
-            ("text", first.get(key, "never")),
-            ("", regressions.get(key, 0)),
-            ("text", utc(e)),
+            ("text", standing(item.standing, item.last)),
+            (
+                "text",
+                f"{as_utc(item.first_pass)} (session {item.first_pass_session})"
+                if item.first_pass
+                else "never",
+            ),
+            ("", item.regressions),
+            ("text", as_utc(item.checked_ts) or "never"),
         ]
-        for key, e in list(last.items())[:MAX_ROWS]
+        for key, item in list(progress.items.items())[:MAX_ROWS]
     ]
     head = [
         ("text", "item"),
@@ -131,7 +139,22 @@ def progress_section(events: list[dict[str, Any]]) -> str:
         ("", "regressions"),
         ("text", "last checked"),
     ]
-    return chart(points) + sessions + table("progress", head, rows)
+    if len(progress.items) > MAX_ROWS:
+        said += (
+            f'<p class="note">The first {MAX_ROWS} of {len(progress.items):,} items; '
+            "<code>task list</code> lists every task.</p>"
+        )
+    return said + table("progress", head, rows)
 
 
-SHOWN = Shown(DESCRIBED, progress_rows, ("Checked progress", progress_section))
+def standing(word: str, last: str) -> str:
+    """An item's standing with why it fails (its exit and last line)."""
+    return f"{word} ({last})" if word == "fails" and last else word
+
+
+def as_utc(ts: str) -> str:
+    """When a record was written, as the report's tables show it."""
+    return ts[:19].replace("T", " ")
+
+
+SHOWN = Shown(DESCRIBED, progress_rows, report_of_state=("Checked progress", progress_section))
