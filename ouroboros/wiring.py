@@ -108,7 +108,8 @@ def window_for(settings: Settings, info: ServerInfo, journal: Journal) -> Window
     if changed is not None and changed.source == "refusal" and changed.window.context_limit < limit:
         limit, detail, warning = changed.window.context_limit, changed.window.detail, None
     if warning:
-        journal.notify("warning", warning)
+        # A server that states no window says it again at every re-read: warned once a run.
+        journal.notify("warning", warning, once=window.NO_WINDOW_READ if info.no_window else None)
     frame = info.frame_tokens or MESSAGE_OVERHEAD
     return window.figures(settings, limit, info.kind, detail, frame)
 

@@ -706,8 +706,9 @@ def test_a_reply_in_an_encoding_the_harness_does_not_read_is_a_transient_error()
 
 @pytest.mark.slow
 def test_a_refusal_that_states_a_tiny_window_stops_the_run_with_one_line(project: Project) -> None:
-    """A server that says its window is 1 token: the run takes it (a refusal never proves a
-    larger one), cannot open a session in it, and says so in one line; nothing is lost."""
+    """A server that says its window is 1 token, and refuses every prompt: 1 is no window, so
+    the run does not take it (warned once); it cannot open a session, and says so in one line;
+    nothing is lost."""
     refusal = {
         "code": 400,
         "type": "exceed_context_size_error",
@@ -722,5 +723,5 @@ def test_a_refusal_that_states_a_tiny_window_stops_the_run_with_one_line(project
     assert result.stderr.count("\n") == 1, result.stderr
     assert "a fresh session does not fit the context window" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    (change,) = [e for e in project.events("context_window") if e.get("source") == "refusal"]
-    assert change["context_limit"] == 1
+    assert not [e for e in project.events("context_window") if e.get("source") == "refusal"]
+    (warned,) = [w for w in project.events("warning") if "stated 1 as its window" in w["message"]]

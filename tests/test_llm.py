@@ -55,12 +55,14 @@ def test_tool_calls_accumulate_by_index(dialect: str) -> None:
 
 
 def test_overflow_400_from_llama_server_is_classified() -> None:
-    with ScriptedServer([Reply()], dialect="llama", n_ctx=5) as s:
+    def counter(body: dict[str, object]) -> int:
+        return 600  # a long prompt
+
+    with ScriptedServer([Reply()], dialect="llama", n_ctx=512, counter=counter) as s:
         with pytest.raises(ContextOverflow) as caught:
             complete(s)
-    assert caught.value.n_ctx == 5
-    assert caught.value.n_prompt_tokens is not None
-    assert caught.value.n_prompt_tokens >= 5
+    assert caught.value.n_ctx == 512
+    assert caught.value.n_prompt_tokens == 600
 
 
 @pytest.mark.parametrize(

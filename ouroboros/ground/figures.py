@@ -1,5 +1,6 @@
 """The window a run works in and the limits it was started with: the values its records carry
-(a call's own figures are `context.tokens.CallFigures`)."""
+(a call's own figures are `context.tokens.CallFigures`); which window figures a server states
+can be believed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from ouroboros.ground.config import Settings
+
+
+WINDOW_TOKENS = range(256, 10_000_001)
+"""The windows a server may state, in tokens: below, not even a short turn fits; above, no
+model runs (the largest contexts offered are 10M)."""
+WINDOW_RANGE = f"a whole number of {WINDOW_TOKENS[0]:,} to {WINDOW_TOKENS[-1]:,} tokens"
+
+
+def window_tokens(value: object) -> int | None:
+    """The window a server states (llama-server's `/props`, vLLM's `max_model_len`, Ollama's
+    and LM Studio's context length, a refusal's figure), if `value` is one: an integer, not a
+    bool, in `WINDOW_TOKENS`. Anything else is no window reported: believed, a string or a
+    float crashed the budget, 0, 1 or `true` ended every session after a turn, and 10^12 never
+    masked."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in WINDOW_TOKENS:
+        return None
+    return value
 
 
 class WindowFigures(BaseModel):

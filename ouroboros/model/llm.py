@@ -45,6 +45,7 @@ from tenacity.stop import stop_base
 from ouroboros.context.tokens import Rejected
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import LLMSettings
+from ouroboros.ground.figures import window_tokens
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.state.journal import Journal
 
@@ -79,11 +80,13 @@ class FatalError(LLMError):
 class ContextOverflow(LLMError):
     """The server refused the prompt as too long for its window."""
 
-    def __init__(self, message: str, n_prompt_tokens: int | None = None, n_ctx: int | None = None):
+    def __init__(self, message: str, n_prompt_tokens: int | None = None, n_ctx: object = None):
         super().__init__(message)
         self.n_prompt_tokens = n_prompt_tokens
-        self.n_ctx = n_ctx
-        """The window the server said it runs with (`stated_window`), if it said."""
+        self.n_ctx = window_tokens(n_ctx)
+        """The window the server said it runs with (`stated_window`), if it said one."""
+        self.no_window = None if self.n_ctx is not None else n_ctx
+        """What it said instead, a figure that is no window (None: it said none)."""
 
 
 class Model(Protocol):
@@ -125,13 +128,13 @@ _OVERFLOW_PATTERNS = re.compile(
 _STATED_WINDOW = re.compile(
     "|".join(
         [
-            r"exceeds the available context size \((\d{1,9}) tokens\)",
-            r"larger than the max context size \((\d{1,9}) tokens\)",
-            r"the model's context length is only (\d{1,9}) tokens",
-            r"maximum context length is (\d{1,9}) tokens",
-            r"n_keep: \d+\s*>=\s*n_ctx: (\d{1,9})\)",
-            r"loaded with context length of only (\d{1,9}) tokens",
-            r"reached context length of (\d{1,9}) tokens",
+            r"exceeds the available context size \((\d{1,20}) tokens\)",
+            r"larger than the max context size \((\d{1,20}) tokens\)",
+            r"the model's context length is only (\d{1,20}) tokens",
+            r"maximum context length is (\d{1,20}) tokens",
+            r"n_keep: \d+\s*>=\s*n_ctx: (\d{1,20})\)",
+            r"loaded with context length of only (\d{1,20}) tokens",
+            r"reached context length of (\d{1,20}) tokens",
         ]
     ),
     re.IGNORECASE,
@@ -139,11 +142,10 @@ _STATED_WINDOW = re.compile(
 
 
 def stated_window(text: str) -> int | None:
-    """The window (tokens) a refusal's text says the server runs with, or None (at most nine
-    digits: a longer figure is no window, and would not even convert)."""
+    """The figure a refusal's text states as the server's window, as written (whether it is a
+    window is `window_tokens`'s to say), or None."""
     found = _STATED_WINDOW.search(text)
-    window = int(next(group for group in found.groups() if group)) if found else 0
-    return window or None
+    return int(next(group for group in found.groups() if group)) if found else None
 
 
 def _body_text(body: object) -> str:
@@ -156,10 +158,12 @@ def overflow_from(status: int | None, body: object, message: str) -> ContextOver
     if isinstance(body, dict):
         kind = body.get("type") or body.get("code")
         if kind in ("exceed_context_size_error", "context_length_exceeded"):
+            stated = body.get("n_ctx")
+            if window_tokens(stated) is None:  # its text may state one
+                said = stated_window(text)
+                stated = stated if said is None else said
             return ContextOverflow(
-                str(body.get("message") or message),
-                count(body.get("n_prompt_tokens")),
-                count(body.get("n_ctx")) or stated_window(text),
+                str(body.get("message") or message), count(body.get("n_prompt_tokens")), stated
             )
     if status not in (None, 200, 400, 413, 422, 500) or not _OVERFLOW_PATTERNS.search(text):
         return None

@@ -132,11 +132,16 @@ class ScriptedServer:
         endpoints: Endpoints | None = None,
         swa_full: bool = True,
         hides_window: bool = False,
+        says_window: object = None,
     ):
         self.dialect = dialect
         self.hides_window = hides_window
         """True: the discovery endpoints leave the window out (a proxy in front, an old build),
         so only a refusal says it."""
+        self.says_window = says_window
+        """What the discovery endpoints state as the window instead of `n_ctx`, when not None:
+        a string, a float, 0, `true`, 10^12, as a broken or hostile server may (a test may
+        change it while the run goes on)."""
         self.swa_full = swa_full
         """False: as llama-server runs a sliding-window model without `--swa-full`, a request
         that changes an earlier message is processed again from the start."""
@@ -280,7 +285,9 @@ class ScriptedServer:
 
     def native(self, path: str) -> dict[str, Any] | None:
         """The non-OpenAI endpoints each server has (context discovery), as servers.md has them."""
-        window = None if self.hides_window else self.n_ctx or 4096
+        window: object = None if self.hides_window else self.n_ctx or 4096
+        if self.says_window is not None:
+            window = self.says_window
         if path == "/v1/models":
             entry: dict[str, Any] = {"id": self.model, "object": "model"}
             if self.dialect == "vllm":

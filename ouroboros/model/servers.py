@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ouroboros.ground.figures import WINDOW_RANGE, window_tokens
 from ouroboros.model.cache_check import slots_warning
-from ouroboros.model.llm import FatalError, LLMClient, LLMError, TransientError
+from ouroboros.model.llm import FatalError, LLMClient, LLMError, TransientError, shown
 
 ServerKind = Literal["ollama", "llama-server", "vllm", "lmstudio", "unknown"]
 CONSERVATIVE_CONTEXT = 4096
@@ -17,9 +18,9 @@ CONSERVATIVE_CONTEXT = 4096
 class ServerInfo:
     kind: ServerKind
     context_window: int | None
-    """What the server really runs with, or None if it would not say."""
+    """What the server really runs with, or None if it would not say (or said no window)."""
     detail: str
-    """Where the window figure came from, for the log."""
+    """Where the window figure came from, for the log (and what it said, when no window)."""
     renders_tools: bool | None = None
     """False when the server says the model's chat template drops tool schemas (llama-server
     `/props` `chat_template_caps.supports_tools`); None when it does not say."""
@@ -33,11 +34,23 @@ class ServerInfo:
     tokens, 15 with the ChatML fallback on a model whose vocabulary lacks them."""
     cache_warnings: tuple[str, ...] = ()
     """Settings of the server that defeat its prompt cache, with the flag to use."""
+    no_window: bool = False
+    """True when the server stated a figure where its window belongs that is none
+    (`window_tokens`): taken as not reported, with a warning."""
 
     @property
     def truncates_silently(self) -> bool:
         """llama-server and vLLM refuse an oversized prompt with a 400; they never cut it."""
         return self.kind not in ("llama-server", "vllm")
+
+
+def stated(kind: ServerKind, figure: object, detail: str, **more: Any) -> ServerInfo:
+    """What discovery found, with the window the server stated at `detail`, if it is one: a
+    figure that is none is no window reported (`detail` then says what it was)."""
+    window = window_tokens(figure)
+    if window is None and figure is not None:
+        detail = f"{detail} {shown(figure)}, no window"
+    return ServerInfo(kind, window, detail, no_window=window is None and figure is not None, **more)
 
 
 def root_url(base_url: str) -> str:
@@ -53,15 +66,16 @@ async def _get(client: LLMClient, url: str) -> Any:
         return None
 
 
-async def _ollama_window(client: LLMClient, root: str, model: str) -> tuple[int | None, str]:
+async def _ollama_window(client: LLMClient, root: str, model: str) -> tuple[object, str]:
+    """The window Ollama states, as it states it, and where: the loaded model's, else the
+    Modelfile's `num_ctx` (at most the length it was trained for)."""
     names = {model, f"{model}:latest"}  # Ollama lists an untagged name as ":latest"
 
-    async def loaded() -> int | None:
+    async def loaded() -> object:
         ps = await _get(client, f"{root}/api/ps")
         for entry in (ps or {}).get("models", []) if isinstance(ps, dict) else []:
             if entry.get("name") in names or entry.get("model") in names:
-                value = entry.get("context_length")
-                return value if isinstance(value, int) and value > 0 else None
+                return entry.get("context_length")
         return None
 
     # Load it the way /v1 will (default options) before asking: /api/ps only knows loaded
@@ -72,21 +86,23 @@ async def _ollama_window(client: LLMClient, root: str, model: str) -> tuple[int 
     except LLMError:
         pass
     window = await loaded()
-    if window is not None:
+    if window_tokens(window) is not None:
         return window, "ollama /api/ps context_length"
     try:
         show = await client.post_json(f"{root}/api/show", {"model": model})
     except LLMError:
-        return None, "ollama did not report a window"
-    trained = next(
-        (v for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")),
-        None,
-    )
-    for line in str(show.get("parameters", "")).splitlines():
+        show = None
+    info = (show.get("model_info") or {}) if isinstance(show, dict) else {}
+    trained = next((v for k, v in info.items() if k.endswith(".context_length")), None)
+    parameters = show.get("parameters", "") if isinstance(show, dict) else ""
+    for line in str(parameters).splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
             num_ctx = int(parts[1])
-            return (min(num_ctx, trained) if trained else num_ctx), "ollama Modelfile num_ctx"
+            bound = window_tokens(trained)
+            return (min(num_ctx, bound) if bound else num_ctx), "ollama Modelfile num_ctx"
+    if window is not None:  # what /api/ps said, no window: discovery says so
+        return window, "ollama /api/ps context_length"
     return None, "ollama did not report a window"
 
 
@@ -112,7 +128,7 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
             )
         window, detail = await _ollama_window(client, root, model)
         number = str(version["version"])
-        return ServerInfo(
+        return stated(
             "ollama",
             window,
             f"{detail} (Ollama {number})",
@@ -123,11 +139,11 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
         n_ctx = props["default_generation_settings"].get("n_ctx")
         tools = (props.get("chat_template_caps") or {}).get("supports_tools")
         slots = slots_warning(props)
-        return ServerInfo(
+        return stated(
             "llama-server",
             n_ctx,
             "llama-server /props n_ctx",
-            tools if isinstance(tools, bool) else None,
+            renders_tools=tools if isinstance(tools, bool) else None,
             frame_tokens=await _llama_frame(client, root),
             cache_warnings=(slots,) if slots else (),
         )
@@ -137,11 +153,11 @@ async def discover(client: LLMClient, base_url: str, model: str) -> ServerInfo:
             for instance in entry.get("loaded_instances") or []:
                 if model in (entry.get("key"), instance.get("id")):
                     window = (instance.get("config") or {}).get("context_length")
-                    return ServerInfo("lmstudio", window, "LM Studio loaded context_length")
+                    return stated("lmstudio", window, "LM Studio loaded context_length")
         return ServerInfo("lmstudio", None, "LM Studio: model not loaded")
     for entry in (models or {}).get("data", []) if isinstance(models, dict) else []:
         if "max_model_len" in entry and entry.get("id") == model:
-            return ServerInfo("vllm", entry["max_model_len"], "vLLM /v1/models max_model_len")
+            return stated("vllm", entry["max_model_len"], "vLLM /v1/models max_model_len")
     return ServerInfo("unknown", None, "the server does not report its window")
 
 
@@ -181,13 +197,20 @@ def _ollama_counts_whole_prompt(version: str) -> bool:
 def choose_window(configured: int, info: ServerInfo) -> tuple[int, str | None]:
     """The window to budget for, and a warning when the configuration and the server disagree."""
     real = info.context_window
+    said = f"{info.kind} server did not report its context window"
+    if info.no_window:
+        said = (
+            f"{info.kind} server stated no window ({info.detail}; a window is {WINDOW_RANGE}): "
+            "taken as not reported"
+        )
     if configured == 0:
         if real is None:
             return CONSERVATIVE_CONTEXT, (
-                f"{info.kind} server did not report its context window; assuming "
-                f"{CONSERVATIVE_CONTEXT} tokens (set context.limit to override)"
+                f"{said}; assuming {CONSERVATIVE_CONTEXT} tokens (set context.limit to override)"
             )
         return real, None
+    if info.no_window:
+        return configured, f"{said}; using context.limit, {configured:,}"
     if real is not None and real < configured:
         return real, (
             f"context.limit is {configured} but the server runs a {real}-token window "

@@ -16,8 +16,8 @@ import anyio
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.tokens import Budget, Counting
 from ouroboros.ground.config import ContextSettings, Settings
-from ouroboros.ground.figures import WindowFigures
-from ouroboros.model.llm import ContextOverflow, LLMError
+from ouroboros.ground.figures import WINDOW_RANGE, WindowFigures
+from ouroboros.model.llm import ContextOverflow, LLMError, shown
 from ouroboros.model.servers import ServerInfo, choose_window
 from ouroboros.policy.room import Rules
 from ouroboros.state.fold import RunState
@@ -84,8 +84,17 @@ def take_stated(
     journal: Journal, settings: Settings, error: ContextOverflow
 ) -> WindowFigures | None:
     """A refusal that states a smaller window than the one in force: a warning, and the change
-    journalled (the fold works in it from now on); the window, for `fit`."""
+    journalled (the fold works in it from now on); the window, for `fit`. One that states a
+    figure that is no window states none (warned once a run)."""
     state = journal.state
+    if error.no_window is not None:
+        journal.notify(
+            "warning",
+            f"the server refused a prompt and stated {shown(error.no_window)} as its window, "
+            f"which is none (a window is {WINDOW_RANGE}): taken as not stated",
+            session=state.session,
+            once=NO_WINDOW_REFUSED,
+        )
     change = refused_window(state, settings, error)
     if change is None:
         return None
@@ -101,6 +110,12 @@ def take_stated(
     )
     journal.append(change)
     return change.window
+
+
+NO_WINDOW_READ = "server_no_window"
+"""The `once` of the warning that the server stated no window (at the start, or read again)."""
+NO_WINDOW_REFUSED = "refusal_no_window"
+"""The `once` of the warning that a refusal stated a figure that is no window."""
 
 
 @dataclass
@@ -127,6 +142,14 @@ async def reread(server: ServerWindow | None, journal: Journal, settings: Settin
         info = await server.read()
     if info is None:
         return False
+    if info.no_window:
+        journal.notify(
+            "warning",
+            f"the server's window, read again, is none ({info.detail}; a window is "
+            f"{WINDOW_RANGE}): taken as not reported, the run keeps {now.context_limit:,}",
+            session=journal.state.session,
+            once=NO_WINDOW_READ,
+        )
     said, server.said = server.said, info.context_window or server.said
     if info.context_window is None or info.context_window == said:
         return False  # unchanged: a smaller window a refusal stated since stays in force
