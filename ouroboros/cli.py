@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ouroboros.cli_parser import argument_parser
-from ouroboros.ground.errors import ConfigError, RunError, StateUnwritable
+from ouroboros.ground.errors import ConfigError, RunError, SetupError, StateUnwritable
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.printable import printable
 from ouroboros.ground.state_folder import EVENTS, JOURNAL, USAGE
@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         return _COMMANDS[args.command](cache(lambda: _settings(args)), args, console)
     except ConfigError as e:
         console.print(f"[red]config error:[/] {escape(printable(str(e)))}", soft_wrap=True)
+        return EXIT_CONFIG
+    except SetupError as e:  # no start gets past it: not one for a service manager to retry
+        console.print(f"[red]error:[/] {escape(printable(str(e)))}", soft_wrap=True)
         return EXIT_CONFIG
     except (RunError, StateUnwritable) as e:
         console.print(f"[red]error:[/] {escape(printable(str(e)))}", soft_wrap=True)

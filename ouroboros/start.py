@@ -11,7 +11,7 @@ import anyio
 
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
-from ouroboros.ground.errors import RunError, StateUnwritable
+from ouroboros.ground.errors import RunError, SetupError, StateUnwritable
 from ouroboros.ground.figures import RunLimits
 from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.mcp.lifecycle import mcp_servers
@@ -132,7 +132,9 @@ async def run(
                 # The journal may be the file that cannot be written.
                 with contextlib.suppress(StateUnwritable):
                     journal.append(RunEnd(reason=EndReason.ERROR, detail=message))
-                failure = RunError(message)
+                # A setup mistake stays one: its exit code tells a service manager not to retry.
+                kept = SetupError if isinstance(failure, SetupError) else RunError
+                failure = kept(message)
             # The last events' hooks (the run's end) are waited for, each at most its timeout.
             with contextlib.suppress(StateUnwritable):
                 hooks.close()

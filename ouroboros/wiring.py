@@ -3,6 +3,7 @@ sessions are built with (`Parts`)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ from ouroboros.context.truncate import capped_bytes
 from ouroboros.deadends.recall import Recall
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
-from ouroboros.ground.errors import RunError
+from ouroboros.ground.errors import RunError, SetupError
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.model import tool_protocol
 from ouroboros.model.llm import LLMClient, Model, journalled, retrying
@@ -188,13 +189,15 @@ def build_tools(
         step = processes.probe(s.paths.workspace, env)
     except OSError as e:  # the program is not there for commands, or not theirs to run
         processes.close()
-        raise RunError(
+        # Out of processes or memory for the moment: a later start may get through.
+        error = RunError if e.errno in (errno.EAGAIN, errno.ENOMEM) else SetupError
+        raise error(
             f"shell commands cannot run `true` ({e.strerror}): let them read and run the "
             "system's programs (tools.readable, tools.env's PATH)"
         ) from None
     if step is not None:
         processes.close()
-        raise RunError(
+        raise SetupError(
             f"shell commands cannot start on this machine: {step}; set tools.sandbox = "
             '"off", or the limit named to 0, to run them without it'
         )

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import Project, only_in_the_slow_tier, wait_for
+from tests.conftest import PROJECT_ROOT, Project, only_in_the_slow_tier, wait_for
 
 DEFAULT_SIGINT = (
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
@@ -68,3 +68,30 @@ def test_ctrl_c_while_a_run_starts_is_one_line(project: Project) -> None:
     assert out == ""
     assert process.returncode == 0
     assert not project.state.exists()
+
+
+def unit_setting(name: str) -> str:
+    """A setting of the systemd unit docs/many-runs.md gives."""
+    text = (PROJECT_ROOT / "docs" / "many-runs.md").read_text()
+    unit = text[text.index("[Service]") : text.index("[Install]")]
+    return next(line.split("=", 1)[1] for line in unit.splitlines() if line.startswith(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("instructions", ["missing", "empty"])
+def test_a_setup_mistake_is_not_restarted_by_the_documented_unit(
+    project: Project, instructions: str
+) -> None:
+    """No start gets past a missing or empty SYSTEM_PROMPT.md until a person writes it: its exit
+    code is one the unit in docs/many-runs.md does not restart on, as a bad config's is."""
+    prompt = project.root / "SYSTEM_PROMPT.md"
+    if instructions == "missing":
+        prompt.unlink()
+    else:
+        prompt.write_text("\n")
+    project.configure("http://127.0.0.1:9/v1")
+    result = project.run("run", timeout=60)
+    assert unit_setting("Restart") == "on-failure"
+    assert str(result.returncode) in unit_setting("RestartPreventExitStatus").split()
+    assert result.returncode == project.run("--config", "nowhere.toml", "run").returncode
+    assert len(result.stderr.splitlines()) == 1, result.stderr

@@ -23,6 +23,13 @@ class RunError(Exception):
     """A run-time problem a person must fix: exit code 1."""
 
 
+class SetupError(RunError):
+    """A mistake in how the run is set up, which no start can get past until a person fixes it
+    (the agent's instructions missing or empty, a sandbox required that the machine lacks): exit
+    code 2, as a config error, so that a service manager that starts a failed run again
+    (`Restart=on-failure`, `RestartPreventExitStatus=2`) does not start it for ever."""
+
+
 class StateUnwritable(Exception):
     """A file of the state folder cannot be written: the run stops, whole (every record before
     the one that failed is on disk), until a person fixes it and runs the same command again."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ouroboros.ground.config import Settings
-from ouroboros.ground.errors import RunError
+from ouroboros.ground.errors import SetupError
 from ouroboros.state.journal import Journal
 
 if TYPE_CHECKING:
@@ -32,14 +32,14 @@ async def mcp_servers(settings: Settings, journal: Journal) -> AsyncIterator[Mcp
         yield None
         return
     if (unusable := _sdk_unusable()) is not None:
-        raise RunError(f"[mcp.servers] is configured but {unusable}{INSTALL}")
+        raise SetupError(f"[mcp.servers] is configured but {unusable}{INSTALL}")
     try:
         from ouroboros.mcp.hub import McpHub
         from ouroboros.mcp.sdk_log import sdk_warnings_journalled
         from ouroboros.mcp.spawn import Spawner
     except ImportError as e:
         said = f"the MCP client could not be imported ({e})"
-        raise RunError(f"[mcp.servers] is configured but {said}{INSTALL}") from None
+        raise SetupError(f"[mcp.servers] is configured but {said}{INSTALL}") from None
 
     spawner = Spawner(settings, journal)
     failure: BaseException | None = None

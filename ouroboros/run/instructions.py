@@ -16,7 +16,7 @@ from pathlib import Path
 from ouroboros.context.tokens import Budget
 from ouroboros.ground import prompts
 from ouroboros.ground.config import Settings
-from ouroboros.ground.errors import RunError
+from ouroboros.ground.errors import RunError, SetupError
 from ouroboros.ground.messages import SystemMessage
 from ouroboros.state.journal import Journal
 from ouroboros.tools import safefs
@@ -37,7 +37,7 @@ def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
             data = f.read(limit + 1)
             size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
-        raise RunError(
+        raise SetupError(
             f"{path}: the agent's instructions are missing: write them there, "
             "or set paths.system_prompt"
         ) from None
@@ -45,7 +45,7 @@ def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         if path.is_dir():
             why = "it is a folder, not a file"
-        raise RunError(f"cannot read paths.system_prompt {path}: {why}") from None
+        raise SetupError(f"cannot read paths.system_prompt {path}: {why}") from None
     _refuse_unusable(path, data[:limit])
     if len(data) <= limit:
         return data.decode(errors="replace"), None
@@ -62,7 +62,7 @@ def read_instructions(path: Path, prompt_budget: int) -> tuple[str, int | None]:
 def _refuse_unusable(path: Path, data: bytes) -> None:
     """Empty or binary instructions would start an agent with no rules at all."""
     if not data.strip():
-        raise RunError(
+        raise SetupError(
             f"paths.system_prompt {path} is empty: write in it what the agent is for "
             "(the project's SYSTEM_PROMPT.md is a template)"
         )
@@ -70,11 +70,11 @@ def _refuse_unusable(path: Path, data: bytes) -> None:
         data.decode()
     except UnicodeDecodeError as e:
         if e.start < len(data) - 3:  # not a character cut at the read's end
-            raise RunError(
+            raise SetupError(
                 f"paths.system_prompt {path} is not UTF-8 text (byte {e.start:,}): save it as UTF-8"
             ) from None
     if b"\0" in data:
-        raise RunError(f"paths.system_prompt {path} is binary (a NUL byte): give it text")
+        raise SetupError(f"paths.system_prompt {path} is binary (a NUL byte): give it text")
 
 
 def placeholder_purpose(text: str) -> bool:

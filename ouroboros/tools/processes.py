@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ouroboros.ground.config import Settings
-from ouroboros.ground.errors import RunError
+from ouroboros.ground.errors import SetupError
 from ouroboros.state.journal import Journal
 from ouroboros.tools import sandbox
 from ouroboros.tools.child_exit import failed_step
@@ -231,6 +231,6 @@ def _confinement(settings: Settings, tmp: Path, network: bool) -> tuple[Confinem
         )
     except sandbox.SandboxError as e:
         if t.sandbox == "landlock":
-            raise RunError(f'tools.sandbox is "landlock" but {e}') from None
+            raise SetupError(f'tools.sandbox is "landlock" but {e}') from None
         return None, str(e)
     return confinement, confinement.summary
