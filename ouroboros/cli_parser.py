@@ -19,6 +19,8 @@ Settings: config.toml next to where you run it (or --config), and OUROBOROS_<SEC
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -41,6 +43,53 @@ class _Parser(argparse.ArgumentParser):
         super()._check_value(action, value)
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help that fits the terminal (argparse takes its width from COLUMNS): each paragraph of
+    prose filled to it; indented lines (examples) kept as written where they fit, else each
+    explanation put under its command, and a command too long broken as a shell line goes on."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = re.split(r"\n[ \t]*\n", text.strip("\n"))
+        return "\n\n".join(
+            "\n".join(indent + line for line in _paragraph(p, max(width, 40)))
+            for p in paragraphs
+        )
+
+
+def _paragraph(text: str, width: int) -> list[str]:
+    lines = text.splitlines()
+    if not any(line.startswith(" ") for line in lines):  # prose
+        return textwrap.wrap(" ".join(lines), width)
+    if all(len(line) <= width for line in lines):
+        return lines
+    # Examples, one too wide: every one with its explanation under it, alike.
+    return [part for line in lines for part in _example(line, width)]
+
+
+def _example(line: str, width: int) -> list[str]:
+    """An example's line, a command then (after two spaces or more) what it does, as lines of
+    `width` at most: the explanation under the command."""
+    if not line.startswith(" "):
+        return textwrap.wrap(line, width)
+    lead = line[: len(line) - len(line.lstrip())]
+    command, _, explanation = [*re.split(r"(\s{2,})", line.strip(), maxsplit=1), "", ""][:3]
+    margin = lead + "    "
+    said = textwrap.wrap(explanation, width, initial_indent=margin, subsequent_indent=margin)
+    if len(lead + command) <= width:
+        return [lead + command, *said]
+    # A shell command: broken between its words (a quoted one is one word) where a shell line
+    # may go on, so that it is still copied whole.
+    parts = [lead]
+    for word in re.findall(r"(?:\"[^\"]*\"|'[^']*'|\S)+", command):
+        if parts[-1].strip() and len(f"{parts[-1]} {word} \\") > width:
+            parts.append(margin)
+        parts[-1] += word if not parts[-1].strip() else f" {word}"
+    return [*(part + " \\" for part in parts[:-1]), parts[-1], *said]
+
+
+CONFIG_HELP = "config file (default: ./config.toml)"
+
+
 def _calls(text: str) -> int:
     """`--max-turns`: a count of model calls, said wrong in one line naming the flag (as a
     setting, it would be blamed on the config file)."""
@@ -55,13 +104,22 @@ def _command(
     commands: Any, name: str, summary: str, example: str, details: str = ""
 ) -> argparse.ArgumentParser:
     """A command whose --help says what it does and shows it used."""
-    return commands.add_parser(  # type: ignore[no-any-return]
+    parser = commands.add_parser(
         name,
         help=summary,
         description=f"{summary}.{' ' + details if details else ''}",
         epilog=f"example:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
+    if name != "demo":  # it writes its own
+        _config_flag(parser)
+    return parser  # type: ignore[no-any-return]
+
+
+def _config_flag(parser: argparse.ArgumentParser) -> None:
+    """`--config` after the command as well as before it (where it was given first, it is
+    kept unless given again here)."""
+    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=CONFIG_HELP)
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -69,9 +127,9 @@ def argument_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m ouroboros",
         description=__doc__,  # this module's docstring is what `--help` says first
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
-    parser.add_argument("--config", type=Path, help="config file (default: ./config.toml)")
+    parser.add_argument("--config", type=Path, help=CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     run_cmd = _command(
         commands,
@@ -116,11 +174,13 @@ def argument_parser() -> argparse.ArgumentParser:
     add_cmd.add_argument(
         "--check", required=True, help="a shell command that exits 0 once it is done"
     )
-    tasks.add_parser("list", help="the tasks, passing or not")
+    list_cmd = tasks.add_parser("list", help="the tasks, passing or not")
     import_cmd = tasks.add_parser(
         "import", help="add many: a TOML file of [[task]] tables or JSONL, each text and check"
     )
     import_cmd.add_argument("file", type=Path)
+    for each in (add_cmd, list_cmd, import_cmd):
+        _config_flag(each)
     _command(
         commands,
         "pause",
@@ -139,7 +199,10 @@ def argument_parser() -> argparse.ArgumentParser:
         "a run that is not running, it is taken when the run starts.",
     )
     # Its name before issue 30, out of the list: `resume` is starting a stopped run again.
-    commands.add_parser("resume", description="former name of `unpause`: let a paused run go on.")
+    resume_cmd = commands.add_parser(
+        "resume", description="former name of `unpause`: let a paused run go on."
+    )
+    _config_flag(resume_cmd)
     _command(
         commands,
         "compact",

@@ -8,9 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from ouroboros.cli import main
 from tests.conftest import PROJECT_ROOT, Project, only_in_the_slow_tier, wait_for
 
 DEFAULT_SIGINT = (
@@ -95,3 +97,72 @@ def test_a_setup_mistake_is_not_restarted_by_the_documented_unit(
     assert str(result.returncode) in unit_setting("RestartPreventExitStatus").split()
     assert result.returncode == project.run("--config", "nowhere.toml", "run").returncode
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+COMMANDS = [
+    [],
+    ["run"],
+    ["tell"],
+    ["task"],
+    ["task", "add"],
+    ["task", "import"],
+    ["pause"],
+    ["unpause"],
+    ["resume"],
+    ["compact"],
+    ["rewind"],
+    ["tail"],
+    ["status"],
+    ["report"],
+    ["demo"],
+]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_every_help_fits_the_terminal(
+    columns: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse takes the width from COLUMNS: the descriptions and examples are fitted to it
+    (they were single lines of up to 304 characters)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for command in COMMANDS:
+        with pytest.raises(SystemExit) as ended:
+            main([*command, "--help"])
+        assert ended.value.code == 0
+        text = capsys.readouterr().out
+        assert max(len(line) for line in text.splitlines()) <= columns, (command, text)
+        # What was said is all there, only laid out anew.
+        assert "example:" in text or "examples:" in text or command[:1] in (["resume"], ["task"])
+
+
+def test_a_long_example_command_is_broken_where_a_shell_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An example command wider than the terminal is still one a person can copy: broken
+    between words (a quoted one whole), each line but the last ending with a backslash."""
+    monkeypatch.setenv("COLUMNS", "62")
+    with pytest.raises(SystemExit):
+        main(["task", "--help"])
+    lines = capsys.readouterr().out.split("example:\n")[1].splitlines()
+    assert len(lines) > 1
+    assert all(len(line) <= 62 for line in lines)
+    assert all(line.endswith(" \\") for line in lines[:-1])
+    command = (
+        'python -m ouroboros task add "parse ISO dates" '
+        '--check "pytest -q tests/test_dates.py"'
+    )
+    assert " ".join(line.removesuffix(" \\").strip() for line in lines) == command
+
+
+def test_config_after_the_command_is_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run --config X` was refused as an unknown argument: the flag is taken after the
+    command as before it."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "elsewhere.toml"
+    config.write_text('[paths]\nstate_dir = "runs/a"\n')
+    assert main(["status", "--config", str(config)]) == 1
+    assert f"no run in {tmp_path / 'runs' / 'a'}" in capsys.readouterr().out
+    assert main(["run", "--config", str(tmp_path / "nowhere.toml")]) == 2
+    assert "nowhere.toml: config file not found" in capsys.readouterr().err
