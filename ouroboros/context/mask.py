@@ -2,7 +2,8 @@
 
 Masking is a view: the journal keeps every full result. No message is ever removed, so each tool
 call keeps its result. Of the assistant's messages only one kind is shown shorter, at once: a
-reply the server cut off at the output limit before any tool call (`cut_off_reply`).
+reply the server cut off at the output limit before any tool call (`cut_off_reply`), as its own
+first words: nothing the harness writes stands in the assistant's place.
 """
 
 from __future__ import annotations
@@ -95,20 +96,29 @@ def masked(message: ToolMessage) -> ToolMessage:
     return message.model_copy(update={"content": placeholder(message), "masked": True})
 
 
+CUT_OFF_KEPT_CHARS = 400
+"""Of a reply cut off at the output limit before any call, what stays in the conversation: its
+start, about a hundred tokens."""
+
+
 def cut_off_reply(message: AssistantMessage) -> AssistantMessage:
     """A reply the server cut off at the output limit before any tool call, as the model sees
-    it from the next request on: a placeholder with its start. Such a reply is a thought the
-    model writes again, shorter, when told it was cut off (a server stops the next at the same
-    limit); kept whole it would take `max_output_tokens` of every later prompt, next to the
-    reply that does the step: at an 8K window the pair is about a third of the prompt budget.
-    The journal keeps it whole."""
+    it from the next request on: its own first words, cut at a line or a word. Such a reply is a
+    thought the model writes again, shorter, when told it was cut off (a server stops the next at
+    the same limit); kept whole it would take `max_output_tokens` of every later prompt, next to
+    the reply that does the step. What the harness says of the cut goes in the user message that
+    answers it: a note of the harness's in the assistant's place is copied by a small model
+    into its every reply from then on. The journal keeps the reply whole."""
     text = message.content
-    return message.model_copy(
-        update={
-            "content": f"[reply cut off at the output limit, {len(text):,} characters, "
-            f"not shown again; it began {_quote(text)}]"
-        }
-    )
+    if len(text) <= CUT_OFF_KEPT_CHARS:
+        return message
+    kept = text[:CUT_OFF_KEPT_CHARS]
+    for boundary in ("\n", " "):
+        at = kept.rfind(boundary)
+        if at > CUT_OFF_KEPT_CHARS // 2:
+            kept = kept[:at]
+            break
+    return message.model_copy(update={"content": kept.rstrip()})
 
 
 def apply_masks(messages: Sequence[Message], masked_ids: Collection[str]) -> list[Message]:

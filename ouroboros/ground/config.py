@@ -56,6 +56,11 @@ class LLMSettings(_Section):
     """`max_tokens` of every request, and the room reserved for it in the context budget."""
     temperature: float = Field(0.7, ge=0, le=2)
     """Always sent: Ollama's /v1 otherwise forces 1.0 over the Modelfile's value."""
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    """Sampling seed for runs that must repeat (benchmarks): each request sends this plus the
+    number of requests the process made before it, so a prompt asked again is drawn again (a
+    server started with a fixed `--seed` samples one prompt the same way each time). Unset:
+    the server's own seed."""
     retry_for_s: float = Field(0, ge=0)
     """How long to keep retrying transient server errors; 0 = forever (unattended runs)."""
     retry_initial_s: float = Field(1.0, gt=0)

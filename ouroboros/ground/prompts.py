@@ -6,19 +6,20 @@ from pathlib import Path
 
 PREAMBLE = """\
 You are an autonomous agent running unattended under the ouroboros harness: nobody watches, so \
-keep working on your purpose, one tool call at a time. Relative paths start in your workspace, \
+work on your task one tool call at a time. Relative paths start in your workspace, \
 {workspace}; nothing outside it is reachable but your instructions file, {system_prompt}, which \
 you may improve.
 
 Your context window is small ({limit:,} tokens): old tool results become placeholders (read \
-again what you need), and when it is full a new session starts with only your plan and last \
-turns. Keep progress and findings in workspace files (e.g. NOTES.md) as you go, so a restart \
-loses nothing.
+again what you need), and when it is full a new session starts with only your task, your plan \
+and your last turns. Write what you find and what is left to do into workspace files as you \
+go, so a restart loses nothing.
 
 Your instructions follow.
 
 """
-"""What the tools do, their descriptions say (in every request too): said once."""
+"""What the tools do, their descriptions say (in every request too): said once. It names no
+file: a small model takes "keep notes in NOTES.md" for "read NOTES.md" first."""
 
 
 def system_prompt(instructions: str, workspace: Path, prompt_path: Path, limit: int) -> str:
@@ -27,12 +28,38 @@ def system_prompt(instructions: str, workspace: Path, prompt_path: Path, limit: 
     )
 
 
-FIRST_MESSAGE = (
-    "Session 1 of a new run. Read your instructions above and start. Your workspace may already "
-    "hold files from earlier work: look before you begin."
-)
+def first_message(task: str | None) -> str:
+    """Session 1's opening: the task first, so that it is what a small model does first."""
+    if task is None:
+        return "Session 1 of a new run. Do what your instructions above say, step by step."
+    return f"Your task:\n\n{task}\n\nSession 1 of a new run: start on it now."
+
+
+def task_line(task: str | None) -> str:
+    """A restart's opening starts from the task too."""
+    return "" if task is None else f"Your task:\n\n{task}\n\n"
+
 
 CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
+
+
+def no_call(tools: str, example: str) -> str:
+    """A reply without a tool call: nothing happened; the tools, and one call to copy the form
+    of (a different tool each time in a row: the same words again teach a small model nothing)."""
+    shown = f" For example:\n{example}" if example else ""
+    return f"Your reply called no tool, so nothing was done. The tools are: {tools}.{shown}"
+
+
+def unknown_tool(names: str, tools: str, example: str) -> str:
+    shown = f" For example:\n{example}" if example else ""
+    return f"There is no tool {names}; nothing of that was run. The tools are: {tools}.{shown}"
+
+
+def cut_off_before_a_call(max_output_tokens: int) -> str:
+    return (
+        f"Your last reply was cut off at the output limit ({max_output_tokens:,} tokens) before "
+        "it called a tool, so nothing was run. Make the tool call first, with little text."
+    )
 
 
 def restart_marker(
@@ -42,6 +69,7 @@ def restart_marker(
     carried: int,
     actions: list[str],
     detail: str = "",
+    task: str | None = None,
 ) -> str:
     why = {
         "context_full": "the context was full",
@@ -59,9 +87,9 @@ def restart_marker(
     if summary:
         summary = f"\nIts last actions:{summary}"
     return (
-        f"Session {session}. The previous session ran {previous_turns} turns and ended because "
-        f"{why}. Your workspace files hold your progress; your instructions above were re-read "
-        f"from disk. {carried_text}{summary}"
+        f"{task_line(task)}Session {session}. The previous session ran {previous_turns} turns "
+        f"and ended because {why}. Your workspace files hold your progress; your instructions "
+        f"above were re-read from disk. {carried_text}{summary}"
     )
 
 

@@ -272,6 +272,10 @@ class Completion:
     calls_from_text: str | None = None
     """The format the reply's calls were read from its text in, when the server sent none
     (`model/tool_protocol.py`)."""
+    unknown_tools: tuple[str, ...] = ()
+    """Tools the reply called, as text, that there are not (`model/reply_reader.py`)."""
+    written: str | None = None
+    """The reply's text as the model wrote it, where the calls read from it were taken out."""
 
 
 CUT = "ouroboros_cut_bytes"
@@ -543,6 +547,7 @@ class LLMClient:
             timeout=settings.timeout_s,
             http_client=limited_client(settings.reply_byte_limit),
         )
+        self.requests = 0
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         request: dict[str, Any] = {
@@ -555,6 +560,9 @@ class LLMClient:
         }
         if tools:
             request["tools"] = tools
+        if self.settings.seed is not None:
+            request["seed"] = (self.settings.seed + self.requests) % 2**31
+        self.requests += 1
         state = StreamState()
         s = self.settings
         # The client's timeout is per read: a server trickling empty chunks never trips it.

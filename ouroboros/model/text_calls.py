@@ -362,9 +362,9 @@ def _block_action(block: Fence, text: str, tools: Collection[str]) -> Action | F
 # conversation as system, user and assistant messages only.
 
 SAMPLE_STRINGS = {
-    "path": "NOTES.md",
+    "path": "path/to/file",
     "command": "ls -la",
-    "content": "# Notes\n",
+    "content": "text",
     "summary": "what was done",
     "query": "error",
 }

@@ -99,16 +99,10 @@ from ouroboros.model.llm import (
     shown,
     unfinished,
 )
+from ouroboros.model.reply_reader import read_reply
 from ouroboros.model.text_calls import (
-    CUT_OFF,
-    FormatProblem,
     TextCall,
-    action_text,
-    format_message,
     names,
-    open_call,
-    read_action,
-    recover,
     reply_text,
     text_wire,
     tools_description,
@@ -136,6 +130,10 @@ class Admitted:
     """Calls past `llm.max_tool_calls_per_reply`, not recorded."""
     calls_from_text: str | None = None
     """The format the calls were read from the reply's text in (`Completion.calls_from_text`)."""
+    unknown_tools: tuple[str, ...] = ()
+    """Tools the reply called that there are not (`Completion.unknown_tools`)."""
+    written: str | None = None
+    """The reply's text as written, where calls were taken out of it (`Completion.written`)."""
 
     def record_fields(self) -> dict[str, object]:
         """What the message record says of what the harness made of the reply."""
@@ -143,6 +141,8 @@ class Admitted:
             "renamed_calls": self.renamed or None,
             "dropped_calls": self.dropped or None,
             "calls_from_text": self.calls_from_text,
+            "unknown_tools": list(self.unknown_tools) or None,
+            "written": self.written,
         }
 
 
@@ -280,7 +280,12 @@ def admitted_reply(
         journal.notify(
             "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
         )
-    return replace(admitted, calls_from_text=completion.calls_from_text)
+    return replace(
+        admitted,
+        calls_from_text=completion.calls_from_text,
+        unknown_tools=completion.unknown_tools,
+        written=completion.written,
+    )
 
 
 def overflow(journal: Journal, error: ContextOverflow, projected: int, attempt: int) -> None:
@@ -392,28 +397,6 @@ def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: b
     return {"native": native, "text": text}.get(protocol, max(native, text))
 
 
-def answer_to(
-    reply: AssistantMessage,
-    at_max_tokens: bool,
-    llm: LLMSettings,
-    state: RunState,
-    schemas: list[dict[str, Any]],
-) -> str:
-    """What a reply without a call is told: that it was cut off at the output limit inside a
-    call it was writing (which tool, how far in), or at all (a server may drop a call it cut);
-    else to go on; in the text protocol, what an action looks like and what this reply lacked."""
-    cut = open_call(reply.content) if at_max_tokens else None
-    if cut is not None:
-        return prompts.cut_in_call(cut.tool, cut.size, llm.max_output_tokens)
-    if not text_in_force(llm.tool_protocol, state):
-        return prompts.cut_off(llm.max_output_tokens) if at_max_tokens else prompts.CONTINUE
-    action = read_action(reply.content, names(schemas), at_max_tokens)
-    if action == CUT_OFF:
-        return prompts.cut_off(llm.max_output_tokens)
-    problem = action.what if isinstance(action, FormatProblem) else "no action"
-    return format_message(problem, schemas)
-
-
 @dataclass
 class ProtocolModel:
     """The `Model` a session calls: `inner` spoken to in the protocol in force."""
@@ -429,41 +412,30 @@ class ProtocolModel:
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         state = self.journal.state
         self._switch_if_due(state)
-        if text_in_force(self.protocol, state):
-            written = await self.inner.complete(text_wire(messages, tools), [])
-            return self._acted(_as_meant(written), names(tools))
-        try:
-            completion = _as_meant(await self.inner.complete(messages, tools))
-        except (FatalError, TransientError) as e:
-            if not REFUSES_TOOLS.search(str(e)):
-                raise
-            if self.protocol != "auto":
-                raise FatalError(
-                    f'{e}; set llm.tool_protocol = "text" (or "auto") for a model without '
-                    "native tool calls"
-                ) from None
-            self._switch(f"the server refuses tools for this model ({str(e)[:200]})")
-            return await self.complete(messages, tools)
+        text = text_in_force(self.protocol, state)
+        if text:
+            completion = _as_meant(await self.inner.complete(text_wire(messages, tools), []))
+        else:
+            try:
+                completion = _as_meant(await self.inner.complete(messages, tools))
+            except (FatalError, TransientError) as e:
+                if not REFUSES_TOOLS.search(str(e)):
+                    raise
+                if self.protocol != "auto":
+                    raise FatalError(
+                        f'{e}; set llm.tool_protocol = "text" (or "auto") for a model without '
+                        "native tool calls"
+                    ) from None
+                self._switch(f"the server refuses tools for this model ({str(e)[:200]})")
+                return await self.complete(messages, tools)
         message = completion.message
         cut_off = completion.finish_reason == "length"
-        recovered = None if message.tool_calls else recover(message.content, names(tools), cut_off)
-        if recovered is None:
+        reading = read_reply(message.content, bool(message.tool_calls), names(tools), text, cut_off)
+        if reading.unknown:
+            completion = replace(completion, unknown_tools=reading.unknown)
+        if not reading.calls:
             return completion
-        return self._with_calls(completion, recovered.calls, recovered.format, recovered.remaining)
-
-    def _acted(self, completion: Completion, tools: list[str]) -> Completion:
-        """A text-protocol reply with the call its one action makes, if it has one."""
-        content = completion.message.content
-        action = read_action(content, tools, completion.finish_reason == "length")
-        if isinstance(action, FormatProblem) or completion.message.tool_calls:
-            return completion
-        call, size = action.call, len(action.call.arguments.encode())
-        if size > self.max_argument_bytes:  # the action as written is sent back every turn
-            stand_in: dict[str, object] = {OMITTED: size}
-            call = TextCall(call.name, json.dumps(stand_in))
-            written = action_text(call.name, stand_in)
-            content = f"{content[: action.start]}{written}{content[action.end :]}"
-        return self._with_calls(completion, (call,), action.format, content)
+        return self._with_calls(completion, reading.calls, reading.format or "json", reading.text)
 
     def _switch_if_due(self, state: RunState) -> None:
         if self.protocol != "auto" or state.protocol.switch_reason is not None:
@@ -491,7 +463,7 @@ class ProtocolModel:
         self,
         completion: Completion,
         calls: tuple[TextCall, ...],
-        written: str,
+        form: str,
         content: str | None,
     ) -> Completion:
         """The reply with the calls read from its text, each with an id new to the run;
@@ -509,7 +481,9 @@ class ProtocolModel:
                 for i, c in zip(ids, calls, strict=True)
             ),
         )
-        return replace(completion, message=message, calls_from_text=written)
+        as_written = completion.message.content
+        kept = None if as_written == message.content else as_written
+        return replace(completion, message=message, calls_from_text=form, written=kept)
 
 
 def _as_meant(completion: Completion) -> Completion:

@@ -87,6 +87,16 @@ def placeholder_purpose(text: str) -> bool:
     return said in ("", TEMPLATE_PURPOSE)
 
 
+def task_of(instructions: str) -> str | None:
+    """The task a session's opening starts from: the `# Purpose` section as the person wrote it
+    (their notes to themselves, HTML comments, left out); None where there is no such section."""
+    found = PURPOSE.search(instructions)
+    if found is None:
+        return None
+    said = COMMENT.sub("", found.group(1)).strip()
+    return said or None
+
+
 PURPOSE = re.compile(r"^# Purpose[ \t]*\n(.*?)(?=^# |\Z)", re.DOTALL | re.MULTILINE)
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 TEMPLATE_PURPOSE = (
@@ -119,7 +129,8 @@ def system_message(
             f"{s.paths.system_prompt} is {cut_from:,} bytes, more than a session can "
             "hold: the agent is shown its start and told to shorten it",
         )
-    text = prompts.system_prompt(
-        instructions, s.paths.workspace, s.paths.system_prompt, budget.limit
-    )
+    # What a person wrote for themselves in comments is no instruction, and would be paid for
+    # in every request.
+    shown = COMMENT.sub("", instructions)
+    text = prompts.system_prompt(shown, s.paths.workspace, s.paths.system_prompt, budget.limit)
     return SystemMessage(content=text)

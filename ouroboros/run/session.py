@@ -18,7 +18,7 @@ from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from ouroboros.model import tool_protocol
+from ouroboros.model import reply_reader, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
 from ouroboros.model.tool_protocol import (
     Admitted,
@@ -144,6 +144,9 @@ class Session:
             for feature in self.parts.features:
                 await feature.before_call(self.rules.budget.prompt_budget)
             reply, dropped = await self.call_model()
+            if st.drawn_again:  # an empty reply, left out: the same prompt is asked again
+                await self.after_step()
+                continue
             at_max_tokens = reply.finish_reason == "length"
             await self.act_on(reply.message, at_max_tokens=at_max_tokens, dropped=dropped)
 
@@ -190,11 +193,23 @@ class Session:
         if dropped:
             message = tool_protocol.dropped_calls(dropped, llm.max_tool_calls_per_reply)
             told.append(UserMessage(content=message, origin="nudge"))
-        if not reply.tool_calls:
+        text = tool_protocol.text_in_force(llm.tool_protocol, self.state)
+        streak = self.state.replies_without_calls - (0 if reply.tool_calls else 1)
+        answer = reply_reader.answer(
+            self.state.cut_off_text or reply.content,
+            bool(reply.tool_calls),
+            self.state.unknown_tools,
+            self.schemas,
+            text,
+            at_max_tokens,
+            llm.max_output_tokens,
+            streak,
+        )
+        if answer is not None:
             # Never two assistant messages in a row: llama-server rejects it, and with a
             # thinking template a trailing assistant message is a refused "prefill".
-            answer = tool_protocol.answer_to(reply, at_max_tokens, llm, self.state, self.schemas)
-            told.append(UserMessage(content=answer, origin="continue"))
+            origin = "nudge" if reply.tool_calls else "continue"
+            told.append(UserMessage(content=answer, origin=origin))
         if at_max_tokens and reply.tool_calls and not tool_protocol.was_cut(reply.tool_calls[-1]):
             # Its calls may be cut off mid-argument (a cut one's error result says so itself).
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))

@@ -19,7 +19,7 @@ from ouroboros.ground.messages import (
     UserMessage,
 )
 from ouroboros.run import window
-from ouroboros.run.instructions import system_message
+from ouroboros.run.instructions import system_message, task_of
 from ouroboros.run.lock import mark_started
 from ouroboros.run.session import Parts, Session, SessionEnded
 from ouroboros.state.records import EndReason, RunEnd, RunStart, SessionEnd, SessionStart
@@ -122,8 +122,14 @@ class Supervisor:
         await window.reread(self.parts.server, self.journal, self.settings)
         self.parts = self.parts.fitted(state.window)
         # A session that could not make one turn with what it carried: the next carries nothing.
+        # Nor does one after a loop: its last steps are the loop, and a model that copies what
+        # it sees would go round it again from the first reply.
         system = self.system_message()
-        carried = state.session_turns and all(f.opening(state)[1] for f in self.parts.features)
+        carried = (
+            state.session_turns
+            and state.ended_reason != EndReason.LOOP
+            and all(f.opening(state)[1] for f in self.parts.features)
+        )
         carry = await self.carryover(state.messages, system) if carried else []
         await self.start_session(state.session + 1, state.ended_reason or "restart", carry, system)
         return None
@@ -182,18 +188,21 @@ class Supervisor:
         system = system or self.system_message()
         state = self.journal.state
         previous_turns = state.session_turns
-        first = (
-            prompts.FIRST_MESSAGE
-            if number == 1
-            else prompts.restart_marker(
+        task = task_of(system.content)
+        if number == 1:
+            first = prompts.first_message(task)
+        else:
+            looped, ambient = reason == EndReason.LOOP, self.settings.context.ambient_actions
+            first = prompts.restart_marker(
                 number,
                 previous_turns,
                 reason,
                 len(carried),
-                recent_actions(state.messages, self.settings.context.ambient_actions),
+                # A loop's last actions are the loop: one line names it (the reason's detail).
+                [] if looped else recent_actions(state.messages, ambient),
                 state.ended_detail,
+                task,
             )
-        )
         first += "".join(feature.opening(state)[0] for feature in self.parts.features)
         first += in_opening(state.plan.items)  # whole: its size is capped when it is saved
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]

@@ -80,12 +80,15 @@ class ProtocolTally:
             self.switch_reason = record.message
 
     def line(self) -> str:
-        """What `status` says of it: calls read from text by format, and the switch."""
+        """What `status` says of it: calls read from text by format, and the switch; nothing
+        for a run whose calls all travelled natively (no row)."""
         count = sum(self.from_text.values())
         formats = ", ".join(f"{name} {n:,}" for name, n in sorted(self.from_text.items()))
         read = f"{count:,} read from text ({formats})" if count else "none read from text"
         why = self.switch_reason
-        return read if why is None else f"{read}; text protocol since: {why}"
+        if why is None:
+            return read if count else ""
+        return f"{read}; text protocol since: {why}"
 
 
 def cut_off_before_a_call(record: MessageRecord) -> bool:
@@ -97,6 +100,26 @@ def cut_off_before_a_call(record: MessageRecord) -> bool:
         and not message.tool_calls
         and usage is not None
         and usage.finish_reason == "length"
+    )
+
+
+EMPTY_DRAWN_AGAIN = 2
+"""Empty replies in a row that are left out and the same prompt asked again. A small model
+sometimes ends its turn at once after a tool result; answered with words, it copies them (an
+empty ```json block, in reply to an example), while drawn again it goes on as if nothing
+happened. Past this many, the reply is shown and answered: a model that always says nothing is
+told so."""
+
+
+def empty_reply(record: MessageRecord) -> bool:
+    """A reply that said nothing and called nothing, and was not cut off."""
+    message, usage = record.message, record.usage
+    return (
+        isinstance(message, AssistantMessage)
+        and not message.tool_calls
+        and not message.content.strip()
+        and usage is not None
+        and usage.finish_reason != "length"
     )
 
 
@@ -193,6 +216,14 @@ class RunState:
     cut_off_text: str | None = field(default=None, metadata=SESSION)
     """The newest reply's text as written, where the server cut it off at the output limit
     (the view may show a placeholder); a resumed step is answered from it."""
+    unknown_tools: tuple[str, ...] = field(default=(), metadata=SESSION)
+    """Tools the newest reply called that there are not: its answer names the real ones."""
+    replies_without_calls: int = field(default=0, metadata=SESSION)
+    """The session's newest replies in a row that called no tool: each is shown another
+    example call."""
+    drawn_again: bool = field(default=False, metadata=SESSION)
+    """The newest reply was empty and is left out of the view: the same prompt is asked again
+    (`EMPTY_DRAWN_AGAIN`)."""
     ended_reason: EndReason | None = field(default=None, metadata=SESSION)
     """Why the last session ended, while no next session has started."""
     ended_detail: str = field(default="", metadata=SESSION)
@@ -284,9 +315,15 @@ class RunState:
             self.refusal_window = None
             at_limit = record.usage is not None and record.usage.finish_reason == "length"
             self.cut_off_text = message.content if at_limit else None
+            self.unknown_tools = tuple(record.unknown_tools or ())
+            calls = bool(message.tool_calls)
+            again = empty_reply(record) and self.replies_without_calls < EMPTY_DRAWN_AGAIN
+            self.drawn_again = again
+            self.replies_without_calls = 0 if calls else self.replies_without_calls + 1
             if cut_off:
                 message = as_shown(message)
-        self.join(message)
+        if not self.drawn_again:
+            self.join(message)
         self.plan.apply(record)
         self.protocol.message(record)
         if (usage := record.usage) is not None:
@@ -301,7 +338,7 @@ class RunState:
                 usage = usage.model_copy(
                     update={"completion_tokens": as_sent, "raw_reply": raw_estimate(message)}
                 )
-            self._turn(usage.prompt_tokens, completion, shown)
+            self._turn(usage.prompt_tokens, completion, 0 if self.drawn_again else shown)
             self.ledger.apply(usage)
 
     @_fold.register

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, Union, cast
+from typing import Annotated, Any, ClassVar, Literal, Union, cast, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -48,6 +48,17 @@ class Record(BaseModel):
         if isinstance(kind, str):
             if KINDS.setdefault(kind, cls) is not cls:
                 raise TypeError(f"record kind {kind!r} is taken by {KINDS[kind].__name__}")
+        # The journal leaves out what is None (`Journal.append`): a field that may be None is
+        # read back as None where it is absent, whether its class gave it a default or not.
+        unread = [
+            field
+            for field in cls.model_fields.values()
+            if field.is_required() and type(None) in get_args(field.annotation)
+        ]
+        for field in unread:
+            field.default = None
+        if unread:
+            cls.model_rebuild(force=True)
 
     def implied(self) -> list[Record]:
         """Records this one means too, folded after it (a rewind ends the session it finds)."""
@@ -214,6 +225,12 @@ class MessageRecord(Record):
     """The format this reply's calls were read from its text in (`llm.tool_protocol`): `hermes`,
     `json`, `fenced_json`, `mistral` (recovered: the server sent no call), `bash`, `json_action`
     (the text protocol's action blocks)."""
+    written: str | None = None
+    """The reply's text as the model wrote it, where the calls read from it were taken out of
+    `message` (a call is kept as the call, not twice): the journal keeps every reply whole."""
+    unknown_tools: list[str] | None = None
+    """Tools this reply called, written as text, that there are not: not run; the agent is
+    told the real ones (`model.reply_reader.answer`)."""
     plan: list[PlanItem] | None = None
     """The plan a `plan` call saved, with its result: the plan changes with this very record."""
 

@@ -1,0 +1,255 @@
+"""A reply read: the tool calls it makes, in whatever form the model wrote them, and what the
+harness answers it with. Pure: one function (`read_reply`), tested on what real models wrote
+(`tests/data/replies/`).
+
+Small models rarely call tools the way their chat template says. They write the call as JSON in
+the text (bare, fenced, between `<tool_call>` tags), several in a row, with the tool's name a
+little off (`read` for `file_read`), with `"tool"` or `"function"` for `"name"`, or a ```bash
+block. A harness that reads only the exact form answers every such reply "use the tools", and
+the model, which copies what it sees, answers that with the same reply: the loop this project
+once ran in on Qwen2.5-Coder-0.5B, 0 useful actions in 146 replies.
+
+So every call written is read, in order, and run (`llm.max_tool_calls_per_reply` still holds):
+- **Forms**: `<tool_call>` tags (`hermes`), a ```json block (`fenced_json`), a bare JSON object
+  that starts a line (`json`), Mistral's `[TOOL_CALLS]` (`mistral`), and in the text protocol
+  a ```bash block (`bash`) and `{"tool": ...}` in a ```json block (`json_action`). An object is
+  a call when it names a tool (`name`, `tool`, or an OpenAI `function` object) and holds its
+  arguments (`arguments`, `parameters`, `args` or `input`: an object, or a string holding one)
+  and nothing else but an `id` or `type`; `{"name": "list_dir"}` alone is a call of a tool
+  with no required argument. JSON a call's arguments hold is no call of its own.
+- **Names**: a tool's exact name; else the one tool the name is the last or first word of
+  (`read` -> `file_read`), or the one it is a near spelling of (`file_raed`). A name that is
+  none of them is an unknown tool: not run, and answered with the real list and one example.
+- The same call twice in one reply runs once: a small model repeats a line it likes.
+- What is read from the text is taken out of it (a call is kept as the call, not twice), and
+  reasoning left open (`<think>`) or a block the output limit cut is never read.
+
+What the model is told goes in a user message (`Reading.told`), never in the assistant's place:
+nothing the harness writes may look like something the model said, since it would be copied.
+A reply with no call is told what the tools are and shown one example call, a different tool's
+each time in a row (`streak`): the same words again to a model that copies words is no help.
+Examples are calls that change nothing (`EXAMPLES`): one copied as it is does no harm.
+An empty reply is not answered at all at first but drawn again (`state.fold.EMPTY_DRAWN_AGAIN`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ouroboros.ground import prompts
+from ouroboros.model.text_calls import (
+    HERMES_OPEN,
+    SHELL_LANGUAGES,
+    SHELL_TOOL,
+    TextCall,
+    action_text,
+    fences,
+    finished_part,
+    open_call,
+    reply_text,
+)
+
+NAME_KEYS = ("name", "tool", "tool_name", "function")
+ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
+IGNORED_KEYS = ("id", "type")
+"""Keys an OpenAI-style call carries beside its name and arguments: no reason to refuse it."""
+EXAMPLES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("list_dir", {"path": "."}),
+    ("shell_exec", {"command": "ls"}),
+)
+"""The calls an example may show, each in turn: a small model copies an example as it is, so
+each must do no harm and some good copied so (file_write's would overwrite a file with the
+example's words; file_read's would read a file that is not there)."""
+MAX_CANDIDATES = 64
+"""Places a JSON object may start that are tried, from the reply's start: each try reads at
+most to the object's end, so a reply of megabytes is read in time its length bounds."""
+NEAR_SPELLING = 0.8
+"""How alike (difflib's ratio) a name and a tool's must be to be taken for a misspelling."""
+_LINE_START = re.compile(r"^[ \t]*+(?:<tool_call>|\[TOOL_CALLS\])?[ \t]*+\{", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Reading:
+    calls: tuple[TextCall, ...]
+    """The calls to run, in the order written: those of the server's own, or read from text."""
+    format: str | None
+    """The form the calls were read from the text in (None: the server sent them, or none)."""
+    text: str
+    """The reply's text as it stays in the conversation: without the calls read from it (a call
+    of an unknown tool stays: it is what the answer speaks of)."""
+    unknown: tuple[str, ...] = ()
+    """Names of tools the reply called that there are not."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    start: int
+    end: int
+    value: dict[str, object]
+    form: str
+
+
+def _objects(text: str) -> list[_Found]:
+    """JSON objects that start a line (or follow a call tag), in order, none inside another."""
+    found: list[_Found] = []
+    decoder = json.JSONDecoder()
+    position = tries = 0
+    fenced = [(f.start, f.end) for f in fences(text) if f.language in ("json", "")]
+    while tries < MAX_CANDIDATES:
+        match = _LINE_START.search(text, position)
+        if match is None:
+            break
+        tries += 1
+        brace = match.end() - 1
+        try:
+            value, end = decoder.raw_decode(text, brace)
+        except (ValueError, RecursionError):
+            position = match.end()
+            continue
+        if isinstance(value, dict):
+            tagged = HERMES_OPEN in match.group(0)
+            form = "hermes" if tagged else "json"
+            if "[TOOL_CALLS]" in match.group(0):
+                form = "mistral"
+            elif any(a <= brace < b for a, b in fenced):
+                form = "fenced_json"
+            found.append(_Found(match.start(), end, value, form))
+        position = end
+    return found
+
+
+def _arguments(value: object) -> dict[str, object] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _call_parts(value: dict[str, object]) -> tuple[str, dict[str, object] | None] | None:
+    """The name a JSON object calls and its arguments (None: it gave none), if it is a call."""
+    function = value.get("function")
+    if isinstance(function, dict) and set(value) <= {"function", *IGNORED_KEYS}:
+        return _call_parts(function)
+    names = [k for k in NAME_KEYS if isinstance(value.get(k), str)]
+    given = [k for k in ARGUMENT_KEYS if k in value]
+    rest = set(value) - set(names) - set(given) - set(IGNORED_KEYS)
+    if len(names) != 1 or len(given) > 1 or rest:
+        return None
+    name = str(value[names[0]])
+    if not given:
+        return name, None
+    arguments = _arguments(value[given[0]])
+    return (name, arguments) if arguments is not None else None
+
+
+def tool_named(name: str, tools: Sequence[str]) -> str | None:
+    """The tool a name written in a reply means: exact, the one it is a word of, a near spelling."""
+    if name in tools:
+        return name
+    plain = name.strip().lower().replace("-", "_").replace(".", "_")
+    for candidate in (plain, "_".join(reversed(plain.split("_")))):  # read_file: file_read
+        if candidate in tools:
+            return candidate
+    worded = [t for t in tools if plain in (t.split("_")[0], t.split("_")[-1])]
+    if len(worded) == 1:
+        return worded[0]
+    near = difflib.get_close_matches(plain, tools, n=2, cutoff=NEAR_SPELLING)
+    return near[0] if len(near) == 1 else None
+
+
+def _shell_blocks(text: str) -> list[tuple[int, int, str]]:
+    return [(f.start, f.end, f.body) for f in fences(text) if f.language in SHELL_LANGUAGES]
+
+
+def read_reply(
+    content: str, native: bool, tools: Sequence[str], text_protocol: bool, cut_off: bool
+) -> Reading:
+    """The calls a reply makes. `native`: the server sent calls (the text is not read for more);
+    `cut_off`: the reply stopped at the output limit (what it was writing is not read)."""
+    text = reply_text(content)
+    readable = None if native else finished_part(text, cut_off)
+    if readable is None:
+        return Reading((), None, text)
+    calls: list[TextCall] = []
+    unknown: list[str] = []
+    taken: list[tuple[int, int]] = []  # spans of the text read as calls, taken out of it
+    form: str | None = None
+    for found in _objects(readable):
+        parts = _call_parts(found.value)
+        if parts is None:
+            continue
+        written, arguments = parts
+        name = tool_named(written, tools)
+        if name is None:
+            if arguments is not None:  # `{"name": "shop"}` alone is data, not a call
+                unknown.append(written)
+            continue
+        call = TextCall(name, json.dumps({} if arguments is None else arguments))
+        if call not in calls:
+            calls.append(call)
+        taken.append((found.start, found.end))
+        form = form or found.form
+    if not calls and not unknown and SHELL_TOOL in tools:
+        for start, end, body in _shell_blocks(readable):
+            call = TextCall(SHELL_TOOL, json.dumps({"command": body}))
+            if body.strip() and call not in calls:
+                calls.append(call)
+                taken.append((start, end))
+                form = "bash"
+    if text_protocol and form == "fenced_json":
+        form = "json_action"
+    return Reading(tuple(calls), form, _without(readable, taken) if calls else text, tuple(unknown))
+
+
+def _without(text: str, spans: list[tuple[int, int]]) -> str:
+    parts, position = [], 0
+    for start, end in sorted(spans):
+        if start >= position:
+            parts.append(text[position:start])
+            position = end
+    parts.append(text[position:])
+    # The tags around a call read from between them are the call's too.
+    joined = "".join(parts).replace("<tool_call>", "").replace("</tool_call>", "")
+    return re.sub(r"\n{3,}", "\n\n", joined).strip()
+
+
+def example_call(name: str, arguments: dict[str, object], text_protocol: bool) -> str:
+    """One call written the way the model is to write it."""
+    if text_protocol:
+        return action_text(name, arguments)
+    return json.dumps({"name": name, "arguments": arguments})
+
+
+def answer(
+    text: str,
+    has_calls: bool,
+    unknown: Sequence[str],
+    schemas: Sequence[dict[str, Any]],
+    text_protocol: bool,
+    cut_off: bool,
+    max_output_tokens: int,
+    streak: int = 0,
+) -> str | None:
+    """What the harness tells the model of its reply, as a user message (None: the results of
+    its calls say it all). `streak`: replies without a call just before this one."""
+    tools = [str((s.get("function") or {}).get("name")) for s in schemas]
+    listed = ", ".join(tools)
+    examples = [example_call(name, args, text_protocol) for name, args in EXAMPLES if name in tools]
+    if unknown:
+        names = ", ".join(f"`{n[:40]}`" for n in dict.fromkeys(unknown))
+        return prompts.unknown_tool(names, listed, examples[0] if examples else "")
+    if has_calls:
+        return None
+    if cut_off:
+        open_one = open_call(text)
+        if open_one is not None:
+            return prompts.cut_in_call(open_one.tool, open_one.size, max_output_tokens)
+        return prompts.cut_off_before_a_call(max_output_tokens)
+    return prompts.no_call(listed, examples[streak % len(examples)] if examples else "")
