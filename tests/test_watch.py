@@ -427,7 +427,9 @@ def test_status_says_the_run_waits_for_its_server(project: Project) -> None:
         run.communicate(timeout=20)
     assert "running (pid" in out
     assert "waiting for the model server since" in out
-    assert re.search(r"\(try \d+, (next in \d+ s|trying now)\): cannot reach a model server", out)
+    waits = r"\(try \d+, (next in \d+ s|trying now)\): nothing answers at http://127.0.0.1:9/v1"
+    assert re.search(waits, out)
+    assert "cannot reach" not in out  # it was said twice in one sentence
 
 
 def test_status_of_a_live_run(

@@ -279,7 +279,8 @@ def retry_text(r: dict[str, Any]) -> str | list[str]:
         return f"retry {attempt} in {r.get('wait_s')} s: {r.get('message')}"
     limit = float(r.get("retry_for_s") or 0)
     if attempt != 1:
-        waited = f"{int(r.get('waited_s') or 0) // 60} min"
+        seconds = int(r.get("waited_s") or 0)
+        waited = f"{seconds // 60} min" if seconds >= 60 else f"{seconds} s"
         ends = f" (gives up at {limit / 60:g} min)" if limit else ""
         said = f", try {attempt}, {waited}{ends}"
         return [f"still waiting for {server}{said}", f"still waiting{said}"]

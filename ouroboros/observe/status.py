@@ -27,6 +27,7 @@ from ouroboros.ground.errors import ConfigError
 from ouroboros.ground.printable import printable
 from ouroboros.ground.state_folder import JOURNAL, SUMMARY
 from ouroboros.observe.describe import (
+    NOT_RUNNING,
     ZONE_STYLE,
     bar,
     describe,
@@ -91,7 +92,7 @@ def _run_line(figures: StatusFigures) -> Text:
         again = _next_try(waiting, figures.now)
         return Text(
             f"running ({figures.live.detail}), waiting for the model server since {since} "
-            f"(try {waiting.get('attempt')}{again}): {printable(str(waiting.get('message')))}",
+            f"(try {waiting.get('attempt')}{again}): {printable(_waiting_for(waiting))}",
             style="bold yellow",
         )
     if figures.live.alive:
@@ -107,6 +108,14 @@ def _run_line(figures: StatusFigures) -> Text:
             style="bold",
         )
     return Text(f"not running: {figures.live.detail}", style="bold yellow")
+
+
+def _waiting_for(waiting: dict[str, Any]) -> str:
+    """Why: where nothing answers, that (the error's own words say "cannot reach" twice over,
+    in the client's words and discovery's); else the error."""
+    if waiting.get("unreachable") and waiting.get("server"):
+        return f"nothing answers at {waiting['server']} ({NOT_RUNNING})"
+    return str(waiting.get("message"))
 
 
 def _next_try(waiting: dict[str, Any], now: float) -> str:
@@ -151,10 +160,10 @@ def _limits_left(limits: dict[str, Any], figures: StatusFigures) -> list[tuple[s
 def _event(line: dict[str, Any] | None, now: float) -> Text:
     if line is None:
         return Text("none yet", style="dim")
-    text = Text(f"{_age(line.get('ts'), now)}: ")
+    text = Text(f"{_age(line.get('ts'), now)}: ", no_wrap=True, overflow="ellipsis")
     shown = describe(line, tools=True)
     text.append(shown[9:] if shown is not None else Text(str(line.get("kind"))))
-    return text
+    return text  # one line: a server's exit can hold the last lines of its log
 
 
 def context_text(usage: dict[str, Any] | None) -> Text:
@@ -212,7 +221,8 @@ def render_status(figures: StatusFigures, settings: Callable[[], Settings]) -> P
         grid.add_row(row, shown)
     grid.add_row("context", context_text(figures.usage))
     grid.add_row("window", window_text(run.get("window")))
-    grid.add_row("tool calls", printable(run.get("tool_calls") or "none read from text"))
+    if calls := run.get("tool_calls"):  # only where one was read from text, or auto switched
+        grid.add_row("tool calls", printable(calls))
     if tools := run.get("tools"):  # the terminal's line has the sandbox's kind only
         grid.add_row("tools", printable(sandbox_text(tools)))
     tokens = run["prompt_tokens"] + run["completion_tokens"]

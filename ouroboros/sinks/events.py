@@ -218,6 +218,8 @@ def update(data: dict[str, Any], events: list[dict[str, Any]], state: RunState) 
                 wait_s=event.get("wait_s"),
                 ts=event["ts"],
                 message=event.get("message"),
+                server=event.get("server"),
+                unreachable=event.get("unreachable"),
             )
             data["waiting"] = waiting
         elif kind == "warning":
@@ -226,7 +228,10 @@ def update(data: dict[str, Any], events: list[dict[str, Any]], state: RunState) 
             said = event.get("message")
             warnings = [w for w in data.get("warnings", []) if w.get("message") != said]
             data["warnings"] = [*warnings, event][-MAX_WARNINGS:]
-        if kind not in ("token_usage", "tool_call"):
+        # Once the run ended, its end is its last event: what follows is the harness putting
+        # things away (the managed server stopped, with its log's last lines).
+        ended = state.run_end is not None and kind != "run_end"
+        if kind not in ("token_usage", "tool_call") and not ended:
             data["last_event"] = event
         if kind in ("run_start", "run_end"):
             data["waiting"] = None
