@@ -127,7 +127,7 @@ def test_a_loop_is_nudged_then_restarted_then_stops_the_run_as_stuck(project: Pr
     assert "repeat -> stuck" in out.getvalue()
     listed = notable_table(project.events())
     assert "loop <b>4</b>" in listed
-    assert "level=3" in listed
+    assert "repeat -&gt; stuck: the same call" in listed  # in words, as tail says it
     assert "repeat -> stuck" in out.getvalue()
 
 

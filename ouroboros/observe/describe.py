@@ -227,7 +227,7 @@ _DESCRIBE: dict[str, tuple[str, features.Describe]] = {
             f"{figure(r.get('prompt_budget'))}"
         ),
     ),
-    "loop": ("bold red", lambda r: f"loop {loop_text(r)}"),
+    "loop": ("bold red", lambda r: [f"loop {said}" for said in loop_levels(r)]),
     "silent_truncation": (
         "bold red",
         lambda r: (
@@ -300,9 +300,64 @@ LOOP_ACTIONS = {1: "nudge", 2: "restart", 3: "stuck"}
 
 
 def loop_text(r: dict[str, Any]) -> str:
-    """A loop's kind, what was done and what repeated."""
+    """A loop's kind, what was done and what repeated, whole (`status`, the report)."""
+    return loop_levels(r)[0]
+
+
+LOOP_QUOTES = (None, *range(76, 31, -4))
+"""The longest each quoted text of a loop's line is, from the whole line to narrower ones (the
+run keeps each shortened to 80 characters)."""
+LOOP_QUOTES_COUNTED = tuple(range(76, 7, -4))
+"""The same where the line gives what repeated as its count alone, the kind saying the rest: a
+narrower terminal then still shows some of what repeated."""
+
+
+def loop_levels(r: dict[str, Any]) -> list[str]:
+    """A loop's line from the fullest to the shortest: what repeated in words and quoted whole,
+    then each quote cut shorter (inside its quotes); then the count alone for words; then no
+    quote. The kind and what was done stay."""
     action = LOOP_ACTIONS.get(r.get("level", 0), r.get("level"))
-    return f"{r.get('loop')} -> {action}: " + "; ".join(str(e) for e in r.get("evidence") or [])
+    head = f"{r.get('loop')} -> {action}: "
+    evidence = [str(e) for e in r.get("evidence") or []]
+    said, count, quoted, joint = _loop_words(str(r.get("loop")), evidence)
+    if not quoted:
+        return [head + said]
+    return [
+        *(f"{head}{said}: {joint.join(_quote(q, room) for q in quoted)}" for room in LOOP_QUOTES),
+        *(
+            f"{head}{count + ': ' if count else ''}{joint.join(_quote(q, room) for q in quoted)}"
+            for room in LOOP_QUOTES_COUNTED
+        ),
+        head + said,
+    ]
+
+
+def _loop_words(kind: str, evidence: list[str]) -> tuple[str, str, list[str], str]:
+    """What repeated, in words, and its count; the texts it quotes (the calls, a reply, an
+    error's last line: `policy/loops.py` keeps them shortened); what goes between two of them."""
+    counted = kind != "session_repeat"  # its evidence is the calls alone
+    *texts, count = evidence if counted and evidence else [*evidence, ""]
+    calls = "call" if len(texts) == 1 else f"{len(texts)} calls"
+    words = {
+        "repeat": (f"the same {calls} {count}", ", "),
+        "cycle": (f"a round of {len(texts)} calls, {count} over", ", "),
+        "failing": (f"the same call failed the same way {count}", " → "),
+        "no_calls": (f"{count} without a tool call, the newest", ", "),
+        "overflows": (f"the server refused {count} as too long", ", "),
+        "session_repeat": ("this session redid the previous session's calls", ", "),
+    }
+    said, joint = words.get(kind, (count, "; "))
+    return said, count, texts, joint
+
+
+def _quote(text: str, room: int | None) -> str:
+    """A text on one line in quotes, cut to `room` characters with an ellipsis inside them."""
+    text = " ".join(text.split())
+    if text.endswith("..."):  # as `policy/loops.py` shortens it
+        text = text[:-3] + "…"
+    if room is not None and len(text) > room:
+        text = text[: room - 1].rstrip() + "…"
+    return f"“{text}”"
 
 
 def _end_detail(r: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from ouroboros.context.tokens import Budget
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
+from ouroboros.observe.describe import describe
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
@@ -118,10 +119,10 @@ def notable_table(events: list[dict[str, Any]]) -> str:
 
 
 def _event_text(e: dict[str, Any]) -> str:
-    skip = {"v", "seq", "ts", "kind", "session", "message"}
-    fields = ", ".join(f"{k}={v}" for k, v in e.items() if k not in skip)
-    message = str(e.get("message", ""))
-    return f"{message} {fields}".strip()[:400]
+    """What `tail` says of it (a loop: what repeated, quoted; not its fields as Python has them),
+    less its time, which has a column of its own."""
+    said = describe(e, tools=True)
+    return said.plain[len("00:00:00 ") :] if said is not None else str(e.get("kind"))
 
 
 def _cache_cell(figures: tuple[float, float | None] | None) -> str:
