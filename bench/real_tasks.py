@@ -10,7 +10,10 @@ harness, checked after each run.
 Each task is a folder of `bench/tasks/` (or `--tasks-dir`): `purpose.md` (what a user writes
 into the `# Purpose` section of the project's `SYSTEM_PROMPT.md` template), `workspace/` (the
 files the agent starts with) and `check` (a `sh` script run in the workspace after the run: exit
-0 is a pass). A run is `python -m ouroboros run` in a project of its own whose config is what
+0 is a pass). The check is also given to the run as an operator's task (`task add NAME --check "sh
+.../check"`), as a user who has one would: the harness runs it at each session's end and
+refuses a `finish` while it fails. A run is `python -m ouroboros run` in a project of its own
+whose config is what
 `scripts/real_server.py config --model instruct` prints (`[server]` starts llama-server on
 Qwen2.5-Coder-0.5B-Instruct), with `llm.seed` set to the run's seed, bounded in model calls and
 wall time. The baseline
@@ -138,6 +141,14 @@ def project(task: Task, where: Path, window: int, seed: int) -> Path:
         "\n[checkpoints]\nenabled = false\n"
     )
     (where / "config.toml").write_text(server + bounds)
+    # The check is given to the run too, as a user who has one would: the harness then refuses a
+    # `finish` while it fails. It lies outside the workspace, where the agent cannot change it.
+    shutil.copy(task.folder / "check", where / "check")
+    subprocess.run(
+        [sys.executable, "-m", "ouroboros", "--config", "config.toml", "task", "add", task.name,
+         "--check", f"sh {where / 'check'}"],
+        cwd=where, check=True, capture_output=True,
+    )  # fmt: skip
     return where
 
 
@@ -167,49 +178,66 @@ def _text(message: dict[str, Any]) -> str:
     return content + "".join(f" {c.get('arguments', '')}" for c in calls)
 
 
+@dataclass
+class Tally:
+    """What the journal shows of the model's replies, record by record."""
+
+    own: set[tuple[str, ...]]
+    """The task's words: a reply repeating them repeats the user, not the harness."""
+    said: set[tuple[str, ...]] = field(default_factory=set)
+    formats: Counter[str] = field(default_factory=Counter)
+    calls: int = 0
+    sessions: int = 0
+    echoes: int = 0
+    loop_carried: int = 0
+    looped: bool = False
+
+    def opening(self, record: dict[str, Any]) -> None:
+        self.sessions += 1
+        opening = record.get("messages", [])
+        for message in opening:
+            if message.get("kind") in ("system", "user"):
+                self.said |= ngrams(message.get("content") or "")
+        if self.looped and any(m.get("kind") == "assistant" for m in opening):
+            self.loop_carried += 1
+        self.looped = False
+
+    def message(self, record: dict[str, Any]) -> None:
+        message = record.get("message", {})
+        if message.get("kind") == "user":
+            self.said |= ngrams(message.get("content") or "")
+        if message.get("kind") != "assistant" or not record.get("usage"):
+            return
+        self.calls += 1
+        tool_calls = message.get("tool_calls") or []
+        if tool_calls:
+            self.formats[record.get("calls_from_text") or "native"] += 1
+        if len(tool_calls) > 1:
+            self.formats["several"] += 1
+        for unknown in record.get("unknown_tools") or []:
+            self.formats[f"unknown:{unknown}"] += 1
+        written = record.get("written") or _text(message)
+        if ngrams(written) & (self.said - self.own):
+            self.echoes += 1
+
+
 def measured(journal: list[dict[str, Any]], own: set[tuple[str, ...]]) -> dict[str, Any]:
     """What the journal shows of the model's replies: formats, echoes, loops carried."""
-    said: set[tuple[str, ...]] = set()
-    formats: Counter[str] = Counter()
-    echoes = calls = sessions = loop_carried = 0
-    looped = False
+    tally = Tally(own)
     for record in journal:
         kind = record.get("kind")
         if kind == "session_start":
-            sessions += 1
-            opening = record.get("messages", [])
-            for message in opening:
-                if message.get("kind") in ("system", "user"):
-                    said |= ngrams(message.get("content") or "")
-            if looped and any(m.get("kind") == "assistant" for m in opening):
-                loop_carried += 1
-            looped = False
+            tally.opening(record)
         elif kind == "loop" and record.get("level", 0) >= 2:
-            looped = True
+            tally.looped = True
         elif kind == "message":
-            message = record.get("message", {})
-            role = message.get("kind")
-            if role == "user":
-                said |= ngrams(message.get("content") or "")
-            if role != "assistant" or not record.get("usage"):
-                continue
-            calls += 1
-            tool_calls = message.get("tool_calls") or []
-            source = record.get("calls_from_text")
-            if tool_calls:
-                formats[source or "native"] += 1
-            if len(tool_calls) > 1:
-                formats["several"] += 1
-            for unknown in record.get("unknown_tools") or []:
-                formats[f"unknown:{unknown}"] += 1
-            if ngrams(_text(message)) & (said - own):
-                echoes += 1
+            tally.message(record)
     return {
-        "calls": calls,
-        "sessions": sessions,
-        "formats": dict(formats),
-        "echoes": echoes,
-        "loop_carried": loop_carried,
+        "calls": tally.calls,
+        "sessions": tally.sessions,
+        "formats": dict(tally.formats),
+        "echoes": tally.echoes,
+        "loop_carried": tally.loop_carried,
     }
 
 

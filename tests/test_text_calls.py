@@ -1,5 +1,5 @@
-"""Tool calls written as text, read back (`model/tool_protocol.py`): every recovery format, the
-near-misses that must not become calls, and the text protocol's action blocks."""
+"""The text protocol (`model/text_calls.py`): its action blocks, its tools described, and the
+conversation on the wire. What a reply calls in any form: `test_reply_reader.py`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from ouroboros.model.text_calls import (
     fences,
     names,
     read_action,
-    recover,
     text_wire,
     tools_section,
 )
@@ -26,101 +25,6 @@ from ouroboros.wiring import built_in
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 READ = {"path": "NOTES.md"}
-
-
-def one(text: str) -> tuple[str, str, dict[str, object], str]:
-    found = recover(text, TOOLS)
-    assert found is not None, text
-    (call,) = found.calls
-    return found.format, call.name, json.loads(call.arguments), found.remaining
-
-
-@pytest.mark.parametrize(
-    ("text", "written"),
-    [
-        ('<tool_call>\n{"name": "file_read", "arguments": {"path": "NOTES.md"}}\n</tool_call>',
-         "hermes"),
-        ('Let me look.\n<tool_call>{"name": "file_read", "parameters": {"path": "NOTES.md"}}'
-         "</tool_call><|im_end|>", "hermes"),
-        ('{"name": "file_read", "arguments": {"path": "NOTES.md"}}', "json"),
-        ('I will read my notes.\n{"name": "file_read", "arguments": {"path": "NOTES.md"}}\n',
-         "json"),
-        ('{"name": "file_read", "arguments": "{\\"path\\": \\"NOTES.md\\"}"}', "json"),
-        ('Reading.\n```json\n{"name": "file_read", "arguments": {"path": "NOTES.md"}}\n```',
-         "fenced_json"),
-        ('```\n{"name": "file_read", "parameters": {"path": "NOTES.md"}}\n```\n', "fenced_json"),
-        ('[TOOL_CALLS][{"name": "file_read", "arguments": {"path": "NOTES.md"}}]', "mistral"),
-        ('[TOOL_CALLS] {"name": "file_read", "arguments": {"path": "NOTES.md"}}</s>', "mistral"),
-        ('[TOOL_CALLS]file_read[ARGS]{"path": "NOTES.md"}', "mistral"),
-    ],
-)  # fmt: skip
-def test_each_format_becomes_the_call_it_writes(text: str, written: str) -> None:
-    found, name, arguments, remaining = one(text)
-    assert (found, name, arguments) == (written, "file_read", READ)
-    assert "NOTES.md" not in remaining  # the call is kept once, as a call
-
-
-def test_the_prose_before_a_call_is_what_the_reply_keeps() -> None:
-    text = 'Let me look.\n<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>'
-    assert one(text)[3] == "Let me look."
-
-
-def test_several_hermes_tags_and_a_mistral_list_are_several_calls() -> None:
-    hermes = (
-        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>\n'
-        '<tool_call>{"name": "file_read", "arguments": {"path": "a"}}</tool_call>'
-    )
-    mistral = '[TOOL_CALLS][{"name": "list_dir", "arguments": {}}, {"name": "finish", "arguments": {"summary": "x"}}]'  # noqa: E501
-    for text in (hermes, mistral):
-        found = recover(text, TOOLS)
-        assert found is not None
-        assert len(found.calls) == 2
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        # unknown tool names
-        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
-        '{"name": "python", "arguments": {"code": "1"}}',
-        "[TOOL_CALLS]delete_all[ARGS]{}",
-        # malformed JSON
-        '<tool_call>{"name": "file_read", "arguments": {"path": "a"}</tool_call>',
-        '{"name": "file_read", "arguments": {"path": "a"',
-        "```json\n{name: file_read}\n```",
-        '[TOOL_CALLS][{"name": "file_read", "arguments": {}}',
-        # arguments that are not an object
-        '{"name": "file_read", "arguments": ["NOTES.md"]}',
-        '<tool_call>{"name": "file_read", "arguments": "NOTES.md"}</tool_call>',
-        '{"name": "file_read"}',
-        # other keys: not a call object
-        '{"name": "file_read", "arguments": {}, "then": "shell_exec"}',
-        # JSON inside prose that quotes an example
-        'To read a file you would send {"name": "file_read", "arguments": {"path": "a"}} to it.',
-        'An example:\n{"name": "file_read", "arguments": {"path": "a"}}\nbut I will not do it now.',
-        'For example:\n```json\n{"name": "file_read", "arguments": {"path": "a"}}\n```\nThat is '
-        "the format.",
-        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call> is how a call looks.',
-        # several candidates where the format holds one
-        '```json\n{"name": "list_dir", "arguments": {}}\n```\n```json\n{"name": "file_read", '
-        '"arguments": {"path": "a"}}\n```',
-        '{"name": "list_dir", "arguments": {}}\n{"name": "file_read", "arguments": {"path": "a"}}',
-        '[TOOL_CALLS]{"name": "list_dir", "arguments": {}}[TOOL_CALLS]{"name": "list_dir", '
-        '"arguments": {}}',
-        # one bad call among several spoils them all
-        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>'
-        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
-        # prose between two calls
-        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call> and then '
-        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>',
-        # not a call at all
-        "I am done for now.",
-        '{"path": "NOTES.md"}',
-        "```bash\nls\n```",
-    ],
-)
-def test_near_misses_do_not_become_calls(text: str) -> None:
-    assert recover(text, TOOLS) is None
 
 
 def action(text: str) -> tuple[str, str, dict[str, object]]:
@@ -154,8 +58,6 @@ def test_a_reply_cut_off_in_an_open_block_runs_none_of_it() -> None:
     assert read_action(both, TOOLS, cut_off=True) == cut_off
     assert isinstance(read_action(both, TOOLS), FormatProblem)
     assert read_action("```bash\nrm -rf bui", TOOLS) == FormatProblem("no action block")
-    hermes = '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call>\n```bash\nrm -rf bu'
-    assert recover(hermes, TOOLS, cut_off=True) is None
     assert action("```bash\nls\n```\nThen I will") == ("bash", "shell_exec", {"command": "ls"})
 
 
@@ -163,8 +65,6 @@ def test_a_reply_ends_at_a_stop_token_the_server_left_in_it() -> None:
     """A base model behind a ChatML fallback writes `<|im_end|>` and makes up the next turns."""
     text = "```bash\nls\n```<|im_end|>\n<|im_start|>user\nok<|im_end|>\n```bash\npwd\n```"
     assert action(text)[2] == {"command": "ls"}
-    made_up = '<|im_end|>\n{"name": "list_dir", "arguments": {}}'
-    assert recover(f"Done.{made_up}", TOOLS) is None
 
 
 def test_a_call_in_a_recovery_format_is_an_action_too() -> None:
@@ -227,39 +127,3 @@ def test_every_tools_example_reads_back_as_a_call_of_that_tool(tmp_path: Path) -
         assert found.call.name == function["name"]
         runner.tools[function["name"]].args.model_validate_json(found.call.arguments)
     runner.close()
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "<tool_call>" * 100_000,  # tags never closed: each would be searched to the end
-        '<tool_call>{"name": "list_dir", "arguments": {}}</tool_call> ' * 20_000 + "and so on",
-        '{"a": [\n' * 130_000,  # lines that each open a JSON object to the end
-        "{\n" * 500_000,
-        "[TOOL_CALLS]" + "[" * 1_000_000,  # nested past what JSON is read to
-        "```\n" * 250_000,
-        "```" + "a" * 1_000_000 + "`",  # an info string each split of which is tried
-        ("```" + "ab" * 1_000 + "`\n") * 500,
-        "```bash\n" + "</s>" * 250_000,  # stop tokens inside a block left open
-        "```\n<think>" * 100_000,
-    ],
-    ids=[
-        "open-tags",
-        "calls-then-prose",
-        "open-objects",
-        "braces",
-        "deep-list",
-        "fences",
-        "info-string",
-        "info-strings",
-        "stop-tokens",
-        "open-reasoning",
-    ],
-)
-@pytest.mark.slow
-def test_a_reply_of_a_megabyte_made_to_be_slow_to_read_is_no_call(text: str) -> None:
-    """A server may send megabytes of text (up to `llm.max_reply_bytes`): reading it takes time
-    that grows with its length, not its square, and finds no call."""
-    assert recover(text, TOOLS) is None
-    assert isinstance(read_action(text, TOOLS), FormatProblem)
-    assert isinstance(read_action(text, TOOLS, cut_off=True), FormatProblem)

@@ -10,18 +10,22 @@ import json
 import pytest
 
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage
+from ouroboros.model.reply_reader import read_reply
 from ouroboros.model.text_calls import (
     HEADING,
     Action,
     FormatProblem,
     read_action,
-    recover,
     reply_text,
     text_wire,
 )
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 LS = {"command": "ls"}
+
+
+def calls(text: str) -> object:
+    return read_reply(text, False, TOOLS, False, False).calls
 
 
 def command(text: str) -> object:
@@ -45,7 +49,7 @@ def command(text: str) -> object:
 )
 def test_a_repeated_key_or_a_nan_makes_no_call(text: str) -> None:
     """json keeps the last of two keys, a person reads the first: which was meant is unclear."""
-    assert recover(text, TOOLS) is None
+    assert not calls(text)
 
 
 @pytest.mark.parametrize(
@@ -91,9 +95,9 @@ def test_a_call_inside_reasoning_left_open_is_no_call() -> None:
     weighed the call. Closed reasoning before a call is no obstacle."""
     weighed = '{"name": "shell_exec", "arguments": {"command": "rm -rf build"}}'
     for call in (f"<tool_call>{weighed}</tool_call>", weighed):
-        assert recover(f"<think>\nShould I wipe it?\n{call}", TOOLS) is None
+        assert not calls(f"<think>\nShould I wipe it?\n{call}")
         assert isinstance(read_action(f"<think>\n{call}", TOOLS), FormatProblem)
-        assert recover(f"<think>Wipe it.</think>\n{call}", TOOLS) is not None
+        assert calls(f"<think>Wipe it.</think>\n{call}")
     assert command("<think>hmm</think>\n```bash\nls\n```") == LS
     cut_off = "```bash\nls\n```\n<think>but then"
     assert command(cut_off) == LS  # the reply ended there: its action was finished

@@ -75,20 +75,23 @@ def test_a_call_written_as_text_is_recovered_run_and_counted(project: Project) -
     assert not [e for e in project.events("warning") if "ids" in e["message"]]
 
 
-def test_a_near_miss_stays_text_and_the_agent_is_told_to_go_on(project: Project) -> None:
+def test_a_near_miss_stays_text_and_the_agent_is_told_what_the_tools_are(project: Project) -> None:
     quoted = 'A call looks like {"name": "shell_exec", "arguments": {"command": "ls"}} in JSON.'
     ran = run_here(project, [Reply(text=quoted), FINISH])
     first, written = replies(project)[0]
     assert not first.tool_calls
     assert written is None
-    assert "Continue with your task" in ran.chat_requests()[1]["messages"][-1]["content"]
+    told = ran.chat_requests()[1]["messages"][-1]
+    assert told["role"] == "user"
+    assert "Your reply called no tool" in told["content"]
+    assert "shell_exec" in told["content"]
 
 
 def text_run(project: Project, script: Any, window: int = 4096, **sections: Any) -> Any:
     return run_here(project, script, window, llm={"tool_protocol": "text"}, **sections)
 
 
-def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: Project) -> None:
+def test_the_text_protocol_sends_no_tools_and_reads_each_action(project: Project) -> None:
     inbox.post(project.state, "Write hi to a.txt.")  # a second user message in a row
     ran = text_run(
         project,
@@ -122,12 +125,14 @@ def test_the_text_protocol_sends_no_tools_and_reads_one_action_a_reply(project: 
     }
     assert second[-1]["role"] == "user"
     assert second[-1]["content"].startswith("[shell_exec result]")
-    # Replies without exactly one action are told what was expected, and run nothing.
-    assert "had no action block" in bodies[2]["messages"][-1]["content"]
-    assert "had 2 action blocks (none was run)" in bodies[3]["messages"][-1]["content"]
-    assert "```bash block" in bodies[3]["messages"][-1]["content"]
+    # A reply without an action is told the tools, with an example in the protocol's form; one
+    # with two runs them in order.
+    assert "called no tool" in bodies[2]["messages"][-1]["content"]
+    assert "```json\n{\"tool\": \"list_dir\"" in bodies[2]["messages"][-1]["content"]
+    ran_last = bodies[3]["messages"][-1]["content"]
+    assert ran_last.index("[shell_exec result]") < ran_last.rindex("[shell_exec result]")
     formats = [written for _, written in replies(project)]
-    assert formats == ["bash", None, None, "json_action"]
+    assert formats == ["bash", None, "bash", "json_action"]
     assert ran.stdout.strip().endswith("run stopped: finish (done)")
 
 

@@ -29,15 +29,16 @@ def system_prompt(instructions: str, workspace: Path, prompt_path: Path, limit: 
 
 
 def first_message(task: str | None) -> str:
-    """Session 1's opening: the task first, so that it is what a small model does first."""
+    """Session 1's opening: the task, and nothing else to do first (a small model takes "look
+    at your notes" for its first step, and does it for ever)."""
     if task is None:
         return "Session 1 of a new run. Do what your instructions above say, step by step."
-    return f"Your task:\n\n{task}\n\nSession 1 of a new run: start on it now."
+    return f"Session 1 of a new run.{task_part(task)}\n\nStart on it now."
 
 
-def task_line(task: str | None) -> str:
-    """A restart's opening starts from the task too."""
-    return "" if task is None else f"Your task:\n\n{task}\n\n"
+def task_part(task: str | None) -> str:
+    """The task, as a session's opening says it (from `# Purpose` of the instructions)."""
+    return "" if task is None else f" Your task:\n\n{task}"
 
 
 CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
@@ -87,9 +88,9 @@ def restart_marker(
     if summary:
         summary = f"\nIts last actions:{summary}"
     return (
-        f"{task_line(task)}Session {session}. The previous session ran {previous_turns} turns "
-        f"and ended because {why}. Your workspace files hold your progress; your instructions "
-        f"above were re-read from disk. {carried_text}{summary}"
+        f"Session {session}. The previous session ran {previous_turns} turns and ended because "
+        f"{why}. Your workspace files hold your progress; your instructions above were re-read "
+        f"from disk. {carried_text}{summary}{task_part(task)}"
     )
 
 
@@ -138,6 +139,19 @@ def loop_named(kind: str, evidence: list[str]) -> str:
     *what, count = evidence if kind != "session_repeat" else [*evidence, ""]
     repeated = "; ".join(f"`{w}`" for w in what)
     return LOOPS[kind].format(n=count) + (f": {repeated}" if repeated else "")
+
+
+def loop_line(kind: str, evidence: list[str]) -> str:
+    """A loop as the next session's opening names it: the kind, and the tools it went round with
+    (no arguments, no words of the reply: a model that copies would go round it again)."""
+    *what, count = evidence if kind != "session_repeat" else [*evidence, ""]
+    tools = dict.fromkeys(w.split(" ", 1)[0] for w in what) if kind in CALL_LOOPS else {}
+    named = ", ".join(f"`{t}`" for t in tools)
+    return LOOPS[kind].format(n=count) + (f" ({named})" if named else "")
+
+
+CALL_LOOPS = ("repeat", "cycle", "failing")
+"""The loops whose evidence starts with the calls made: `tool arguments`."""
 
 
 def loop_nudge(kind: str, evidence: list[str]) -> str:

@@ -46,6 +46,7 @@ from ouroboros.model.text_calls import (
     HERMES_OPEN,
     SHELL_LANGUAGES,
     SHELL_TOOL,
+    STRICT_JSON,
     TextCall,
     action_text,
     fences,
@@ -70,7 +71,13 @@ MAX_CANDIDATES = 64
 most to the object's end, so a reply of megabytes is read in time its length bounds."""
 NEAR_SPELLING = 0.8
 """How alike (difflib's ratio) a name and a tool's must be to be taken for a misspelling."""
-_LINE_START = re.compile(r"^[ \t]*+(?:<tool_call>|\[TOOL_CALLS\])?[ \t]*+\{", re.MULTILINE)
+_CANDIDATE = re.compile(
+    r"^[ \t]*+\{|<tool_call>[ \t]*+\{"
+    r"|\[TOOL_CALLS\][ \t]*+(?:(?P<name>[\w.-]{1,64}+)[ \t]*+\[ARGS\][ \t]*+)?[{\[]",
+    re.MULTILINE,
+)
+"""Where a call written as text may start: a line's first `{`, or after a call tag (JSON within
+a sentence is an example the reply talks about)."""
 
 
 @dataclass(frozen=True)
@@ -95,38 +102,45 @@ class _Found:
 
 
 def _objects(text: str) -> list[_Found]:
-    """JSON objects that start a line (or follow a call tag), in order, none inside another."""
+    """JSON objects that start a line or follow a call tag, in order, none inside another."""
     found: list[_Found] = []
-    decoder = json.JSONDecoder()
     position = tries = 0
-    fenced = [(f.start, f.end) for f in fences(text) if f.language in ("json", "")]
+    fenced = [f for f in fences(text) if f.language in ("json", "")]
     while tries < MAX_CANDIDATES:
-        match = _LINE_START.search(text, position)
+        match = _CANDIDATE.search(text, position)
         if match is None:
             break
         tries += 1
-        brace = match.end() - 1
+        opening = match.end() - 1
         try:
-            value, end = decoder.raw_decode(text, brace)
+            value, end = STRICT_JSON.raw_decode(text, opening)
         except (ValueError, RecursionError):
             position = match.end()
             continue
-        if isinstance(value, dict):
-            tagged = HERMES_OPEN in match.group(0)
-            form = "hermes" if tagged else "json"
-            if "[TOOL_CALLS]" in match.group(0):
-                form = "mistral"
-            elif any(a <= brace < b for a, b in fenced):
-                form = "fenced_json"
-            found.append(_Found(match.start(), end, value, form))
         position = end
+        start, form = match.start(), _form(text, match)
+        if match.group("name"):  # Mistral's newer form: [TOOL_CALLS]name[ARGS]{...}
+            value = {"name": match.group("name"), "arguments": value}
+        block = next((f for f in fenced if f.start <= opening < f.end), None)
+        if block is not None and form == "json":
+            form = "fenced_json"
+            if block.body.strip() == text[opening:end]:
+                start, end = block.start, block.end  # the block is the call: it goes whole
+        items = value if isinstance(value, list) and form == "mistral" else [value]
+        found.extend(_Found(start, end, v, form) for v in items if isinstance(v, dict))
     return found
+
+
+def _form(text: str, match: re.Match[str]) -> str:
+    if "[TOOL_CALLS]" in match.group(0):
+        return "mistral"
+    return "hermes" if text[: match.end() - 1].rstrip().endswith(HERMES_OPEN) else "json"
 
 
 def _arguments(value: object) -> dict[str, object] | None:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = STRICT_JSON.decode(value)
         except (ValueError, RecursionError):
             return None
     return value if isinstance(value, dict) else None

@@ -1,15 +1,15 @@
 """Tool calls as text: a reply's text as the model meant it (`reply_text`, its fenced blocks),
-the calls models commonly write as text read back (`recover`: Hermes `<tool_call>` tags, a bare
-or fenced JSON object, Mistral's `[TOOL_CALLS]`), the text protocol's one action a reply
-(`read_action`), and the text protocol on the wire (`tools_section`, `text_wire`). Pure; the
-readers are strict on purpose (`tool_protocol.py` says why), and every regex is possessive: a
-reply of megabytes is read in time linear in its length."""
+the text protocol's one action a reply written as the protocol says (`read_action`: which
+action of a reply is the one the conversation shows as written), and the text protocol on the
+wire (`tools_section`, `text_wire`). Pure; every regex is possessive: a reply of megabytes is
+read in time linear in its length. What a reply calls, in whatever form a small model writes
+it, is `reply_reader.py`'s to say."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -154,13 +154,13 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is no JSON number")
 
 
-_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 """Strict JSON: a repeated key (json keeps the last, a reader sees the first) or NaN is none."""
 
 
 def _object(text: str) -> dict[str, object] | None:
     try:
-        value = _JSON.decode(text)
+        value = STRICT_JSON.decode(text)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -222,7 +222,7 @@ def _mistral(text: str, tools: Collection[str]) -> Recovered | None:
             return None
         return Recovered((TextCall(named[1], arguments),), "mistral", before.strip(), len(before))
     try:
-        value, end = _JSON.raw_decode(after.strip())
+        value, end = STRICT_JSON.raw_decode(after.strip())
     except (ValueError, RecursionError):
         return None
     if after.strip()[end:].strip():
@@ -262,12 +262,6 @@ def _recover(text: str, tools: Collection[str]) -> Recovered | None:
     if "```" in text:
         return _fenced(text, tools)
     return _bare(text, tools)
-
-
-def recover(text: str, tools: Collection[str], cut_off: bool = False) -> Recovered | None:
-    """The calls a reply wrote as text, if it holds exactly one well-formed candidate."""
-    readable = finished_part(reply_text(text), cut_off)
-    return None if readable is None else _recover(readable, tools)
 
 
 def _called_outside(text: str, fenced: list[Fence], tools: Collection[str]) -> bool:
@@ -374,7 +368,7 @@ HEADING = """\
 # How you act
 
 You have no function-calling interface: act by writing one action a reply, as a fenced block; \
-its result comes back in the next message. A reply with no action, or more than one, runs nothing.
+its result comes back in the next message. A reply with no action runs nothing.
 - A shell command: a ```bash block.
 - Another tool: a ```json block holding {"tool": NAME, "arguments": {...}}.
 - An action holding a ``` line (a heredoc of Markdown) needs a longer fence, ````bash closed by \
@@ -468,19 +462,6 @@ def tools_description(schemas: list[dict[str, Any]]) -> str:
     return f"\n\n{tools_section(schemas)}" if schemas else ""
 
 
-def format_message(problem: str, schemas: list[dict[str, Any]]) -> str:
-    """What a reply without exactly one action is told, with an example to copy (the shell's,
-    where there is a shell)."""
-    functions = [s.get("function") or {} for s in schemas]
-    shown = next((f for f in functions if f.get("name") == SHELL_TOOL), functions[0])
-    example = action_text(str(shown.get("name")), example_arguments(shown.get("parameters") or {}))
-    return (
-        f"Your last reply had {problem}. Write exactly one action per reply: a shell command "
-        'in a ```bash block, or another tool as a ```json block {"tool": NAME, "arguments": '
-        f"{{...}}}}, as the examples in your instructions show. For example:\n{example}"
-    )
-
-
 def result_text(message: ToolMessage) -> str:
     """A tool result as the user message that brings it back."""
     if message.masked:
@@ -489,7 +470,11 @@ def result_text(message: ToolMessage) -> str:
     return f"[{message.name} result{failed}]\n{message.content}"
 
 
-def _written(message: AssistantMessage) -> str:
+ReadCalls = Callable[[str, list[str]], list[tuple[str, str]]]
+"""The calls (name, arguments) a reply's text makes of the tools named (`reply_reader`)."""
+
+
+def _written(message: AssistantMessage, reads: ReadCalls | None) -> str:
     """The reply as the model wrote it; a call it did not write as text (a native call before a
     switch to text) is added in the text form, so the model sees every action it took. Whether
     it wrote it is read from the reply alone, not from the tools offered now (a side call offers
@@ -497,6 +482,8 @@ def _written(message: AssistantMessage) -> str:
     if not message.tool_calls:
         return message.content
     calls = [(c.name, c.arguments) for c in message.tool_calls]
+    if reads is not None and reads(message.content, [name for name, _ in calls]) == calls:
+        return message.content
     action = read_action(message.content, [name for name, _ in calls])
     if isinstance(action, Action) and calls == [(action.call.name, action.call.arguments)]:
         return message.content
@@ -513,7 +500,9 @@ def _written(message: AssistantMessage) -> str:
     return "\n\n".join(part for part in (message.content.strip(), *blocks) if part)
 
 
-def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Message]:
+def text_wire(
+    messages: list[Message], schemas: list[dict[str, Any]], reads: ReadCalls | None = None
+) -> list[Message]:
     """The conversation in the text protocol: the tools described in the system message, each
     result a user message, and user messages in a row joined (templates such as Gemma's refuse
     two turns of one role in a row)."""
@@ -524,7 +513,7 @@ def text_wire(messages: list[Message], schemas: list[dict[str, Any]]) -> list[Me
             sent.append(SystemMessage(content=message.content + section))
             continue
         if isinstance(message, AssistantMessage):
-            sent.append(AssistantMessage(content=_written(message)))
+            sent.append(AssistantMessage(content=_written(message, reads)))
             continue
         text = result_text(message) if isinstance(message, ToolMessage) else message.content
         last = sent[-1] if sent else None

@@ -3,10 +3,10 @@ calls, or as text the harness writes and reads back; and what a session checks o
 and call before anything depends on it.
 
 `ProtocolModel` stands between a session and the model. In the native protocol it sends the
-tool schemas, and a reply with no structured call whose text holds a well-formed call of an
-offered tool (`recover`) becomes that call. In the text protocol it sends no schemas: the tools
-are described in the system message, the conversation goes as system, user and assistant
-messages (`text_wire`), and the reply's one action block (`read_action`) becomes its call.
+tool schemas, and a reply with no structured call whose text holds calls (`reply_reader`) makes
+those calls, taken out of its text. In the text protocol it sends no schemas: the tools are
+described in the system message, the conversation goes as system, user and assistant messages
+(`text_wire`), and the calls the reply's text holds are its calls, the text kept as written.
 Either way the reply it returns is an ordinary one with its calls, marked with the format they
 were read from (`Completion.calls_from_text`, journalled on the message record), so the rest of
 the harness (the journal, the view, masking, carry-over) is the same in both; only what is sent
@@ -20,15 +20,11 @@ and the reply ends there. Calls are read only from what the model finished sayin
 the text (the action as written becomes the stand-in). Every regex here is possessive: a reply
 of megabytes is read in time linear in its length.
 
-The two readers are strict on purpose: a near-miss run as a call does harm, a missed one only
-costs a "continue". `recover` reads the formats models commonly write (Hermes `<tool_call>`
-tags, a bare JSON object with `name` and `arguments`, the same in a fenced ```json block,
-Mistral's `[TOOL_CALLS]`): the call must end the reply (a model that calls stops there; JSON
-followed by more prose is an example it talks about), the JSON must parse, the name must be
-offered, the arguments must be an object, and a format that holds one call must hold exactly
-one. `read_action` reads the text protocol, where a ```bash block runs in the shell and a
-```json block `{"tool": ..., "arguments": {...}}` calls any tool: exactly one action, or what
-is wrong with the reply.
+Calls written as text are read by `reply_reader.read_reply`, in every form small models write
+them (several a reply, near tool names, a ```bash block): its docstring says what, and why it is
+no longer strict (a strict reader answered a small model's every reply "use the tools", and the
+model copied the answer). Calls read from the text are marked with the format they came in
+(`calls_from_text`); the text as written is journalled beside the reply (`written`).
 
 `auto` is native until the server refuses tools (`REFUSES_TOOLS`), the server says the model's
 template cannot render them, or the model has written its calls as text `TEXT_STREAK` replies
@@ -101,8 +97,11 @@ from ouroboros.model.llm import (
 )
 from ouroboros.model.reply_reader import read_reply
 from ouroboros.model.text_calls import (
+    Action,
     TextCall,
+    action_text,
     names,
+    read_action,
     reply_text,
     text_wire,
     tools_description,
@@ -414,7 +413,8 @@ class ProtocolModel:
         self._switch_if_due(state)
         text = text_in_force(self.protocol, state)
         if text:
-            completion = _as_meant(await self.inner.complete(text_wire(messages, tools), []))
+            sent = text_wire(messages, tools, _calls_written)
+            completion = _as_meant(await self.inner.complete(sent, []))
         else:
             try:
                 completion = _as_meant(await self.inner.complete(messages, tools))
@@ -435,7 +435,22 @@ class ProtocolModel:
             completion = replace(completion, unknown_tools=reading.unknown)
         if not reading.calls:
             return completion
-        return self._with_calls(completion, reading.calls, reading.format or "json", reading.text)
+        # In the text protocol the action stays where it was written: the text is the call, and
+        # what is sent back is the reply as the model wrote it.
+        content = self._as_kept(message.content, reading.calls) if text else reading.text
+        return self._with_calls(completion, reading.calls, reading.format or "json", content)
+
+    def _as_kept(self, content: str, calls: tuple[TextCall, ...]) -> str:
+        """A text-protocol reply as kept: whole, but an action too long to keep, which is sent
+        back every turn, is written as the call that stands in for it."""
+        action = read_action(content, [c.name for c in calls])
+        if not isinstance(action, Action) or len(calls) != 1:
+            return content
+        size = len(calls[0].arguments.encode())
+        if size <= self.max_argument_bytes:
+            return content
+        stand_in = action_text(calls[0].name, {OMITTED: size})
+        return f"{content[: action.start]}{stand_in}{content[action.end :]}"
 
     def _switch_if_due(self, state: RunState) -> None:
         if self.protocol != "auto" or state.protocol.switch_reason is not None:
@@ -484,6 +499,10 @@ class ProtocolModel:
         as_written = completion.message.content
         kept = None if as_written == message.content else as_written
         return replace(completion, message=message, calls_from_text=form, written=kept)
+
+
+def _calls_written(text: str, tools: list[str]) -> list[tuple[str, str]]:
+    return [(c.name, c.arguments) for c in read_reply(text, False, tools, True, False).calls]
 
 
 def _as_meant(completion: Completion) -> Completion:

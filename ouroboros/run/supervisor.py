@@ -192,15 +192,16 @@ class Supervisor:
         if number == 1:
             first = prompts.first_message(task)
         else:
-            looped, ambient = reason == EndReason.LOOP, self.settings.context.ambient_actions
+            # A loop's last actions are the loop: one line names it, without its words.
+            loop = state.session_loops.winding if reason == EndReason.LOOP else None
+            ambient = self.settings.context.ambient_actions
             first = prompts.restart_marker(
                 number,
                 previous_turns,
                 reason,
                 len(carried),
-                # A loop's last actions are the loop: one line names it (the reason's detail).
-                [] if looped else recent_actions(state.messages, ambient),
-                state.ended_detail,
+                [] if loop else recent_actions(state.messages, ambient),
+                prompts.loop_line(loop.loop, loop.evidence) if loop else state.ended_detail,
                 task,
             )
         first += "".join(feature.opening(state)[0] for feature in self.parts.features)
