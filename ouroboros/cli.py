@@ -20,7 +20,7 @@ from ouroboros.ground.jsonl import storage
 from ouroboros.ground.printable import printable
 from ouroboros.ground.state_folder import EVENTS, JOURNAL, USAGE
 from ouroboros.observe import status
-from ouroboros.observe.describe import stderr_console, stdout_console
+from ouroboros.observe.describe import line_width, stderr_console, stdout_console
 from ouroboros.observe.liveness import liveness
 
 if TYPE_CHECKING:
@@ -68,8 +68,11 @@ def _run(load: Loader, args: argparse.Namespace, console: Console) -> int:
     # Said now, not once the server answers: a run with no server yet waits before its session.
     instructions, _ = read_instructions(settings.paths.system_prompt, 0)
     if placeholder_purpose(instructions):
-        stderr_console().print(
-            f"warning: {escape(PLACEHOLDER_WARNING.format(path=settings.paths.system_prompt))}"
+        err = stderr_console()
+        # Wrapped at a terminal's width (a path makes it long); whole in a pipe, as every line.
+        err.print(
+            f"warning: {escape(PLACEHOLDER_WARNING.format(path=settings.paths.system_prompt))}",
+            soft_wrap=line_width(err) is None,
         )
     out = stdout_console()
     if args.fresh:

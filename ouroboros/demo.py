@@ -14,13 +14,19 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 from rich.console import Console
+from rich.markup import escape
 
+from ouroboros.ground.config import Settings
 from ouroboros.ground.config_file import load_settings, to_toml
+from ouroboros.model.llm import LLMClient
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
+from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.run.lock import fresh_state
 from ouroboros.sinks.events import Terminal
 from ouroboros.start import run_to_end
@@ -118,32 +124,50 @@ class DemoAgent:
         return Reply(text=f"Next: {name}.", tool_calls=[(name, arguments)])
 
 
+def scripted_server(settings: Settings) -> ServerInfo:
+    """The scripted server as the run is told of it: discovered as any server is (it answers as
+    llama-server does, and the run treats it so), and named for what it is."""
+
+    async def discovered() -> ServerInfo:
+        client = LLMClient(settings.llm)
+        try:
+            return await discover(client, settings.llm.base_url, settings.llm.model)
+        finally:
+            await client.aclose()
+
+    found = anyio.run(discovered)
+    return replace(found, detail=f"scripted server, as {found.detail}")
+
+
 def run_demo(root: Path, console: Console) -> int:
-    """Build the project in `root`, run it to its end, and say what to look at."""
+    """Build the project in `root`, run it to its end, and say what to look at: its lines fit
+    an 80-column terminal (a path as long as a temporary folder's)."""
     make_project(root)
     state = root / ".ouroboros"
     aside = fresh_state(state)
     if aside:
-        console.print(f"an earlier demo run was moved to {aside}")
+        console.print(f"an earlier demo run was moved aside, to {aside.name}")
     with ScriptedServer(DemoAgent(), dialect="llama", n_ctx=N_CTX, model="scripted-demo") as srv:
         config = root / "config.toml"
         config.write_text(_config(srv.url))
         settings = load_settings(config)
         console.print(
-            f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window in {root}"
+            f"[bold]ouroboros demo[/]: a scripted agent with a {N_CTX:,}-token window,\n"
+            f"working in {escape(str(root))}"
         )
         terminal = Terminal(console, fatal_said_elsewhere=True)
-        outcome = run_to_end(settings, terminal)
+        outcome = run_to_end(settings, terminal, scripted_server(settings))
     if not terminal.ended:
         console.print(f"run stopped: {outcome.reason}")
     # The interpreter that ran the demo: a bare `python` outside the venv lacks the package.
+    # From the project's folder, the commands find its config.toml, and it its state folder.
     command = f"{shlex.quote(sys.executable)} -m ouroboros"
-    folder = shlex.quote(str(settings.paths.state_dir))
     console.print(
-        "\nLook at the run (its state folder) with:\n"
-        f"  {command} tail --state {folder}\n"
-        f"  {command} status --state {folder}\n"
-        f"  {command} report --state {folder}"
+        "\nLook at the run with:\n"
+        f"  cd {escape(shlex.quote(str(root)))}\n"
+        f"  {escape(command)} tail\n"
+        f"  {escape(command)} status\n"
+        f"  {escape(command)} report"
     )
     return outcome.exit_code
 

@@ -146,11 +146,14 @@ async def run(
         return outcome
 
 
-def run_to_end(settings: Settings, terminal: Terminal) -> RunOutcome:
+def run_to_end(
+    settings: Settings, terminal: Terminal, info: ServerInfo | None = None
+) -> RunOutcome:
     """`run` from synchronous code, with the logs opened and closed around it; `terminal` shows
-    their events as they are written."""
+    their events as they are written. `info`: the server, where the caller runs its own (the
+    demo), else it is discovered."""
     log = EventLog(settings.paths.state_dir, terminal)
     try:
-        return anyio.run(run, settings, log)
+        return anyio.run(run, settings, log, None, info)
     finally:
         log.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ouroboros.cli import main
+from ouroboros.model.scripted import Reply, ScriptedServer
 from tests.conftest import PROJECT_ROOT, Project, only_in_the_slow_tier, wait_for
 
 DEFAULT_SIGINT = (
@@ -166,3 +167,23 @@ def test_config_after_the_command_is_taken(
     assert f"no run in {tmp_path / 'runs' / 'a'}" in capsys.readouterr().out
     assert main(["run", "--config", str(tmp_path / "nowhere.toml")]) == 2
     assert "nowhere.toml: config file not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_template_purpose_warning_fits_the_terminal(project: Project, columns: int) -> None:
+    """It named the instructions' path in one line of 134 characters at 120 columns."""
+    deep = project.root / "a-project-folder-with-a-name-as-long-as-they-come"
+    deep.mkdir()
+    (deep / "SYSTEM_PROMPT.md").write_text((PROJECT_ROOT / "SYSTEM_PROMPT.md").read_text())
+    with ScriptedServer([Reply(text="hi")]) as server:
+        project.configure(
+            server.url,
+            paths={"system_prompt": str(deep / "SYSTEM_PROMPT.md")},
+            supervisor={"max_total_turns": 1},
+        )
+        result = project.run("run", timeout=60, env={"COLUMNS": str(columns)})
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "still has the template's empty # Purpose" in said
+    assert max(len(line) for line in result.stderr.splitlines()) <= columns, result.stderr

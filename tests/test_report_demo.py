@@ -60,10 +60,12 @@ def test_demo_runs_the_harness_through_masking_wind_down_and_restarts(demo: Demo
     assert re.search(call, demo.output)
     assert re.search(r"restart 2: session 3 after \d+ turns", demo.output)
     assert "run stopped: max_restarts" in demo.output
-    state = project.state
-    # With the interpreter that ran it: a bare `python` outside the venv lacks the package.
-    assert f"{sys.executable} -m ouroboros tail --state {state}" in demo.output
-    assert f"{sys.executable} -m ouroboros report --state {state}" in demo.output
+    # Where to look, from the project's folder (its config.toml names the state folder), with
+    # the interpreter that ran it: a bare `python` outside the venv lacks the package.
+    assert f"\n  cd {demo.root}\n  {sys.executable} -m ouroboros tail\n" in demo.output
+    assert f"\n  {sys.executable} -m ouroboros report\n" in demo.output
+    # The server is named for what it is: a scripted one that answers as llama-server does.
+    assert "window 4,096 tokens (scripted server, as llama-server /props n_ctx)" in demo.output
     # The scripted agent did real work in its workspace: notes saved at each wind-down.
     assert "module reads so far" in (project.workspace / "NOTES.md").read_text()
     assert len(list((project.workspace / "notes").glob("*.md"))) >= 3
@@ -128,7 +130,7 @@ def test_demo_again_in_the_same_folder_keeps_the_first_run(demo: Demo, tmp_path:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["demo", "--dir", str(root)]) == 0
-    assert "an earlier demo run was moved to" in out.getvalue()
+    assert "an earlier demo run was moved aside, to .ouroboros." in out.getvalue()
     assert len([p for p in tmp_path.glob("again/.ouroboros.*") if p.is_dir()]) == 1
 
 

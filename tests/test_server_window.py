@@ -61,8 +61,8 @@ def assert_changed(project: Project, before: int, after: int) -> None:
     assert later
     assert {u["context_limit"] for u in later} == {after}
     status = " ".join(project.run("status").stdout.replace("│", " ").split())
-    assert f"window {after:,} tokens (llama-server: llama-server /props n_ctx, read again" in status
-    assert f"window {after:,} tokens (llama-server: llama-server" in project.run("tail").stdout
+    assert f"window {after:,} tokens (llama-server /props n_ctx, read again" in status
+    assert f"window {after:,} tokens (llama-server /props n_ctx" in project.run("tail").stdout
     # The report's chart draws the window line where each call had it: a step.
     assert project.run("report").returncode == 0
     page = (project.root / ".ouroboros" / "report.html").read_text()

@@ -133,6 +133,17 @@ TOOLS_ROOM = 18
 """The columns a call's line keeps for its tools' outcomes ("  · file_read ok" and a little)."""
 
 
+def window_source(window: dict[str, Any]) -> str:
+    """Where a window's figure came from: its detail, after the server's kind where the detail
+    does not name it already (`llama-server /props n_ctx` is not said after `llama-server: `)."""
+    server, detail = str(window.get("server")), str(window.get("detail"))
+
+    def squeezed(text: str) -> str:
+        return "".join(text.lower().split())
+
+    return detail if squeezed(server) in squeezed(detail) else f"{server}: {detail}"
+
+
 def line_width(console: Console) -> int | None:
     """The columns a line may take: the terminal's (or `COLUMNS`), none in a pipe."""
     return console.width if console.is_terminal or "COLUMNS" in os.environ else None
@@ -147,9 +158,10 @@ _DESCRIBE: dict[str, tuple[str, features.Describe]] = {
     "tools": ("dim", lambda r: tools_text(r)),
     "context_window": (
         "dim",
-        lambda r: (
-            f"window {figure(r.get('context_limit'))} tokens ({r.get('server')}: {r.get('detail')})"
-        ),
+        lambda r: [
+            f"window {figure(r.get('context_limit'))} tokens ({window_source(r)})",
+            f"window {figure(r.get('context_limit'))} tokens",
+        ],
     ),
     "session_start": ("bold", lambda r: f"session {r.get('session')} starts ({r.get('reason')})"),
     "session_end": (

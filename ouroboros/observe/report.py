@@ -13,7 +13,7 @@ from ouroboros.context.tokens import Budget
 from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
 from ouroboros.observe.chart import Lines, chart_svg
-from ouroboros.observe.describe import describe
+from ouroboros.observe.describe import describe, window_source
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
@@ -160,7 +160,9 @@ def _summary(data: RunData) -> str:
         ("model", first.get("model", "?")),
         (
             "window",
-            f"{_thousands(window.get('context_limit'))} tokens ({window.get('server', '?')})",
+            f"{_thousands(window.get('context_limit'))} tokens ({window_source(window)})"
+            if window
+            else "?",
         ),
         ("model calls", f"{len(data.calls):,}{span}"),
         ("sessions", f"{len(data.sessions)} ({max(0, len(data.sessions) - 1)} restarts)"),

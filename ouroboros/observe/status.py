@@ -35,6 +35,7 @@ from ouroboros.observe.describe import (
     line_marks,
     loop_text,
     sandbox_text,
+    window_source,
 )
 from ouroboros.observe.liveness import Liveness, liveness
 from ouroboros.observe.plan_view import plan_status
@@ -186,8 +187,9 @@ def window_text(window: dict[str, Any] | None) -> Text:
     """The window in force: the start's, or a smaller one a refusal stated since."""
     if window is None:
         return Text("not known yet", style="dim")
-    said = f"{figure(window.get('context_limit'))} tokens ({window.get('server')}: "
-    return Text(printable(f"{said}{window.get('detail')})"))
+    return Text(
+        printable(f"{figure(window.get('context_limit'))} tokens ({window_source(window)})")
+    )
 
 
 def cache_text(prefill: dict[str, Any]) -> Text:
