@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from ouroboros.cli import main
+from ouroboros.ground.config import HookEventName
 from ouroboros.model.scripted import Reply, ScriptedServer
 from tests.conftest import PROJECT_ROOT, Project, only_in_the_slow_tier, wait_for
 
@@ -187,3 +190,14 @@ def test_the_template_purpose_warning_fits_the_terminal(project: Project, column
     said = " ".join(result.stderr.split())
     assert "still has the template's empty # Purpose" in said
     assert max(len(line) for line in result.stderr.splitlines()) <= columns, result.stderr
+
+
+def test_config_toml_and_the_docs_list_every_hook_event() -> None:
+    """config.toml's comment listed eight of the ten events a hook may run on."""
+    events = list(get_args(HookEventName))
+    config = (PROJECT_ROOT / "config.toml").read_text()
+    listed = next(line for line in config.splitlines() if line.startswith("# events: "))
+    assert listed.removeprefix("# events: ").split(", ") == events
+    docs = (PROJECT_ROOT / "docs" / "configuration.md").read_text()
+    table = re.findall(r"^\| `(\w+)` \| ", docs.split("on its `events`:")[1], re.M)
+    assert table[: len(events)] == events
