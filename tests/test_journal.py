@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -22,9 +22,11 @@ from ouroboros.ground.messages import (
 from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.model.llm import Retry, journalled
 from ouroboros.run.lock import refuse_lost_journal
+from ouroboros.server.records import ServerExited, ServerPart, ServerStarted
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal, fold
 from ouroboros.state.records import (
+    KINDS,
     Compaction,
     Cut,
     EndReason,
@@ -256,3 +258,33 @@ def test_notices_before_the_run_start_do_not_make_a_journal_lost(tmp_path: Path)
     journal.close()
     with pytest.raises(RunError, match="does not begin with a run start"):
         refuse_lost_journal(tmp_path)
+
+
+def test_a_journal_of_a_start_whose_server_kept_dying_goes_on(tmp_path: Path) -> None:
+    """A typo in the server's command: the run stopped before its run start, its journal
+    holding only the harness's own records (the server's starts and exits, a warning, the error
+    it stopped at), each written with what is None left out. The next start, the typo fixed,
+    goes on: no `--fresh`."""
+    journal = Journal(tmp_path / JOURNAL)
+    journal.append(Starting(limits=RunLimits(max_total_turns=3, wind_down_turns=2)))
+    journal.append(ServerStarted(pid=12, log="server.log"))
+    journal.append(ServerExited(pid=12, code=3, signal=None, up_s=0.1, tail="no such file"))
+    journal.append(ServerStarted(pid=13, log="server.log", restart=True))
+    journal.append(ServerExited(pid=13, code=None, signal="SIGKILL", up_s=0.2, tail=""))
+    journal.notify("warning", "server.pid held '0 1', which names no server")
+    journal.append(RunEnd(reason=EndReason.ERROR, detail="the model server stopped twice"))
+    journal.close()
+    refuse_lost_journal(tmp_path)
+    again = Journal(tmp_path / JOURNAL)
+    again.close()
+    assert again.problems == []
+    assert again.state.part(ServerPart).last_exit == "killed by SIGKILL after 0.2 s"
+
+
+def test_every_field_that_may_be_none_is_read_back_where_the_journal_left_it_out() -> None:
+    """The journal leaves out what is None: a record kind whose field may be None but has no
+    default would make every such line unreadable (a journal no resume could read)."""
+    for kind, record in KINDS.items():
+        for name, field in record.model_fields.items():
+            if type(None) in get_args(field.annotation):
+                assert not field.is_required(), f"{kind}.{name}: absent, it cannot be read"

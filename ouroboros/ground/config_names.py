@@ -18,6 +18,7 @@ OTHER_VARIABLES = frozenset(
         "OUROBOROS_MODEL_CACHE",  # scripts/real_server.py
         "OUROBOROS_LLAMA_SERVER",
         "OUROBOROS_TEST_MARK",
+        "OUROBOROS_SERVER_ID",  # each process of the managed server (server/pidfile.py)
     }
 )
 """`OUROBOROS_*` variables that are no setting: never refused. A new one goes here."""

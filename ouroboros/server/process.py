@@ -1,25 +1,28 @@
-"""The model server as a child of the run (`[server] command`): started in its own process
-group before the first call, its output in a size-capped log, ready once the OpenAI endpoint
-answers, started again when it exits or stalls, and stopped with the run.
+"""The model server as a child of the run (`[server] command`): started before the first call
+under a launcher that holds it and all it starts (`launch.py`), in the run's cgroup where one
+can be made; its output in a size-capped log; ready once the OpenAI endpoint answers; started
+again when it exits or stalls, and stopped with the run, all of it.
 
-A run killed with -9 cannot stop it: the child is told by the kernel to die with the run
-(`PR_SET_PDEATHSIG`), and what that misses (a child the command itself started) is found by the
-next start from `server.pid` and its whole group killed.
+A run killed with -9 cannot stop it: the kernel tells the launcher (its parent-death signal),
+which kills all the server started, and the cgroup's watchdog kills what is in the cgroup. What
+both miss is found by the next start from `server.pid` (`pidfile.py`): only what carries the
+id of that start is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
-import stat
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import BinaryIO
 
 import anyio
 import httpx2
@@ -27,35 +30,36 @@ from anyio.abc import Process
 
 from ouroboros.ground.config import ServerSettings, Settings
 from ouroboros.ground.errors import RunError, StateUnwritable
-from ouroboros.ground.jsonl import storage
 from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
-from ouroboros.operator.inbox import NotAMessage, read_regular, set_aside
-from ouroboros.server.records import ServerExited, ServerStarted
+from ouroboros.server import launch
+from ouroboros.server.files import CappedLog
+from ouroboros.server.pidfile import (
+    SERVER_ID,
+    ServerMark,
+    boot_id,
+    kill_marked,
+    kill_orphan,
+    write_mark,
+)
+from ouroboros.server.records import ServerExited, ServerStarted, exit_text
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Notice, Record
+from ouroboros.tools.run_cgroup import make_cgroup, start_watchdog
 
-TAIL_LINES = 5
 STOP_GRACE_S = 10.0
+"""From SIGTERM to SIGKILL when the run stops its server."""
+LAUNCHER_SLACK_S = 5.0
+"""How much longer than the grace the launcher may take to end; then it is killed too."""
+OUTPUT_GRACE_S = 5.0
+"""How long the server's output may still come once none of its processes is left."""
 READY_POLL_S = 0.2
-PID_BYTES = 64
-"""`server.pid`: a pid and a start time, well within."""
-OWN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_CREAT
-"""How the run opens its own files of the state folder: never through a link another party
-planted, never waiting on a FIFO."""
-
-# The child asks the kernel to kill it when its parent dies, then becomes the command (the
-# request survives the exec): a run killed with -9 leaves no server behind.
-_LAUNCH = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])\n"
-)
+LAUNCHER = str(Path(launch.__file__))
 
 
 @dataclass(frozen=True)
 class Exit:
-    """How a server process ended."""
+    """How a start of the server ended: as the last of its processes did."""
 
     pid: int
     code: int | None
@@ -64,115 +68,85 @@ class Exit:
     """The last lines of its log."""
     up_s: float
 
-    def text(self) -> str:
-        how = f"killed by {self.signal}" if self.signal else f"exit status {self.code}"
-        return f"the model server (pid {self.pid}) stopped: {how}"
+    def said(self) -> str:
+        """How it ended and after how long (`exit_text`)."""
+        return exit_text({"code": self.code, "signal": self.signal, "up_s": self.up_s})
+
+
+@dataclass
+class Start:
+    """One start of the server, and how it went."""
+
+    process: Process
+    at: float
+    """When it was started (monotonic)."""
+    answered: bool = False
+    stopped_for: str = ""
+    """Why the run stopped it (a reply that stood still, no answer in time); "" by itself."""
+    end: Exit | None = None
+    ended_at: float = 0.0
+
+    def story(self) -> str:
+        """What happened to it, in a few words."""
+        if self.stopped_for:
+            return self.stopped_for
+        return "exited after answering" if self.answered else "exited before answering"
 
 
 class ServerGaveUp(RunError):
     """The server kept dying: the run stops with one line naming its log."""
 
 
-def _started_at(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with
-    the pid, it names one process, never a later one that reused the pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
+class ServerCgroup:
+    """The cgroup the server is started in, where one can be made (`tools/run_cgroup.py`), and
+    its watchdog, which kills what is in it and removes it once the run ends, however it
+    ends."""
+
+    def __init__(self, wanted: bool) -> None:
+        self.path: Path | None = None
+        self._watchdog: subprocess.Popen[str] | None = None
+        self._tried = not wanted
+
+    def made(self) -> Path | None:
+        if not self._tried:
+            self._tried = True
+            self.path = make_cgroup(f"ouroboros-{os.getpid()}-server-{secrets.token_hex(4)}")
+            if self.path is not None:
+                self._watchdog = start_watchdog(self.path, None)
+        return self.path
+
+    def kill(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                (self.path / "cgroup.kill").write_text("1")
+
+    async def close(self) -> None:
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await anyio.to_thread.run_sync(partial(self._watchdog.wait, 10))
 
 
-def kill_orphan(state_dir: Path) -> int | None:
-    """Kill the group of a server a killed run left (named by `server.pid`); its pid, if one
-    was still there."""
-    path = state_dir / SERVER_PID
-    try:
-        pid_text, started = read_regular(path, PID_BYTES).decode().split()
-        pid = int(pid_text)
-    except NotAMessage:  # a link, a FIFO, a folder: not the run's, and nothing to kill
-        with storage(path):
-            set_aside(path)
-        return None
-    except (OSError, ValueError):
-        return None
-    path.unlink(missing_ok=True)
-    if _started_at(pid) not in (started, None):
-        return None  # the pid is another process's now
-    # The leader, or, once the kernel killed it with the run, what it started: still in its
-    # group, whose id no new process is given while one of them lives.
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return None
-    return pid
+def times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
 
 
-def own_file(path: Path, flags: int) -> int:
-    """`path` opened with `flags | OWN` as a regular file; whatever else stands there (a link,
-    a FIFO, a folder) is set aside first (`<name>.rejected`), never followed or waited on."""
-    with storage(path):
-        try:
-            handle: int | None = os.open(path, flags | OWN, 0o600)
-        except OSError:  # a link (ELOOP), a FIFO no one reads (ENXIO), a folder (EISDIR)
-            handle = None
-        if handle is not None:
-            if stat.S_ISREG(os.fstat(handle).st_mode):
-                return handle
-            os.close(handle)
-        if os.path.lexists(path):
-            set_aside(path)
-        return os.open(path, flags | OWN | os.O_EXCL, 0o600)
-
-
-def write_pid(state_dir: Path, pid: int) -> None:
-    handle = own_file(state_dir / SERVER_PID, os.O_WRONLY | os.O_TRUNC)
-    with storage(state_dir / SERVER_PID):
-        try:
-            os.write(handle, f"{pid} {_started_at(pid)}\n".encode())
-        finally:
-            os.close(handle)
-
-
-class CappedLog:
-    """The server's output: when the log reaches `max_bytes` it is moved to `server.log.1`
-    (replacing the one before) and a new one begins. Its tail is read from the run's own
-    handle, never from whatever stands at the path by then."""
-
-    def __init__(self, path: Path, max_bytes: int):
-        self.path, self.max_bytes = path, max_bytes
-        self._file = self._open()
-
-    def _open(self) -> BinaryIO:
-        return os.fdopen(own_file(self.path, os.O_RDWR | os.O_APPEND), "a+b")
-
-    def write(self, data: bytes) -> None:
-        if self._file.tell() + len(data) > self.max_bytes:
-            self._file.close()
-            before = self.path.with_name(self.path.name + ".1")
-            if before.is_dir() and not before.is_symlink():
-                set_aside(before)  # a folder planted there: a rename onto it would fail
-            self.path.replace(before)  # a link there is replaced, not followed
-            self._file = self._open()
-        self._file.write(data)
-        self._file.flush()
-
-    def tail(self, lines: int = TAIL_LINES) -> str:
-        try:
-            handle = self._file.fileno()
-            size = os.fstat(handle).st_size
-            text = os.pread(handle, 8192, max(0, size - 8192)).decode("utf-8", "replace")
-        except (OSError, ValueError):  # ValueError: closed
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def close(self) -> None:
-        self._file.close()
+def what_happened(starts: list[Start]) -> str:
+    """How these starts ended, counted by kind, and the last one's exit."""
+    stories: dict[str, int] = {}
+    for start in starts:
+        stories[start.story()] = stories.get(start.story(), 0) + 1
+    said = ", ".join(f"{story} {times(count)}" for story, count in stories.items())
+    last = starts[-1].end
+    return f"{said}; the last time, {last.said()}" if last is not None else said
 
 
 class ManagedServer:
     """Keeps the server of `settings` running for as long as `serve` runs; `on_start(pid)` and
-    `on_exit(exit)` are told of each start and exit (the run journals them)."""
+    `on_exit(exit)` are told of each start and exit (the run journals them), `on_warning` of
+    what a killed run left. Without `use_cgroup`, only the launcher holds what it starts
+    (as where no cgroup can be made)."""
 
     def __init__(
         self,
@@ -181,101 +155,135 @@ class ManagedServer:
         state_dir: Path,
         on_start: Callable[[int], None],
         on_exit: Callable[[Exit], None],
+        on_warning: Callable[[str], None],
+        use_cgroup: bool = True,
     ):
         self.settings, self.state_dir = settings, state_dir
         self.models_url = base_url.rstrip("/") + "/models"
-        self.on_start, self.on_exit = on_start, on_exit
+        self.on_start, self.on_exit, self.on_warning = on_start, on_exit, on_warning
         self.log = CappedLog(state_dir / SERVER_LOG, settings.log_max_bytes)
-        self.process: Process | None = None
-        self.exits: list[float] = []
+        self.cgroup = ServerCgroup(use_cgroup)
+        self.current: Start | None = None
+        self.starts: list[Start] = []
 
     async def serve(self, ready: anyio.Event) -> None:
         """Start the server, set `ready` once it first answers, start it again whenever it
-        exits; raises `ServerGaveUp` once it exits more than `max_restarts` times within
-        `restart_window_s` (a start that never answers is an exit), or more than
-        `max_restarts` starts in a row never answer."""
-        unanswered = 0
+        exits; raises `ServerGaveUp` once it stops more than `max_restarts` times within
+        `restart_window_s` (a start that never answers is a stop), or more than `max_restarts`
+        starts in a row never answer."""
         try:
             while True:
-                async with self._running() as process:
-                    answered = await self._ready(process)
-                    if answered:
+                async with self._running() as start:
+                    start.answered = await self._ready(start.process)
+                    if start.answered:
                         ready.set()
-                        await process.wait()
-                self.exits.append(time.monotonic())
-                unanswered = 0 if answered else unanswered + 1
-                self._give_up_if_dying("keeps stopping" if answered else "never answered")
-                # Starts that each wait `ready_timeout_s` may be spread wider than the window.
-                if unanswered > self.settings.max_restarts:
-                    raise ServerGaveUp(
-                        f"the model server never answered: {unanswered} starts in a row, each "
-                        f"waited server.ready_timeout_s ({self.settings.ready_timeout_s:g} s) "
-                        f"for {self.models_url}; its output is in {self.log.path}"
-                    )
+                        await start.process.wait()
+                    elif start.process.returncode is None:
+                        start.stopped_for = (
+                            "did not answer within server.ready_timeout_s "
+                            f"({self.settings.ready_timeout_s:g} s)"
+                        )
+                self._give_up_if_dying()
         finally:
             self.log.close()
+            with anyio.CancelScope(shield=True):
+                await self.cgroup.close()
 
-    def _give_up_if_dying(self, why: str) -> None:
-        window = self.settings.restart_window_s
-        recent = [t for t in self.exits if t >= time.monotonic() - window]
-        if len(recent) > self.settings.max_restarts:
+    def _give_up_if_dying(self) -> None:
+        settings, now = self.settings, time.monotonic()
+        recent = [s for s in self.starts if s.ended_at >= now - settings.restart_window_s]
+        if len(recent) > settings.max_restarts:
             raise ServerGaveUp(
-                f"the model server {why}: {len(recent)} exits within {window:g} s "
-                f"(server.max_restarts = {self.settings.max_restarts}); its output is in "
+                f"the model server stopped {times(len(recent))} in {now - recent[0].at:.1f} s, "
+                f"more than server.max_restarts ({settings.max_restarts}) allows within "
+                f"server.restart_window_s ({settings.restart_window_s:g} s): it "
+                f"{what_happened(recent)}; its output is in "
+                f"{self.log.path}"
+            )
+        # Starts that each wait `ready_timeout_s` may be spread wider than the window.
+        unanswered: list[Start] = []
+        for start in reversed(self.starts):
+            if start.answered:
+                break
+            unanswered.insert(0, start)
+        if len(unanswered) > settings.max_restarts:
+            raise ServerGaveUp(
+                f"the model server never answered: {len(unanswered)} starts in a row; it "
+                f"{what_happened(unanswered)}; its output is in "
                 f"{self.log.path}"
             )
 
     @contextlib.asynccontextmanager
-    async def _running(self) -> AsyncIterator[Process]:
-        kill_orphan(self.state_dir)
-        command = [sys.executable, "-c", _LAUNCH, *self.settings.command]
+    async def _running(self) -> AsyncIterator[Start]:
+        if left := kill_orphan(self.state_dir):
+            self.on_warning(left)
+        server_id = secrets.token_hex(16)
+        command = [
+            sys.executable,
+            "-I",
+            "-S",
+            LAUNCHER,
+            str(os.getpid()),
+            f"{STOP_GRACE_S:g}",
+            str(self.cgroup.made() or ""),
+            *self.settings.command,
+        ]
         process = await anyio.open_process(
             command,
-            stdin=None,
-            stdout=-1,
-            stderr=-2,  # subprocess.STDOUT: one log, in the order written
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # one log, in the order written
             start_new_session=True,
+            env={**os.environ, SERVER_ID: server_id},
         )
-        self.process = process
-        started = time.monotonic()
+        start = self.current = Start(process, time.monotonic())
+        self.starts.append(start)
         try:
-            write_pid(self.state_dir, process.pid)
+            write_mark(self.state_dir, ServerMark(process.pid, boot_id(), server_id))
             self.on_start(process.pid)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._stop(process)
+                await self._stop(process, server_id)
             raise
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._copy_output, process)
+                # Shielded: a run that ends still copies the server's last lines.
+                copying, copied = anyio.CancelScope(shield=True), anyio.Event()
+                tg.start_soon(self._copy_output, process, copying, copied)
                 try:
-                    yield process
+                    yield start
                 finally:
                     with anyio.CancelScope(shield=True):
-                        await self._stop(process)
+                        await self._stop(process, server_id)
+                        with anyio.move_on_after(OUTPUT_GRACE_S):
+                            await copied.wait()
+                    copying.cancel()
         finally:
             (self.state_dir / SERVER_PID).unlink(missing_ok=True)
-            self.process = None
+            self.current = None
             code = process.returncode
             name = signal.Signals(-code).name if code is not None and code < 0 else None
-            self.on_exit(
-                Exit(
-                    process.pid,
-                    None if name else code,
-                    name,
-                    self.log.tail(),
-                    round(time.monotonic() - started, 1),
-                )
+            start.ended_at = time.monotonic()
+            start.end = Exit(
+                process.pid,
+                None if name else code,
+                name,
+                self.log.tail(),
+                round(time.monotonic() - start.at, 1),
             )
+            self.on_exit(start.end)
 
-    async def _copy_output(self, process: Process) -> None:
+    async def _copy_output(
+        self, process: Process, copying: anyio.CancelScope, copied: anyio.Event
+    ) -> None:
         assert process.stdout is not None
-        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+        with copying, contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
             async for chunk in process.stdout:
                 self.log.write(chunk)
+        copied.set()
 
     async def _ready(self, process: Process) -> bool:
-        """Whether the endpoint answered within `ready_timeout_s` while the process lived."""
+        """Whether the endpoint answered within `ready_timeout_s` while the server ran."""
         with anyio.move_on_after(self.settings.ready_timeout_s):
             async with httpx2.AsyncClient(timeout=5.0) as client:
                 while process.returncode is None:
@@ -287,26 +295,29 @@ class ManagedServer:
         return False
 
     def stood_still(self) -> None:
-        """The server stopped answering (a reply stood still past `llm.timeout_s`): its group
-        is killed, and `serve` starts it again."""
-        if self.process is not None and self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        """The server stopped answering (a reply stood still past `llm.timeout_s`): all of it is
+        killed, and `serve` starts it again."""
+        start = self.current
+        if start is not None and start.process.returncode is None:
+            start.stopped_for = "was killed for standing still"
+            with contextlib.suppress(ProcessLookupError):
+                start.process.send_signal(launch.KILL_NOW)
 
-    async def _stop(self, process: Process) -> None:
-        """SIGTERM to the group, SIGKILL after `STOP_GRACE_S`; also the group's other members
-        once the leader is gone."""
-        for signum, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signum)
-            if grace is None:
-                await process.wait()
-                return
-            with anyio.move_on_after(grace):
-                await process.wait()
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                return
+    async def _stop(self, process: Process, server_id: str) -> None:
+        """The launcher is asked to stop the server (SIGTERM, SIGKILL after `STOP_GRACE_S`) and
+        waited for; then whatever is still in the cgroup or carries the start's id is killed
+        (the launcher itself killed, by anyone: what it held was handed to init)."""
+        # Our child, not yet reaped: its pid is no other process's.
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        with anyio.move_on_after(STOP_GRACE_S + LAUNCHER_SLACK_S):
+            await process.wait()
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        self.cgroup.kill()
+        kill_marked(server_id)
 
 
 def journalled(settings: Settings, journal: Journal) -> ManagedServer:
@@ -328,7 +339,12 @@ def journalled(settings: Settings, journal: Journal) -> ManagedServer:
         )
 
     server = ManagedServer(
-        settings.server, settings.llm.base_url, settings.paths.state_dir, started, exited
+        settings.server,
+        settings.llm.base_url,
+        settings.paths.state_dir,
+        started,
+        exited,
+        partial(journal.notify, "warning"),
     )
 
     def on_record(record: Record, state: RunState) -> None:
