@@ -168,8 +168,8 @@ def test_ambient_summary_in_the_restart_marker(recorded: Project) -> None:
     journal = recorded.records("journal.jsonl")
     second = next(r for r in journal if r["kind"] == "session_start" and r["session"] == 2)
     marker = second["messages"][1]["content"]
-    # The calls that failed follow the actions (`deadends/`).
-    assert marker.split(prompts.DEAD_ENDS)[0].endswith(
+    # The task follows the actions, then the calls that failed (`deadends/`).
+    assert marker.split(prompts.DEAD_ENDS)[0].split("\n\nYour task:")[0].endswith(
         "Its last actions:\n"
         "- shell_exec echo building; exit 0 → exit 0\n"
         "- shell_exec pytest -q tests/unit; exit 1 → exit 1\n"

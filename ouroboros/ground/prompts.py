@@ -38,7 +38,7 @@ def first_message(task: str | None) -> str:
 
 def task_part(task: str | None) -> str:
     """The task, as a session's opening says it (from `# Purpose` of the instructions)."""
-    return "" if task is None else f" Your task:\n\n{task}"
+    return "" if task is None else f"\n\nYour task:\n\n{task}"
 
 
 CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
