@@ -227,14 +227,11 @@ def test_report_before_any_model_call(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_report_renders_in_a_browser(demo: Demo, tmp_path: Path) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
     report(demo.project.state)
     png = tmp_path / "report.png"
     subprocess.run(
         [
-            browser,
+            browser(),
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
@@ -253,6 +250,53 @@ def test_report_renders_in_a_browser(demo: Demo, tmp_path: Path) -> None:
     )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 20_000  # a drawn chart, not a blank page
+
+
+MEASURE = """<script>
+const wide = [...document.querySelectorAll('.wide')].filter(b => b.scrollWidth > b.clientWidth);
+document.body.dataset.measured = JSON.stringify({
+  page: document.documentElement.scrollWidth, room: document.documentElement.clientWidth,
+  scrolled: wide.map(b => b.firstElementChild.id)});
+</script></body>"""
+"""Added to a copy of the page (the report itself has no script): its width in the browser."""
+
+
+def browser() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pixels", [800, 1200])
+def test_the_report_fits_the_page_in_a_browser(demo: Demo, tmp_path: Path, pixels: int) -> None:
+    """At 800 pixels the sessions table ran off the page (and at 1,200 too): the page is no
+    wider than the window, and no table needs its box's scroll bar."""
+    measured = tmp_path / "measured.html"
+    measured.write_text(report(demo.project.state).replace("</body>", MEASURE))
+    dom = subprocess.run(
+        [
+            browser(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tempfile.mkdtemp()}",
+            f"--window-size={pixels},900",
+            "--dump-dom",
+            measured.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    found = re.search(r'data-measured="([^"]*)"', dom)
+    assert found is not None, dom[-2000:]
+    width = json.loads(found[1].replace("&quot;", '"'))
+    assert width["page"] <= width["room"] <= pixels, width
+    assert width["scrolled"] == [], width
 
 
 def test_a_compaction_side_call_is_counted_but_not_plotted(
@@ -304,7 +348,8 @@ def test_every_percentage_of_the_context_is_of_the_prompt_budget(demo: Demo) -> 
     rows = re.findall(r'<tr class="session">(.*?)</tr>', page)
     for number, row in enumerate(rows, start=1):
         peak = max(u["total_tokens"] for u in usage if u["session"] == number)
-        assert f">{peak / budget:.0%} ({peak:,} of {budget:,})<" in row
+        # No-break spaces in the figures: a narrow page breaks the cell before them alone.
+        assert f">{peak / budget:.0%} ({peak:,} of {budget:,})<" in row.replace("\u00a0", " ")
     titles = [t.text or "" for t in chart(page).iter(f"{SVG}title") if "tokens (" in (t.text or "")]
     assert len(titles) == len(usage)
     for title, u in zip(titles, usage, strict=True):

@@ -108,27 +108,42 @@ def _thresholds(f: Frame, sessions: list[SessionSummary], lines: Lines) -> Itera
         )
 
 
+VERTICALS = {"session_restart": ("#6a3d9a", "", 1.6), "wind_down": ("#e8710a", "5,3", 1.4)}
+"""The marks drawn as a line down the chart: colour, dash, width."""
+
+
 def _verticals(f: Frame, marks: list[Mark]) -> Iterable[str]:
-    styles = {"session_restart": ("#6a3d9a", "", 1.6), "wind_down": ("#e8710a", "5,3", 1.4)}
-    labelled = -math.inf
-    restarts = sum(m.kind == "session_restart" for m in marks)
     for m in marks:
-        if m.kind not in styles:
+        if m.kind not in VERTICALS:
             continue
-        colour, dash, width = styles[m.kind]
+        colour, dash, width = VERTICALS[m.kind]
         x = f.x(m.x)
         yield (
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{H - BOTTOM}" stroke="{colour}" '
             f'stroke-width="{width}" stroke-dasharray="{dash}">'
             f"<title>{escape(m.label)}</title></line>"
         )
+
+
+def _vertical_labels(f: Frame, marks: list[Mark]) -> Iterable[str]:
+    """Each line's label beside it, reading upwards from the top: drawn after every line and
+    point, on a halo of the page's colour (`.vlabel`), so that no line crosses it; right of its
+    line where left of it would cross the axis."""
+    labelled = -math.inf
+    restarts = sum(m.kind == "session_restart" for m in marks)
+    for m in marks:
+        if m.kind not in VERTICALS:
+            continue
+        x = f.x(m.x)
         if restarts > MAX_LABELLED_RESTARTS or x - labelled < 13:
             continue  # too crowded to read: the line and the legend say enough
         labelled = x
         text = "restart" if m.kind == "session_restart" else "wind-down"
+        # Rotated, the text stands on its baseline and reaches 8 pixels to the left of it.
+        baseline = x - 4 if x - 13 > LEFT else x + 12
         yield (
-            f'<text transform="translate({x - 4:.1f},{TOP + 6}) rotate(-90)" text-anchor="end" '
-            f'fill="{colour}" class="vlabel">{text}</text>'
+            f'<text transform="translate({baseline:.1f},{TOP + 6}) rotate(-90)" '
+            f'text-anchor="end" fill="{VERTICALS[m.kind][0]}" class="vlabel">{text}</text>'
         )
 
 
@@ -207,6 +222,7 @@ def chart_svg(data: RunData, lines: Lines, first: int = 0) -> str:
         *_point_marks(f, data),
         f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" class="axis"/>',
         f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" class="axis"/>',
+        *_vertical_labels(f, data.marks),
         f'<text x="{LEFT + f.width / 2:.0f}" y="{H - BOTTOM + 40}" text-anchor="middle" '
         f'class="title">model call{"" if first else " (across the whole run)"}</text>',
         f'<text transform="translate(18,{TOP + f.height / 2:.0f}) rotate(-90)" '

@@ -17,7 +17,7 @@ from ouroboros.observe.describe import describe, window_source
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
-from ouroboros.observe.shown import SHOWN, Cells, duration, table, utc
+from ouroboros.observe.shown import Cells, duration, every, table, utc
 from ouroboros.observe.svg import escape
 
 NOTABLE = (
@@ -42,14 +42,19 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 .meta { color: #555; } .meta b { color: #222; }
 svg text { font: 11px system-ui, sans-serif; fill: #444; }
 svg .title { font-size: 12px; fill: #333; } svg .band { font-size: 12px; fill: #556; }
-svg .threshold, svg .lane { font-size: 11px; font-weight: 600; } svg .vlabel { font-size: 10px; }
+svg .threshold, svg .lane { font-size: 11px; font-weight: 600; }
+svg .vlabel { font-size: 10px; paint-order: stroke; stroke: #fff; stroke-width: 3px; }
 svg .bad { font-size: 14px; fill: #c00; font-weight: 700; }
 svg .grid { stroke: #dde1e7; } svg .axis { stroke: #444; }
 svg .series { fill: none; stroke: #2a5caa; stroke-width: 1.6; }
 table { border-collapse: collapse; margin-top: 8px; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: right; }
-#sessions td:not(:last-child) { white-space: nowrap; }
+.wide { max-width: 100%; overflow-x: auto; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #e3e6ea; text-align: right; }
+td.when { min-width: 10.5ch; }
 th { background: #f3f5f8; } td.text, th.text { text-align: left; }
+@media (max-width: 900px) {
+  body { margin: 12px; } table { font-size: 12px; } th, td { padding: 4px 3px; }
+}
 .zone-normal { color: #2e9e44; } .zone-soft { color: #b08600; }
 .zone-hard { color: #d62728; } .zone-over { color: #7a0010; font-weight: 700; }
 .note { color: #666; font-size: 13px; }
@@ -57,21 +62,26 @@ th { background: #f3f5f8; } td.text, th.text { text-align: left; }
 
 
 def session_table(sessions: list[SessionSummary]) -> str:
+    """A row per session, narrow enough for a page of 800 pixels: the long headings' words may
+    break (soft hyphens, U+00AD), a start breaks between its date and its time, a peak before
+    its figures (no-break spaces, U+00A0, in them); compactions only where a session had one."""
+    compacted = any(s.compactions for s in sessions)
     head = [("", "session"), ("text", "started"), ("text", "because"), ("", "turns")]
-    head += [("", "prompt tokens"), ("", "completion tokens"), ("", "peak of budget")]
-    head += [("", "cache hit"), ("", "masks (results)"), ("", "compactions")]
+    head += [("", "prompt tokens"), ("", "com\u00adpletion tokens"), ("", "peak of budget")]
+    head += [("", "cache hit"), ("", "masks (re\u00adsults)")]
+    head += [("", "com\u00adpact\u00adions")] if compacted else []
     head += [("", "wind-downs"), ("text", "ended")]
     rows = []
     for s in sessions:
         peak = s.peak
         peak_text = (
-            f"{peak.total / max(1, peak.budget):.0%} ({peak.total:,} of {peak.budget:,})"
+            f"{peak.total / max(1, peak.budget):.0%} ({peak.total:,}\u00a0of\u00a0{peak.budget:,})"
             if peak
             else "-"
         )
         cells: Cells = [
             ("", s.number),
-            ("text", s.started[:19].replace("T", " ")),
+            ("text when", s.started[:19].replace("T", " ")),
             ("text", s.start_reason),
             ("", len(s.calls)),
             ("", f"{s.prompt_tokens:,}"),
@@ -79,7 +89,7 @@ def session_table(sessions: list[SessionSummary]) -> str:
             (f"zone-{peak.zone}" if peak else "", peak_text),
             ("", _cache_cell(cache_figures(s.calls))),
             ("", f"{s.masks} ({s.masked_results})"),
-            ("", s.compactions),
+            *([("", s.compactions)] if compacted else []),
             ("", s.wind_downs),
             ("text", " → ".join(s.ends) or "(still open)"),
         ]
@@ -151,11 +161,12 @@ def _summary(data: RunData) -> str:
     prompt = sum(c.prompt for c in data.calls)
     completion = sum(c.completion for c in data.calls)
     span = ""
-    if data.calls:
+    if len(data.calls) > 1:  # from the first call to the last
         seconds = (
             datetime.fromisoformat(data.calls[-1].ts) - datetime.fromisoformat(data.calls[0].ts)
         ).total_seconds()
-        span = f" in {duration(seconds)}"
+        # A scripted run makes its calls in less than a second: not "in 0 s".
+        span = f" in {duration(seconds)}" if seconds >= 1 else " in less than a second"
     items = [
         ("model", first.get("model", "?")),
         (
@@ -205,7 +216,7 @@ run recorded them call by call. Hover a point for its figures.</p>
 def _features(data: RunData) -> str:
     """Each feature's section (`observe/shown.py`): checkpoints, what the operator did."""
     said = []
-    for feature in SHOWN:
+    for feature in every():
         if feature.report:
             head, section = feature.report
             said.append(f"<h2>{head}</h2>\n{section(data.events)}\n")
