@@ -24,8 +24,8 @@ from tests.conftest import wait_for
 from tests.test_server_process import COMMAND, Watched, alive
 
 KILL_ORPHAN = (
-    "import sys; from pathlib import Path; from ouroboros.server.pidfile import kill_orphan; "
-    "print(kill_orphan(Path(sys.argv[1])))"
+    "import sys, anyio; from pathlib import Path; from ouroboros.server.pidfile import "
+    "kill_orphan; print(anyio.run(kill_orphan, Path(sys.argv[1])))"
 )
 
 
@@ -143,7 +143,7 @@ def test_what_names_no_process_of_the_server_signals_nothing(
 
 def test_a_line_not_in_this_version_s_form_is_said_in_one_line(tmp_path: Path) -> None:
     (tmp_path / SERVER_PID).write_text("0 1\n")
-    said = kill_orphan(tmp_path)
+    said = anyio.run(kill_orphan, tmp_path)
     assert said is not None
     assert "held '0 1', which names no server this harness started" in said
     assert "nothing was signalled" in said
@@ -159,7 +159,7 @@ def test_every_process_of_the_server_a_killed_run_left_is_killed(
     daemon = spawned.start(["sleep", "600"], {SERVER_ID: server_id})
     bystander, bystander_member = spawned.group()
     write_mark(tmp_path, ServerMark(leader.pid, boot_id(), server_id))
-    said = kill_orphan(tmp_path)
+    said = anyio.run(kill_orphan, tmp_path)
     assert said == (f"killed the model server a killed run left (pid {leader.pid}; 3 process(es))")
     assert leader.wait(timeout=60) == -signal.SIGKILL
     assert daemon.wait(timeout=60) == -signal.SIGKILL
@@ -180,7 +180,7 @@ def test_what_the_server_started_is_killed_once_its_leader_is_gone(
     leader.kill()
     leader.wait()
     assert alive(member)
-    assert kill_orphan(tmp_path) is not None
+    assert anyio.run(kill_orphan, tmp_path) is not None
     wait_for(lambda: not alive(member), timeout=60)
     assert not alive(member), "the server the command started was left running"
 

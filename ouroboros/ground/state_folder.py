@@ -32,4 +32,5 @@ SERVER_LOG = "server.log"
 """The output of the model server the run keeps alive, moved to `server.log.1` at its cap
 (`server/process.py`)."""
 SERVER_PID = "server.pid"
-"""That server's pid and start time while it runs (`server/process.py`)."""
+"""While that server runs, its launcher's pid, the boot id and the start's id, which each of its
+processes carries (`server/pidfile.py`)."""

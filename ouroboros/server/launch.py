@@ -56,6 +56,12 @@ def started_at(pid: int) -> str | None:
     return fields[19] if fields else None
 
 
+def ended(pid: int, started: str | None) -> bool:
+    """Whether the process that started at `started` is gone (or dead but not yet reaped)."""
+    fields = stat_of(pid)
+    return fields is None or fields[19] != started or fields[0] in ("Z", "X")
+
+
 def pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 

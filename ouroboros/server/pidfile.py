@@ -18,11 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
+
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.state_folder import SERVER_PID
 from ouroboros.operator.inbox import NotAMessage, read_regular, set_aside
 from ouroboros.server.files import own_file
-from ouroboros.server.launch import pids, signal_if
+from ouroboros.server.launch import ended, pids, signal_if, started_at
 
 SERVER_ID = "OUROBOROS_SERVER_ID"
 """The variable that marks every process of one start of the server."""
@@ -32,6 +34,10 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 LINE = re.compile(r"([1-9][0-9]{0,9}) ([0-9a-f-]{36}|unknown) ([0-9a-f]{32})\n")
 ROUNDS = 20
 """Sweeps for marked processes at most: each finds what those killed before forked."""
+GONE_WITHIN_S = 10.0
+"""How long processes killed may take to be gone (a GPU's memory freed) before a start goes
+on regardless."""
+GONE_POLL_S = 0.02
 
 
 def boot_id() -> str:
@@ -84,19 +90,26 @@ def carries(server_id: str) -> Callable[[int], bool]:
     return check
 
 
-def kill_marked(server_id: str) -> int:
-    """SIGKILL every process that carries `server_id`; how many there were."""
+async def kill_marked(server_id: str) -> int:
+    """SIGKILL every process that carries `server_id`, and wait until they are gone (a port
+    one of them held is free); how many there were."""
     marked = carries(server_id)
-    killed: set[int] = set()
+    killed: dict[int, str | None] = {}
     for _ in range(ROUNDS):
         found = [pid for pid in pids() if pid not in killed and pid != os.getpid() and marked(pid)]
         if not found:
             break
-        killed.update(pid for pid in found if signal_if(pid, signal.SIGKILL, marked))
+        for pid in found:
+            started = started_at(pid)
+            if signal_if(pid, signal.SIGKILL, marked):
+                killed[pid] = started
+    with anyio.move_on_after(GONE_WITHIN_S):
+        while not all(ended(pid, started) for pid, started in killed.items()):
+            await anyio.sleep(GONE_POLL_S)
     return len(killed)
 
 
-def kill_orphan(state_dir: Path) -> str | None:
+async def kill_orphan(state_dir: Path) -> str | None:
     """Kill what is left of the server a killed run started (named by `server.pid`); a line to
     journal as a warning, if there is one to say."""
     path = state_dir / SERVER_PID
@@ -120,7 +133,7 @@ def kill_orphan(state_dir: Path) -> str | None:
         )
     if mark.boot != boot_id():
         return None  # the machine started again since: nothing of that server runs
-    killed = kill_marked(mark.server_id)
+    killed = await kill_marked(mark.server_id)
     if not killed:
         return None
     return f"killed the model server a killed run left (pid {mark.pid}; {killed} process(es))"

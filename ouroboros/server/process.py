@@ -29,11 +29,13 @@ import httpx2
 from anyio.abc import Process
 
 from ouroboros.ground.config import ServerSettings, Settings
-from ouroboros.ground.errors import RunError, StateUnwritable
+from ouroboros.ground.errors import RunError, SetupError, StateUnwritable
 from ouroboros.ground.state_folder import SERVER_LOG, SERVER_PID
 from ouroboros.server import launch
 from ouroboros.server.files import CappedLog
 from ouroboros.server.pidfile import (
+    GONE_POLL_S,
+    GONE_WITHIN_S,
     SERVER_ID,
     ServerMark,
     boot_id,
@@ -115,10 +117,22 @@ class ServerCgroup:
                 self._watchdog = start_watchdog(self.path, None)
         return self.path
 
-    def kill(self) -> None:
-        if self.path is not None:
-            with contextlib.suppress(OSError):
-                (self.path / "cgroup.kill").write_text("1")
+    async def kill(self) -> None:
+        """Kill what is in it, and wait until it is empty (a port one of them held is free)."""
+        if self.path is None:
+            return
+        with contextlib.suppress(OSError):
+            (self.path / "cgroup.kill").write_text("1")
+        with anyio.move_on_after(GONE_WITHIN_S):
+            while self._populated():
+                await anyio.sleep(GONE_POLL_S)
+
+    def _populated(self) -> bool:
+        assert self.path is not None
+        try:
+            return "populated 1" in (self.path / "cgroup.events").read_text().splitlines()
+        except OSError:
+            return False
 
     async def close(self) -> None:
         if self._watchdog is not None and self._watchdog.stdin is not None:
@@ -215,7 +229,7 @@ class ManagedServer:
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[Start]:
-        if left := kill_orphan(self.state_dir):
+        if left := await kill_orphan(self.state_dir):
             self.on_warning(left)
         server_id = secrets.token_hex(16)
         command = [
@@ -316,8 +330,8 @@ class ManagedServer:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
-        self.cgroup.kill()
-        kill_marked(server_id)
+        await self.cgroup.kill()
+        await kill_marked(server_id)
 
 
 def journalled(settings: Settings, journal: Journal) -> ManagedServer:
@@ -372,7 +386,7 @@ async def keep_alive(
     program = settings.server.command[0]
     if shutil.which(program) is None:
         # Else every start would fail the same way, and the run stop only past max_restarts.
-        raise RunError(
+        raise SetupError(
             f"server.command: {program!r} is not a program on PATH nor an executable file; "
             "fix [server] command in the config"
         )
