@@ -205,3 +205,25 @@ def test_a_start_says_in_one_warning_what_server_pid_held_that_names_no_server(
     assert len(watched.warnings) == 1
     assert "held '0 1', which names no server" in watched.warnings[0]
     assert "nothing was signalled" in watched.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("plant", "said"),
+    [
+        (lambda path: path.mkdir(), "a folder"),
+        (lambda path: os.mkfifo(path), "a FIFO"),
+        (lambda path: path.symlink_to(path.with_name("elsewhere")), "a link"),
+        (lambda path: path.write_text(f"{os.getpid()} {'9' * 200}\n"), "over 128 bytes"),
+    ],
+    ids=["folder", "FIFO", "link", "oversized"],
+)
+def test_what_is_no_file_this_harness_wrote_is_set_aside_and_said(
+    tmp_path: Path, plant: Callable[[Path], object], said: str
+) -> None:
+    plant(tmp_path / SERVER_PID)
+    assert anyio.run(kill_orphan, tmp_path) == (
+        f"{tmp_path / SERVER_PID} was {said} (set aside as {SERVER_PID}.rejected): nothing was "
+        "signalled"
+    )
+    assert os.path.lexists(tmp_path / f"{SERVER_PID}.rejected")
+    assert not os.path.lexists(tmp_path / SERVER_PID)

@@ -119,6 +119,8 @@ def signal_all(signum: int) -> None:
 
 
 class Launcher:
+    """What the launcher does when told to stop or kill, and how it waits for the end."""
+
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
         self.killing = False

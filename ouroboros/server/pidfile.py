@@ -117,10 +117,10 @@ async def kill_orphan(state_dir: Path) -> str | None:
         data = read_regular(path, PID_BYTES)
     except FileNotFoundError:
         return None
-    except NotAMessage:  # a link, a FIFO, a folder: not the run's, and nothing to kill
+    except NotAMessage as e:  # a link, a FIFO, a folder: not the run's, and nothing to kill
         with storage(path):
-            set_aside(path)
-        return None
+            aside = set_aside(path)
+        return f"{path} was {e} (set aside as {aside.name}): nothing was signalled"
     with storage(path):
         path.unlink(missing_ok=True)
     text = data.decode("utf-8", "replace")
