@@ -20,6 +20,7 @@ from ouroboros.ground.state_folder import TASKS
 from ouroboros.model.scripted import Reply, count_tokens, tool
 from ouroboros.progress import tasks
 from ouroboros.progress.records import Progress, Task
+from ouroboros.progress.standing import waiting
 from ouroboros.state.journal import fold
 from tests.conftest import Project, wait_for
 from tests.inprocess import run_here
@@ -27,6 +28,9 @@ from tests.test_hooks import recorded, recorder
 from tests.test_plan import opening
 
 HELLO = {"text": "write hello.txt", "status": "done", "check": "grep -q hello hello.txt"}
+NO_WRITE_CHECKS = {"checks_after_write": 0}
+"""For the tests of what session ends and `finish` check: checks after a write, which would run
+between, have tests of their own."""
 
 
 def plans(*items: dict[str, Any]) -> Reply:
@@ -170,7 +174,13 @@ def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project:
         plans(own),
         Reply(tool_calls=[tool("finish", summary="done")]),
     ]
-    ran = run_here(project, script, session={"max_turns": 2}, supervisor={"max_total_turns": 6})
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 2},
+        supervisor={"max_total_turns": 6},
+        progress=NO_WRITE_CHECKS,
+    )
     assert ran.returncode == 0, ran.stderr
     assert len(project.events("session_start")) == 2  # its own check is no item of its own
     assert "Operator's tasks: 0 of 1 pass" in opening(ran.chat_requests()[0])
@@ -184,7 +194,7 @@ def test_the_agent_passes_an_operators_task_only_by_the_operators_check(project:
     state = fold(project.state / "journal.jsonl")[0]
     assert list(state.part(Progress).items) == ["T1"]  # status counts 1 of 1
     assert project.events("run_end")[-1]["reason"] == "finish"
-    assert tasks.waiting(project.state) == []
+    assert waiting(project.state) == []
 
 
 def test_5000_operator_tasks_keep_the_first_request_within_its_budget(project: Project) -> None:
@@ -321,7 +331,7 @@ def test_finish_runs_each_check_again_and_is_refused_once_the_work_is_undone(
     key = "T1" if "check" not in item else "make done.txt"
     script = [shell("touch done.txt"), plans(item), shell("rm done.txt"), FINISH]
     script += [shell("touch done.txt"), FINISH]
-    ran = run_here(project, script, supervisor={"max_total_turns": 8})
+    ran = run_here(project, script, supervisor={"max_total_turns": 8}, progress=NO_WRITE_CHECKS)
     assert ran.returncode == 0, ran.stderr
     requests = ran.chat_requests()
     assert "check passed" in told(requests[2])
@@ -346,7 +356,13 @@ def test_an_operators_task_passes_by_its_check_unnamed_at_a_session_end_and_at_f
         ],
     )
     script = [shell("echo hello > hello.txt"), shell("touch bye.txt"), FINISH]
-    ran = run_here(project, script, session={"max_turns": 1}, supervisor={"max_total_turns": 5})
+    ran = run_here(
+        project,
+        script,
+        session={"max_turns": 1},
+        supervisor={"max_total_turns": 5},
+        progress=NO_WRITE_CHECKS,
+    )
     assert ran.returncode == 0, ran.stderr
     assert "Operator's tasks: 1 of 2 pass" in opening(ran.chat_requests()[1])
     assert checks(project) == [
@@ -362,7 +378,7 @@ def test_an_operators_task_passes_by_its_check_unnamed_at_a_session_end_and_at_f
 
 def test_a_finish_with_a_task_no_check_judged_yet_runs_its_check_first(project: Project) -> None:
     tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
-    ran = run_here(project, [shell("echo hello > hello.txt"), FINISH])
+    ran = run_here(project, [shell("echo hello > hello.txt"), FINISH], progress=NO_WRITE_CHECKS)
     assert ran.returncode == 0, ran.stderr
     assert checks(project) == [("T1", 0, "finish")]
     assert project.events("run_end")[-1]["reason"] == "finish"
@@ -434,7 +450,7 @@ def test_checks_run_at_once_and_are_journalled_in_the_order_asked(project: Proje
     ]
     tasks.post(project.state, found)
     script = [shell("mkdir marks"), FINISH]
-    ran = run_here(project, script, progress={"checks_at_once": 4})
+    ran = run_here(project, script, progress={**NO_WRITE_CHECKS, "checks_at_once": 4})
     assert ran.returncode == 0, ran.stderr
     assert checks(project) == [(f"T{n}", 0, "finish") for n in range(1, 5)]
 
@@ -460,3 +476,43 @@ def test_a_run_is_stopped_as_stalled_only_once_every_task_is_checked_as_it_stand
     assert passed[0] == ("T3", 2), checks(project)
     assert project.events("run_end")[-1]["reason"] == "stalled"
     assert len(project.events("session_start")) == 4
+
+
+def test_a_task_whose_check_passes_after_a_write_is_said_in_that_result(project: Project) -> None:
+    """A small model that has done its task goes on writing unless told: the result of the call
+    that made a task pass says so, and says when every task passes."""
+    tasks.post(
+        project.state,
+        [
+            Task(text="write hello.txt", check="grep -q hello hello.txt"),
+            Task(text="write bye.txt", check="test -f bye.txt"),
+        ],
+    )
+    script = [shell("echo hi > hello.txt"), shell("echo hello > hello.txt"), shell("touch bye.txt")]
+    ran = run_here(project, [*script, FINISH])
+    assert ran.returncode == 0, ran.stderr
+    results = [
+        r["message"]
+        for r in project.records("journal.jsonl")
+        if r["kind"] == "message" and r["message"].get("name") == "shell_exec"
+    ]
+    assert "passes now" not in results[0]["content"]
+    assert results[1]["content"].endswith("[the check of T1 passes now; 1 task(s) still to pass]")
+    assert results[2]["content"].endswith(
+        "[the check of T2 passes now; every task passes: call finish if you are done]"
+    )
+    assert [c for c in checks(project) if c[2] == "write"] == [
+        ("T1", 1, "write"),
+        ("T2", 1, "write"),
+        ("T1", 0, "write"),
+        ("T2", 1, "write"),
+        ("T2", 0, "write"),
+    ]
+
+
+def test_no_check_runs_after_a_write_when_told_not_to(project: Project) -> None:
+    tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
+    script = [shell("echo hello > hello.txt"), FINISH]
+    ran = run_here(project, script, progress={"checks_after_write": 0})
+    assert ran.returncode == 0, ran.stderr
+    assert [c[2] for c in checks(project)] == ["finish"]

@@ -268,6 +268,10 @@ class ProgressSettings(_Section):
     session_end_checks: int = Field(500, ge=1)
     """The most checks a session's end runs: the agent's done steps, then the operator's tasks
     checked longest ago; each task is checked at least every ceil(tasks / this) session ends."""
+    checks_after_write: int = Field(3, ge=0)
+    """After a call that may change the workspace (`file_write`, `shell_exec`), the checks of
+    at most this many operator's tasks that do not pass yet are run, and the result tells the
+    agent of one that passes now; 0 = never (checks that take long)."""
 
 
 class HookCommand(_Section):

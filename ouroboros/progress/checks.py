@@ -31,6 +31,7 @@ from ouroboros.progress.records import (
     named_task,
     reason,
 )
+from ouroboros.progress.standing import waiting
 from ouroboros.run.session import Feature
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
@@ -143,7 +144,29 @@ class Checking(Feature):
             return await self.plan_checked(outcome)
         if outcome.finish_summary is not None:
             return await self.finish_checked(outcome)
+        if call.name in WRITES:
+            return await self.write_checked(outcome)
         return outcome
+
+    async def write_checked(self, outcome: ToolOutcome) -> ToolOutcome:
+        """After a call that may have changed the workspace, the checks of a few operator's
+        tasks that do not pass yet (judged longest ago first); one that passes now is said in
+        the result. A small model that has done its task goes on writing (more lines, another
+        file) unless told: told, it finishes."""
+        most = self.settings.progress.checks_after_write
+        progress = self.progress
+        tasks = [f"T{n}" for n in range(1, len(progress.tasks) + 1)]
+        passing = {k for k in tasks if (standing := progress.items.get(k)) and standing.passing}
+        if not most or len(passing) == len(tasks):
+            return outcome
+        ran = await self.run_checks(self.oldest_tasks(most, passing), "write")
+        passed = [r.item for r in ran if r.passed]
+        if not passed:
+            return outcome
+        left = len(tasks) - len(passing) - len(passed)
+        note = passes_now(passed, left)
+        message = outcome.message.model_copy(update={"content": outcome.message.content + note})
+        return replace(outcome, message=message)
 
     async def plan_checked(self, outcome: ToolOutcome) -> ToolOutcome:
         """Each step newly marked done (or done and failing) has its check run; one that fails
@@ -285,6 +308,21 @@ class Checking(Feature):
         return head + "".join(f"\n{line}" for line in lines)
 
 
+WRITES = ("file_write", "shell_exec")
+"""The built-in tools that may change the workspace."""
+
+
+def passes_now(passed: list[str], left: int) -> str:
+    """What a result says of the operator's tasks whose checks pass since it."""
+    named = ", ".join(passed[:REFUSED_SAID]) + (" and more" if len(passed) > REFUSED_SAID else "")
+    then = (
+        "every task passes: call finish if you are done"
+        if left <= 0
+        else f"{left} task(s) still to pass"
+    )
+    return f"\n[the check of {named} passes now; {then}]"
+
+
 def failure(ran: CheckRun) -> str:
     if ran.exit_code is None:
         return f"could not run: {last_line(ran.tail)}"
@@ -296,7 +334,7 @@ def failure(ran: CheckRun) -> str:
 def take_tasks(state_dir: Path, journal: Journal) -> None:
     """The files of tasks waiting, journalled then removed; one that is not tasks set aside."""
     taken = journal.state.part(Progress).sources
-    for source in task_files.waiting(state_dir):
+    for source in waiting(state_dir):
         if source not in taken:
             try:
                 found = task_files.read(state_dir, source)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ouroboros.context.plan import PlanItem
+from ouroboros.progress.standing import NOT_CHECKED
 from ouroboros.state.fold import Part, RunState
 from ouroboros.state.records import Record, SessionEnd
 
@@ -22,8 +23,6 @@ FAILING_SAID = 5
 """Failing items `status` names: the first few, then a count."""
 TASK_REF = re.compile(r"T(\d+)\b")
 """How the agent names the operator's task in a step of its plan: `T12 parse dates`."""
-NOT_CHECKED = "not checked yet"
-"""An item no check has judged yet: neither passing nor failing."""
 
 
 def named_task(text: str) -> str | None:
@@ -56,7 +55,7 @@ class TasksAdded(Record):
         return [("tasks_added", {"count": len(self.tasks), "first": first[:120]})]
 
 
-When = Literal["done", "session_end", "finish"]
+When = Literal["done", "session_end", "finish", "write"]
 """Marked done by the agent, checked as a session ended, or as the agent called `finish`."""
 
 
