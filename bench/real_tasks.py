@@ -57,8 +57,9 @@ TASKS = ROOT / "bench" / "tasks"
 RESULTS = ROOT / "bench" / "results" / "real_tasks.jsonl"
 MAX_CALLS = 16
 """Model calls per run: the ladder's hardest task takes a model that works about ten."""
-WALL_S = 240
-"""Seconds per run, server start included: 16 calls at 2 cores take about 150."""
+WALL_S = 600
+"""Seconds per run, server start included, a bound for a run that hangs: the calls bound the
+work (16 calls take about 150 s on 2 idle cores, several times that on busy ones)."""
 SEEDS = (1, 2, 3)
 WINDOWS = (4096, 8192)
 NGRAM = 6
@@ -184,6 +185,8 @@ class Tally:
 
     own: set[tuple[str, ...]]
     """The task's words: a reply repeating them repeats the user, not the harness."""
+    where: str = ""
+    """The run's folder: a path in a reply names a file, it repeats no one."""
     said: set[tuple[str, ...]] = field(default_factory=set)
     formats: Counter[str] = field(default_factory=Counter)
     calls: int = 0
@@ -192,12 +195,15 @@ class Tally:
     loop_carried: int = 0
     looped: bool = False
 
+    def words(self, text: str) -> set[tuple[str, ...]]:
+        return ngrams(text.replace(self.where, " ") if self.where else text)
+
     def opening(self, record: dict[str, Any]) -> None:
         self.sessions += 1
         opening = record.get("messages", [])
         for message in opening:
             if message.get("kind") in ("system", "user"):
-                self.said |= ngrams(message.get("content") or "")
+                self.said |= self.words(message.get("content") or "")
         if self.looped and any(m.get("kind") == "assistant" for m in opening):
             self.loop_carried += 1
         self.looped = False
@@ -205,7 +211,7 @@ class Tally:
     def message(self, record: dict[str, Any]) -> None:
         message = record.get("message", {})
         if message.get("kind") == "user":
-            self.said |= ngrams(message.get("content") or "")
+            self.said |= self.words(message.get("content") or "")
         if message.get("kind") != "assistant" or not record.get("usage"):
             return
         self.calls += 1
@@ -217,13 +223,34 @@ class Tally:
         for unknown in record.get("unknown_tools") or []:
             self.formats[f"unknown:{unknown}"] += 1
         written = record.get("written") or _text(message)
-        if ngrams(written) & (self.said - self.own):
+        if self.words(written) & (self.said - self.own):
             self.echoes += 1
 
 
-def measured(journal: list[dict[str, Any]], own: set[tuple[str, ...]]) -> dict[str, Any]:
+def tool_texts() -> str:
+    """What the built-in tools' schemas say to the model in every request (a small model copies
+    a tool's description into its calls too)."""
+    from ouroboros.tools import ToolCaps, ToolRunner
+    from ouroboros.tools.shell import ShellExec
+    from ouroboros.tools.workspace import Workspace
+    from ouroboros.wiring import built_in
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        workspace = Workspace(root, root / "SYSTEM_PROMPT.md")
+        runner = ToolRunner(workspace, built_in(ShellExec(10), root, True), ToolCaps(1000))
+        try:
+            return json.dumps(runner.schemas())
+        finally:
+            runner.close()
+
+
+def measured(
+    journal: list[dict[str, Any]], own: set[tuple[str, ...]], where: str = ""
+) -> dict[str, Any]:
     """What the journal shows of the model's replies: formats, echoes, loops carried."""
-    tally = Tally(own)
+    tally = Tally(own, where)
+    tally.said |= ngrams(tool_texts())
     for record in journal:
         kind = record.get("kind")
         if kind == "session_start":
@@ -273,7 +300,7 @@ def run_ouroboros(task: Task, window: int, seed: int, keep: Path | None) -> Outc
         stop = ends[-1]["reason"] if ends else f"exit {process.returncode}"
         if process.returncode not in (0, None) and not ends:
             stop += f": {errors.decode(errors='replace').strip().splitlines()[-1:]}"
-        figures = measured(journal, own_words(task))
+        figures = measured(journal, own_words(task), str(where))
         passed = check(task, where / "workspace")
         if keep is not None:
             target = keep / f"{task.name}-{window}-s{seed}"
