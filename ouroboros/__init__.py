@@ -1,3 +1,3 @@
 """ouroboros: an unattended LLM agent harness for local models with small context windows."""
 
-from ouroboros import features as features  # every journal reader knows the features' records
+from ouroboros import features as features  # the features named: light, and known everywhere

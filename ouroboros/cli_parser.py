@@ -24,7 +24,6 @@ import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ouroboros.ground.config_names import closest
 from ouroboros.ground.printable import printable
 
 
@@ -37,6 +36,10 @@ class _Parser(argparse.ArgumentParser):
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if action.dest == "command" and action.choices is not None and value not in action.choices:
+            # Only for a mistyped command: the settings' names load pydantic, which `status`
+            # and `tail` never need.
+            from ouroboros.ground.config_names import closest
+
             meant = closest(value, action.choices)
             hint = f"did you mean {meant}?" if meant else f"one of {', '.join(action.choices)}"
             raise argparse.ArgumentError(None, f"{printable(value)}: unknown command; {hint}")

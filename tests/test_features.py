@@ -25,17 +25,22 @@ ON_DISK = {
 
 
 def test_a_reader_of_the_journal_alone_knows_every_kind_the_features_included() -> None:
-    # A fresh interpreter that imports the journal and nothing of a feature.
+    # A fresh interpreter that imports the journal and nothing of a feature, and reads one.
     code = (
+        "import sys, tempfile\n"
+        "from pathlib import Path\n"
         "from ouroboros.state.journal import fold\n"
         "from ouroboros.state.records import KINDS\n"
+        "print('ouroboros.progress.records' in sys.modules)\n"
+        "fold(Path(tempfile.mkdtemp()) / 'journal.jsonl')\n"
         "print(' '.join(sorted(KINDS)))\n"
-        "import sys; print('mcp' in sys.modules)"
+        "print('mcp' in sys.modules)"
     )
     ran = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT, check=True
     )
-    kinds, sdk = ran.stdout.splitlines()
+    before, kinds, sdk = ran.stdout.splitlines()
+    assert before == "False", "a feature's records are imported when a journal is read"
     assert set(kinds.split()) == ON_DISK
     assert sdk == "False", "the MCP SDK (an optional extra) is never imported eagerly"
 

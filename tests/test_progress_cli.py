@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
-from ouroboros.progress import tasks
+from ouroboros.progress.standing import waiting
 from tests.conftest import Project
 from tests.test_plan import opening
 
@@ -44,7 +44,7 @@ def test_a_malformed_import_file_is_refused_in_one_line_naming_where(
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert said in result.stderr
-    assert tasks.waiting(project.state) == []
+    assert waiting(project.state) == []
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_a_bad_task_is_refused_in_one_line(project: Project, args: list[str], sa
     assert result.returncode == 1
     assert said in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    assert tasks.waiting(project.state) == []
+    assert waiting(project.state) == []
 
 
 def plan(*keys: str) -> Reply:

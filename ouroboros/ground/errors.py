@@ -7,7 +7,7 @@ parts of the package a quick command (`status`) does not use.
 from __future__ import annotations
 
 import errno
-import shutil
+import os
 from pathlib import Path
 
 NEEDED_FREE_BYTES = 16 * 1024 * 1024
@@ -43,7 +43,8 @@ class StorageFull(StateUnwritable):
     """The disk of a state file is full."""
 
     def __init__(self, path: Path):
-        free = shutil.disk_usage(path.parent).free if path.parent.exists() else 0
+        disk = os.statvfs(path.parent) if path.parent.exists() else None
+        free = disk.f_bavail * disk.f_frsize if disk else 0
         super().__init__(
             path,
             f"no space left to write {path} ({free:,} bytes free on its disk): free at least "

@@ -11,15 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
-
-import jsonlines
-from pydantic import ValidationError
 
 from ouroboros.ground.errors import unwritable
 from ouroboros.ground.printable import BEYOND_C0
@@ -121,6 +119,9 @@ class JsonlReader:
                 yield raw
 
     def _parsed(self, loads: Callable[[str | bytes], Any], kind: type | None) -> Iterator[Any]:
+        # Here, not at the top: `status` imports this module and reads no JSONL file.
+        import jsonlines
+
         first = self.line + 1
         reader = jsonlines.Reader(self._complete_lines(), loads=loads)
         while True:
@@ -129,13 +130,7 @@ class JsonlReader:
             except EOFError:
                 return
             except jsonlines.InvalidLineError as e:
-                cause = e.__cause__
-                if isinstance(cause, ValidationError):
-                    error = cause.errors(include_url=False)[0]
-                    where = ".".join(str(part) for part in error["loc"])
-                    why = f"not a valid record ({where}: {error['msg']})"
-                else:
-                    why = "not a JSON object"
+                why = _why(e.__cause__)
                 self.problems.append(Problem(self.path, first + e.lineno - 1, why))
 
     def objects(self) -> Iterator[dict[str, Any]]:
@@ -145,6 +140,21 @@ class JsonlReader:
     def records(self, adapter: Parser[T]) -> Iterator[T]:
         """Each line that is a valid record of `adapter`'s type."""
         yield from self._parsed(adapter.validate_json, None)
+
+
+def _why(cause: BaseException | None) -> str:
+    """Why a line was not read: what the record's parser refused in it, or that it is no
+    JSON object."""
+    if "pydantic" not in sys.modules:  # only a record's parser says more, and it loaded it
+        return "not a JSON object"
+    # Here, not at the top: a reader of plain JSON lines (`tail`) never loads pydantic.
+    from pydantic import ValidationError
+
+    if isinstance(cause, ValidationError):
+        error = cause.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        return f"not a valid record ({where}: {error['msg']})"
+    return "not a JSON object"
 
 
 def read_objects(path: Path) -> tuple[list[dict[str, Any]], list[Problem]]:

@@ -3,10 +3,10 @@ part of the run's state)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ouroboros.mcp.view import offered_text
 from ouroboros.state.fold import Part, RunState
 from ouroboros.state.records import Record
 
@@ -83,21 +83,3 @@ class McpTally(Part):
             return None
         faults = f"; {self.faults} fault(s), the last: {self.last_fault}" if self.faults else ""
         return offered_text(asdict(self)) + faults
-
-
-def offered_text(line: Mapping[str, Any]) -> str:
-    """How the servers' tools are offered and what their schemas cost (an `mcp_offered` event,
-    or the tally)."""
-    servers: dict[str, int] = line.get("servers") or {}
-    tools, share = sum(servers.values()), line.get("share_tokens") or 0
-    said = (
-        f"{tools} tools from {len(servers)} server(s), schemas ~{line.get('schema_tokens') or 0:,}"
-        f" tokens (share {share:,}): "
-    )
-    if line.get("mode") == "direct":
-        said += "offered directly"
-    else:
-        offered = line.get("offered_tokens") or 0
-        said += f"found with mcp_find_tools, called with mcp_call (~{offered:,} tokens)"
-    failed: dict[str, str] = line.get("failed") or {}
-    return said + "".join(f"; {name} did not start: {why}" for name, why in failed.items())

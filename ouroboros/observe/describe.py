@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType
@@ -52,8 +52,9 @@ the tokens processed, the count's source (where it is the server's), half the ba
 share, the bar, the words around the counts. `status` and the logs keep them all."""
 
 
-def usage_levels(r: dict[str, Any]) -> list[Text]:
-    """A call's line (less its tools), from the fullest to the shortest (`DROP_ORDER`)."""
+def usage_levels(r: dict[str, Any]) -> Iterator[Text]:
+    """A call's line (less its tools), from the fullest to the shortest (`DROP_ORDER`), each
+    made as it is asked for: most lines fit in their first or second."""
     zone = str(r.get("zone", "normal"))
     fraction = float(r.get("fraction", 0.0))
     source = str(r.get("source"))
@@ -82,7 +83,7 @@ def usage_levels(r: dict[str, Any]) -> list[Text]:
             text.append(f" cache {share:.0%}{more}{timed}", style="dim")
         return text
 
-    return [level(DROP_ORDER[:n]) for n in range(len(DROP_ORDER) + 1)]
+    return (level(DROP_ORDER[:n]) for n in range(len(DROP_ORDER) + 1))
 
 
 def outcome(line: dict[str, Any]) -> str:
@@ -124,9 +125,11 @@ def call_line(
     # Room kept for the tools whatever they are, so that calls of short and long tool names
     # keep the same figures, line after line.
     room = max(outcomes.cell_len, TOOLS_ROOM)
-    levels = [_stamp(usage) + text for text in usage_levels(usage)]
-    fits = (t for t in levels if width is None or t.cell_len + room <= width)
-    return fit([next(fits, levels[-1]) + outcomes], width)
+    for text in usage_levels(usage):
+        line = _stamp(usage) + text
+        if width is None or line.cell_len + room <= width:
+            break  # else the shortest, `fit` cuts it
+    return fit([line + outcomes], width)
 
 
 TOOLS_ROOM = 18
@@ -411,19 +414,25 @@ def _stamp(record: dict[str, Any]) -> Text:
     return Text(str(record.get("ts", ""))[11:19] + " ", style="dim")
 
 
+def makes_line(record: dict[str, Any], tools: bool = False) -> bool:
+    """Whether `describe` gives `record` a line, without making it (`tail` counts lines)."""
+    kind = record.get("kind")
+    if kind == "tool_call" and not tools and not record.get("error"):
+        return False
+    return not (kind == "retry" and record.get("told") is False and not tools)
+
+
 def describe(record: dict[str, Any], tools: bool = False, width: int | None = None) -> Text | None:
     """The readable line of one record (its texts made printable, on one line, cut at
     `SHOWN_CHARS` and fitted to `width`); None for a record not worth a line. A call's line
     alone, without its tools' outcomes (`call_line` adds them). `tools`: also a line for each
     tool call, and for each try of a wait for the server."""
+    if not makes_line(record, tools):
+        return None  # a tool call ends its call's line; a wait was told, not long ago
     record = {k: shown(v) if isinstance(v, str) else v for k, v in record.items()}
     kind = str(record.get("kind"))
     if kind == "token_usage":
         return call_line(record, width=width)
-    if kind == "tool_call" and not tools and not record.get("error"):
-        return None
-    if kind == "retry" and record.get("told") is False and not tools:
-        return None  # the wait was told, not long ago
     style, text = _DESCRIBE.get(kind) or features.described(kind) or ("cyan", _generic)
     said = text(record)
     levels = [said] if isinstance(said, str) else said

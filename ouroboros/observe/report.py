@@ -17,7 +17,7 @@ from ouroboros.observe.describe import describe, window_source
 from ouroboros.observe.overview import LONG_RUN, ZOOM_CALLS, calls_between, overview_svg
 from ouroboros.observe.plan_view import plan_section
 from ouroboros.observe.run_data import RunData, SessionSummary, cache_figures, load
-from ouroboros.observe.shown import SHOWN, Cells, duration, table, utc
+from ouroboros.observe.shown import Cells, duration, every, table, utc
 from ouroboros.observe.svg import escape
 
 NOTABLE = (
@@ -216,7 +216,7 @@ run recorded them call by call. Hover a point for its figures.</p>
 def _features(data: RunData) -> str:
     """Each feature's section (`observe/shown.py`): checkpoints, what the operator did."""
     said = []
-    for feature in SHOWN:
+    for feature in every():
         if feature.report:
             head, section = feature.report
             said.append(f"<h2>{head}</h2>\n{section(data.events)}\n")

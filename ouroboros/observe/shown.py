@@ -1,19 +1,21 @@
-"""What a feature shows people, declared in its folder and registered by `ouroboros/features.py`:
-how `tail` and the run's terminal show its events (by kind), its rows of `status` (from
-`status.json`'s `run` and the state folder) and its section of the report (from the logged
-events, or from the state folder). `describe`, `status` and `report` show every registered
-feature's, without importing one. Pure."""
+"""What a feature shows people, declared in its folder (its view's `SHOWN`) and named by
+`ouroboros/features.py`: how `tail` and the run's terminal show its events (by kind), its rows of
+`status` (from `status.json`'s `run` and the state folder) and its section of the report (from
+the logged events, or from the state folder). `describe`, `status` and `report` show every
+named feature's, importing its view (light: no records) by name the first time. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from rich.text import Text
 
+from ouroboros.ground import plugins
 from ouroboros.observe.svg import escape
 
 Describe = Callable[[dict[str, Any]], "str | list[str]"]
@@ -34,16 +36,18 @@ class Shown:
     (its journal folded, as `status` and the run see it) rather than the events that led there."""
 
 
-SHOWN: list[Shown] = []
-"""Every feature's, in the order `ouroboros/features.py` lists them."""
+@cache
+def every() -> tuple[Shown, ...]:
+    """Every feature's, in the order `ouroboros/features.py` lists them."""
+    return tuple(view.SHOWN for view in plugins.imported(plugins.VIEWS))
 
 
 def described(kind: str) -> tuple[str, Describe] | None:
-    return next((s.described[kind] for s in SHOWN if kind in s.described), None)
+    return next((s.described[kind] for s in every() if kind in s.described), None)
 
 
 def feature_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
-    return [row for s in SHOWN if s.status for row in s.status(run, now, state_dir)]
+    return [row for s in every() if s.status for row in s.status(run, now, state_dir)]
 
 
 def age(ts: str | None, now: float) -> str:

@@ -26,6 +26,7 @@ from rich.text import Text
 from ouroboros.ground.errors import ConfigError
 from ouroboros.ground.printable import printable
 from ouroboros.ground.state_folder import JOURNAL, SUMMARY
+from ouroboros.ground.timestamps import wall_time
 from ouroboros.observe.describe import (
     NOT_RUNNING,
     ZONE_STYLE,
@@ -42,7 +43,6 @@ from ouroboros.observe.plan_view import plan_status
 from ouroboros.observe.shown import age as _age
 from ouroboros.observe.shown import duration, feature_rows
 from ouroboros.sinks import events as summary
-from ouroboros.state.records import wall_time
 
 if TYPE_CHECKING:
     from ouroboros.ground.config import Settings
@@ -135,7 +135,7 @@ def _left(limit: float | None, used: float, show: Callable[[float], str]) -> str
 
 
 def _elapsed(figures: StatusFigures) -> float:
-    """The run's wall time (`records.wall_time`): up to now while it runs; up to its newest
+    """The run's wall time (`timestamps.wall_time`): up to now while it runs; up to its newest
     record once it ended or is not running (killed): the same from `status.json` and the
     journal, whenever it is read."""
     run = figures.run

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from ouroboros.ground.jsonl import JsonlReader, offset_of_last
 from ouroboros.ground.state_folder import EVENTS, USAGE
-from ouroboros.observe.describe import describe
+from ouroboros.observe.describe import makes_line
 from ouroboros.sinks.events import Terminal
 
 POLL_S = 0.25
@@ -138,7 +138,7 @@ class TailOptions:
         line): what `lines` counts."""
         if record.get("kind") == "tool_call":
             return self.as_json or self.tools
-        return self.as_json or describe(record) is not None
+        return self.as_json or makes_line(record)
 
 
 FOLLOW_BACKLOG = 10

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import stat
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pathlib import Path
 from ouroboros.ground.errors import RunError
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.state_folder import INBOX
-from ouroboros.state.records import now_iso
+from ouroboros.ground.timestamps import now_iso
 
 MAX_MESSAGE_BYTES = 16_384
 """A message is guidance for the next step, not a document: a longer one is refused (give the
@@ -89,7 +88,7 @@ def post(state_dir: Path, text: str) -> Letter:
             f"the message is {size:,} bytes, more than {MAX_MESSAGE_BYTES:,}: write it to a "
             "file in the workspace and tell the agent to read it"
         )
-    letter = Letter(f"{time.time_ns():020d}-{secrets.token_hex(4)}", text, now_iso())
+    letter = Letter(f"{time.time_ns():020d}-{os.urandom(4).hex()}", text, now_iso())
     body = json.dumps({"sent_at": letter.sent_at, "text": text}).encode()
     leave(state_dir / INBOX, f"{letter.message_id}{SUFFIX}", body)
     return letter

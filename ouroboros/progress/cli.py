@@ -16,7 +16,8 @@ from ouroboros.observe.describe import stdout_console
 from ouroboros.operator.inbox import NotAMessage
 from ouroboros.progress import tasks
 from ouroboros.progress.records import Task
-from ouroboros.progress.view import counted, folded
+from ouroboros.progress.standing import counted, waiting
+from ouroboros.progress.view import folded
 
 
 def task_command(
@@ -43,7 +44,7 @@ def task_list(state_dir: Path) -> int:
         )
         out.print(escape(printable(said)), soft_wrap=True)
     pending = 0
-    for source in tasks.waiting(state_dir):
+    for source in waiting(state_dir):
         try:
             for task in tasks.read(state_dir, source):
                 pending += 1

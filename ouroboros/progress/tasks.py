@@ -23,15 +23,14 @@ from ouroboros.ground.state_folder import TASKS
 from ouroboros.operator.inbox import (
     NotAMessage,
     leave,
-    listed,
     read_in,
     read_regular,
     remove_in,
     set_aside_in,
 )
 from ouroboros.progress.records import Task
+from ouroboros.progress.standing import SUFFIX
 
-SUFFIX = ".json"
 TEXT_CHARS = 500
 """A task is a line of work; the agent is shown its first `plan.TEXT_CHARS`."""
 MAX_TASKS = 100_000
@@ -69,11 +68,6 @@ def post(state_dir: Path, tasks: list[Task]) -> str:
     body = json.dumps([t.model_dump() for t in tasks]).encode()
     leave(state_dir / TASKS, f"{source}{SUFFIX}", body)
     return source
-
-
-def waiting(state_dir: Path) -> list[str]:
-    """The files of tasks not yet taken, oldest first."""
-    return listed(state_dir / TASKS, SUFFIX)
 
 
 def read(state_dir: Path, source: str) -> list[Task]:

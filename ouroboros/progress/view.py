@@ -7,16 +7,17 @@ show the one `Progress` and say an item's standing in the same words (`ItemState
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from ouroboros.ground.state_folder import JOURNAL
 from ouroboros.observe.shown import Describe, Shown, age, table
 from ouroboros.observe.svg import escape
-from ouroboros.progress import tasks
-from ouroboros.progress.records import NOT_CHECKED, Progress
-from ouroboros.state.journal import fold
+from ouroboros.progress.standing import counted, standing, waiting
+
+if TYPE_CHECKING:
+    from ouroboros.progress.records import Progress
 
 MAX_ROWS = 200
 
@@ -49,18 +50,12 @@ DESCRIBED: dict[str, tuple[str, Describe]] = {
 
 def folded(state_dir: Path) -> Progress:
     """The run's checked progress, its journal folded (none before a run)."""
+    # Here, not at the top: `tail` and `status` import this module, and fold no journal.
+    from ouroboros.progress.records import Progress
+    from ouroboros.state.journal import fold
+
     journal = state_dir / JOURNAL
     return fold(journal)[0].part(Progress) if journal.exists() else Progress()
-
-
-def counted(passing: int, total: int, failing: int, unchecked: int) -> str:
-    """How many items pass, fail and are not checked yet, as `status` and `task list` say it."""
-    said = f"{passing:,} of {total:,} checked items pass"
-    if failing:
-        said += f", {failing:,} fail"
-    if unchecked:
-        said += f", {unchecked:,} {NOT_CHECKED}"
-    return said
 
 
 def progress_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tuple[str, Text]]:
@@ -78,7 +73,7 @@ def progress_rows(run: dict[str, Any], now: float, state_dir: Path) -> list[tupl
         if said.get("quiet"):
             text.append(f"\n{said['quiet']} session(s) without a new pass", style="yellow")
         rows.append(("progress", text))
-    if pending := tasks.waiting(state_dir):
+    if pending := waiting(state_dir):
         rows.append(("tasks", Text(f"{len(pending)} file(s) of tasks pending")))
     return rows
 
@@ -145,11 +140,6 @@ def progress_section(state_dir: Path) -> str:
             "<code>task list</code> lists every task.</p>"
         )
     return said + table("progress", head, rows)
-
-
-def standing(word: str, last: str) -> str:
-    """An item's standing with why it fails (its exit and last line)."""
-    return f"{word} ({last})" if word == "fails" and last else word
 
 
 def as_utc(ts: str) -> str:

@@ -18,6 +18,7 @@ from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from ouroboros.ground.timestamps import wall_time
 from ouroboros.model import reply_reader, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
 from ouroboros.model.tool_protocol import (
@@ -43,7 +44,6 @@ from ouroboros.state.records import (
     MessageRecord,
     ToolRun,
     ToolStarted,
-    wall_time,
 )
 from ouroboros.tools import ToolOutcome, Tools
 from ouroboros.tools.builtin import finish_summary

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ouroboros.server.view import exit_text
 from ouroboros.state.fold import Part, RunState
 from ouroboros.state.records import Record, Starting
 
@@ -39,11 +40,6 @@ class ServerExited(Record):
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
         return [(self.kind, self.model_dump(exclude={"v", "ts", "kind"}))]
-
-
-def exit_text(line: dict[str, Any]) -> str:
-    how = f"killed by {line['signal']}" if line.get("signal") else f"exit status {line.get('code')}"
-    return f"{how} after {line.get('up_s', 0):g} s"
 
 
 @dataclass

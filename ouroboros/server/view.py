@@ -10,9 +10,14 @@ from rich.text import Text
 
 from ouroboros.ground.printable import printable
 from ouroboros.observe.shown import Shown, age, table
-from ouroboros.server.records import exit_text
 
 MAX_ROWS = 100
+
+
+def exit_text(line: dict[str, Any]) -> str:
+    """How the server stopped, and after how long (a `server_exited` event, or the record)."""
+    how = f"killed by {line['signal']}" if line.get("signal") else f"exit status {line.get('code')}"
+    return f"{how} after {line.get('up_s', 0):g} s"
 
 
 def started_text(r: dict[str, Any]) -> str:

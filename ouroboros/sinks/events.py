@@ -18,6 +18,10 @@ folding the journal. Made from the events a record makes and the state folded so
 `update` that `status` folds the journal with when the file is missing, older than the journal's
 last record (a kill between the two writes) or of another format. Written atomically (a crash
 leaves the old one or the new one).
+
+Light to import: `tail` and `status` print through `Terminal` and read `status.json`, and fold
+no record; what makes events of records, and the fold, are imported where a record is written
+or the journal folded.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
@@ -36,9 +40,10 @@ from ouroboros.ground.errors import unwritable
 from ouroboros.ground.jsonl import JsonlReader, JsonlWriter, last_line
 from ouroboros.ground.state_folder import EVENTS, JOURNAL, SUMMARY, USAGE
 from ouroboros.observe.describe import call_line, describe, line_width
-from ouroboros.sinks.record_events import USAGE_KIND, events_of
-from ouroboros.state.fold import RunState
-from ouroboros.state.records import JOURNAL_RECORD, JournalRecord
+
+if TYPE_CHECKING:
+    from ouroboros.state.fold import RunState
+    from ouroboros.state.records import JournalRecord
 
 
 class EventLog:
@@ -69,6 +74,8 @@ class EventLog:
         record: JournalRecord,
         state: RunState,
     ) -> None:
+        from ouroboros.sinks.record_events import USAGE_KIND, events_of  # see the module's doc
+
         made = events_of(record, state)
         for event in made:
             self.seq += 1
@@ -280,6 +287,10 @@ def read(state_dir: Path) -> dict[str, Any] | None:
 def folded(state_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """`status.json` as the run would have written it, folded from its journal alone; and the
     journal's problems (lines skipped)."""
+    from ouroboros.sinks.record_events import events_of  # see the module's doc
+    from ouroboros.state.fold import RunState
+    from ouroboros.state.records import JOURNAL_RECORD
+
     data: dict[str, Any] = {"format": SUMMARY_FORMAT}
     state = RunState()
     reader = JsonlReader(state_dir / JOURNAL)

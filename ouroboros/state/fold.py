@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from ouroboros.context.mask import cut_off_reply
 from ouroboros.context.tokens import Ledger, PrefillTally, raw_estimate
 from ouroboros.context.view import ContextView
+from ouroboros.ground import plugins
 from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import AssistantMessage, Message, UserMessage
 from ouroboros.state.loop_tally import LoopTally, SessionLoops, session_calls
@@ -60,8 +61,6 @@ rest of the run (resumes too)."""
 class ProtocolTally:
     switch_reason: str | None = None
     """Why `auto` went over to the text protocol; None while it is native."""
-    streak: int = 0
-    """Replies in a row with no structured call whose text held one (`calls_from_text`)."""
     from_text: dict[str, int] = field(default_factory=dict)
     """Calls read from a reply's text, by the format they were written in."""
 
@@ -70,9 +69,7 @@ class ProtocolTally:
             return
         written = record.calls_from_text
         if written is None:
-            self.streak = 0
             return
-        self.streak += 1
         self.from_text[written] = self.from_text.get(written, 0) + len(record.message.tool_calls)
 
     def notice(self, record: Notice) -> None:
@@ -139,7 +136,8 @@ def is_switch(record: Notice) -> bool:
 
 class Part:
     """A feature's share of the run's state (its folder declares it; `ouroboros/features.py`
-    imports it): one instance in every `RunState`, shown every record after the core has
+    names its module, imported before a state is made): one instance in every `RunState`, shown
+    every record after the core has
     folded it. What a session start resets, it resets when shown the `SessionStart`: a snapshot
     keeps the whole part as it stands right after one. A subclass is a dataclass, every field
     with a default."""
@@ -175,8 +173,15 @@ PARTS: list[type[Part]] = []
 P = TypeVar("P", bound=Part)
 
 
+def parts() -> tuple[type[Part], ...]:
+    """Every feature's part, their modules imported first (`ground/plugins.py`), by module: the
+    order they fold in and a snapshot saves them in, whichever was imported first."""
+    plugins.import_all(plugins.RECORDS)
+    return tuple(sorted(PARTS, key=lambda part: part.__module__))
+
+
 def new_parts() -> dict[str, Part]:
-    return {part.__name__: part() for part in PARTS}
+    return {part.__name__: part() for part in parts()}
 
 
 @dataclass
@@ -187,7 +192,7 @@ class RunState:
     started_at: float | None = None
     last_ts: str | None = None
     """When the newest record was written: where the wall clock of a run that stopped stopped
-    (`records.wall_time`)."""
+    (`timestamps.wall_time`)."""
     session: int = 0
     session_open: bool = field(default=False, metadata=SESSION)
     session_turns: int = field(default=0, metadata=SESSION)

@@ -1,6 +1,7 @@
 """The journal's records, typed: one record per line of `journal.jsonl`; here the core's, the
 features' in their folders (each kind registers itself in `KINDS` as its class is defined, and
-the journal is read by kind: `JOURNAL_RECORD`), and the reasons and kinds they name.
+the journal is read by kind: `JOURNAL_RECORD`, which imports the features' records before it
+reads one: `ground/plugins.py`), and the reasons and kinds they name.
 
 A run is a fold over the records (`fold.py`); what people read (`events.jsonl`,
 `token_usage.jsonl`, the terminal) is derived from them as they are appended (`events.py`).
@@ -11,7 +12,6 @@ an older version folds the same way.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, Union, cast, get_args
 
@@ -19,18 +19,16 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from ouroboros.context.plan import PlanItem
 from ouroboros.context.tokens import CallFigures, Measurement
+from ouroboros.ground import plugins
 from ouroboros.ground.figures import RunLimits, WindowFigures
 from ouroboros.ground.messages import Message, UserMessage
+from ouroboros.ground.timestamps import now_iso
 
 SCHEMA_VERSION = 2
 """Written in every line. 1: before typed records (folds the same)."""
 
 KINDS: dict[str, type[Record]] = {}
 """Every record class, by the `kind` it is written with."""
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class Record(BaseModel):
@@ -71,14 +69,15 @@ class Record(BaseModel):
 
 
 class JournalParser:
-    """Reads a journal line as the record its `kind` names, among those registered when it is
-    read (one discriminated union, rebuilt when a kind joins)."""
+    """Reads a journal line as the record its `kind` names, the features' kinds imported first
+    (one discriminated union, rebuilt when a kind joins)."""
 
     def __init__(self) -> None:
         self._adapter: TypeAdapter[Any] | None = None
         self._kinds = 0
 
     def _current(self) -> TypeAdapter[Any]:
+        plugins.import_all(plugins.RECORDS)
         if self._adapter is None or self._kinds != len(KINDS):
             union: Any = Union[tuple(KINDS.values())]  # noqa: UP007
             self._adapter = TypeAdapter(Annotated[union, Field(discriminator="kind")])
@@ -93,16 +92,6 @@ class JournalParser:
 
 
 JOURNAL_RECORD = JournalParser()
-
-
-def wall_time(started_at: float | None, now: float, stopped_at: str | None = None) -> float:
-    """A run's wall time, the one definition its limit and `status` share: from its first start
-    to `now` while it runs; once it stopped (ended, or killed), to its newest record
-    (`stopped_at`, an ISO timestamp), whoever reads it and whenever."""
-    if started_at is None:
-        return 0.0
-    end = now if stopped_at is None else datetime.fromisoformat(stopped_at).timestamp()
-    return max(0.0, end - started_at)
 
 
 class EndReason(StrEnum):

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError, create_model
 from ouroboros.context.view import ContextView
 from ouroboros.ground.jsonl import storage
 from ouroboros.ground.messages import Message
-from ouroboros.state.fold import PARTS, RunState
+from ouroboros.state.fold import RunState, parts
 
 SNAPSHOT_FORMAT = 5
 """5: the features' parts by name (an older snapshot is ignored: the whole journal is
@@ -50,19 +50,19 @@ RUN_FIELDS.remove("parts")
 
 
 @cache
-def shape(parts: tuple[type, ...]) -> str:
-    """The names of what a snapshot saves: the run's fields, and each part's."""
-    names = [*RUN_FIELDS, *(f"{part.__name__}.{f.name}" for part in parts for f in fields(part))]
+def shape(saved: tuple[type, ...]) -> str:
+    """The names of what a snapshot saves: the run's fields, and each of the `saved` parts'."""
+    names = [*RUN_FIELDS, *(f"{part.__name__}.{f.name}" for part in saved for f in fields(part))]
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
 @cache
-def snapshot_model(parts: tuple[type, ...]) -> type[Saved]:
-    """A snapshot with the run's fields of `RunState` and the features' `parts` (those
+def snapshot_model(saved: tuple[type, ...]) -> type[Saved]:
+    """A snapshot with the run's fields of `RunState` and the features' `saved` parts (those
     registered: a feature loaded later makes another)."""
     hints = get_type_hints(RunState)
     run: dict[str, Any] = {name: (hints[name], ...) for name in RUN_FIELDS}
-    run |= {part.__name__: (part, ...) for part in parts}
+    run |= {part.__name__: (part, ...) for part in saved}
     saved_run = create_model("SavedRun", **run)
     return create_model("Snapshot", __base__=Saved, run=(saved_run, ...))
 
@@ -75,8 +75,8 @@ def save(journal: Path, state: RunState, offset: int, lines: int, last_line: byt
     """Replace the snapshot (atomically: a crash leaves the old one or the new one) with
     `state` as it is right after the session start record `last_line`."""
     run: dict[str, Any] = {name: getattr(state, name) for name in RUN_FIELDS}
-    snap = snapshot_model(tuple(PARTS))(
-        shape=shape(tuple(PARTS)),
+    snap = snapshot_model(parts())(
+        shape=shape(parts()),
         offset=offset,
         lines=lines,
         line_sha256=hashlib.sha256(last_line).hexdigest(),
@@ -107,17 +107,17 @@ def load(journal: Path) -> tuple[RunState, int, int] | None:
     """The state the snapshot holds, with the offset and line count it folds; None when there
     is none that belongs to this journal."""
     try:
-        snap = snapshot_model(tuple(PARTS)).model_validate_json(snapshot_path(journal).read_bytes())
+        snap = snapshot_model(parts()).model_validate_json(snapshot_path(journal).read_bytes())
         with journal.open("rb") as f:
             f.seek(max(0, snap.offset - snap.line_bytes))
             line = f.read(snap.line_bytes)
     except (OSError, ValidationError):
         return None
-    if (snap.format, snap.shape) != (SNAPSHOT_FORMAT, shape(tuple(PARTS))):
+    if (snap.format, snap.shape) != (SNAPSHOT_FORMAT, shape(parts())):
         return None
     if hashlib.sha256(line).hexdigest() != snap.line_sha256:
         return None
     run = {name: getattr(snap.run, name) for name in RUN_FIELDS}  # type: ignore[attr-defined]
-    parts = {part.__name__: getattr(snap.run, part.__name__) for part in PARTS}  # type: ignore[attr-defined]
-    state = RunState(**run, parts=parts, session_open=True, view=ContextView(snap.messages))
+    kept = {part.__name__: getattr(snap.run, part.__name__) for part in parts()}  # type: ignore[attr-defined]
+    state = RunState(**run, parts=kept, session_open=True, view=ContextView(snap.messages))
     return state, snap.offset, snap.lines
