@@ -43,7 +43,8 @@ from ouroboros.server.pidfile import (
     kill_orphan,
     write_mark,
 )
-from ouroboros.server.records import ServerExited, ServerStarted, exit_text
+from ouroboros.server.records import ServerExited, ServerStarted
+from ouroboros.server.view import exit_text
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Notice, Record
