@@ -234,7 +234,7 @@ def test_a_reply_cut_off_is_told_so_where_it_was_cut(schemas: list[dict[str, Any
 
 
 def recorded() -> list[dict[str, Any]]:
-    found = []
+    found: list[dict[str, Any]] = []
     for path in sorted(REPLIES.glob("*.jsonl")):
         with path.open() as lines:
             found.extend(json.loads(line) for line in lines if line.strip())

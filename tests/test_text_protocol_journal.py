@@ -1,7 +1,7 @@
 """What a run keeps of a reply read as text (`model/tool_protocol.py`), in the process
 (`run_here`): turns the model made up after a stop token are neither journalled nor sent back,
 in either protocol; arguments over `llm.max_tool_argument_bytes` are kept in neither the call nor
-the text; a reply with no call read from text breaks `auto`'s streak; and what the budget counts
+the text; and what the budget counts
 of the text protocol is the tools' description the system message carries."""
 
 from __future__ import annotations
@@ -92,16 +92,6 @@ def test_arguments_over_the_cap_are_kept_in_neither_the_call_nor_the_text(
     assert not (project.workspace / "a.txt").exists()
     (sent,) = sent_replies(ran.chat_requests()[1])
     assert sent == reply.content  # one action, as journalled
-
-
-def test_a_reply_with_no_call_read_from_text_breaks_autos_streak(project: Project) -> None:
-    """Three replies in a row: two, then prose, then two more is no reason to go over."""
-    plain = Reply(text="Let me think about what to do next.")
-    script = [Reply(text=HERMES_LS)] * 2 + [plain] + [Reply(text=HERMES_LS)] * 2 + [FINISH]
-    ran = run_here(project, script, llm={"tool_protocol": "auto"})
-    assert ran.returncode == 0, ran.stderr
-    assert ["tools" in b for b in ran.chat_requests()] == [True] * 6
-    assert not [e for e in project.events("warning") if "text protocol" in e["message"]]
 
 
 def test_the_text_protocols_fixed_part_is_the_tools_description_it_sends(tmp_path: Any) -> None:

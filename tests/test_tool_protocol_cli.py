@@ -4,9 +4,11 @@ to the text protocol and says so once, `native` stops with one line that says wh
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from ouroboros.model.scripted import Reply, ScriptedServer, without_tools
+from ouroboros.model.scripted import Reply, ScriptedServer, tool, without_tools
 from tests.conftest import Project
 
 pytestmark = pytest.mark.slow  # every test here runs `python -m ouroboros`
@@ -59,13 +61,21 @@ def test_native_stops_on_the_refusal_with_one_line_naming_the_setting(project: P
 def test_the_switch_to_text_is_no_loss_of_the_servers_prompt_cache(project: Project) -> None:
     """Going over to text changes the start of the prompt (the system message, no schemas): the
     server processes it again once, which is the switch, not a server that drops its cache."""
-    written = '<tool_call>{"name": "shell_exec", "arguments": {"command": "ls"}}</tool_call>'
-    script = [Reply(text=written)] * 3 + [Reply(text="```bash\nls\n```")] * 3 + ACTIONS[1:]
-    with ScriptedServer(script, dialect="llama", n_ctx=8192) as server:
+    native = [Reply(tool_calls=[tool("shell_exec", command="ls")])] * 3
+    replies = iter([*native, *[Reply(text="```bash\nls\n```")] * 3, *ACTIONS[1:]])
+    asked = 0
+
+    def respond(body: dict[str, Any]) -> Reply:
+        """Tools taken three times, then refused (a model swapped for one without them)."""
+        nonlocal asked
+        asked += 1
+        return without_tools(lambda _: next(replies))(body) if asked > 3 else next(replies)
+
+    with ScriptedServer(respond, dialect="llama", n_ctx=8192) as server:
         project.configure(server.url, llm={"tool_protocol": "auto"})
         done = project.run("run")
         requests = server.chat_requests()
     assert done.returncode == 0, done.stderr
-    assert ["tools" in r for r in requests] == [True] * 3 + [False] * 4
+    assert ["tools" in r for r in requests] == [True] * 4 + [False] * 4
     assert not [w for w in project.events("warning") if "swa-full" in w["message"]]
     assert [u["cached_tokens"] > 0 for u in project.usage()][-2:] == [True, True]

@@ -26,10 +26,12 @@ no longer strict (a strict reader answered a small model's every reply "use the 
 model copied the answer). Calls read from the text are marked with the format they came in
 (`calls_from_text`); the text as written is journalled beside the reply (`written`).
 
-`auto` is native until the server refuses tools (`REFUSES_TOOLS`), the server says the model's
-template cannot render them, or the model has written its calls as text `TEXT_STREAK` replies
-in a row; then it is text for the rest of the run, said once in a warning the fold keeps
-(`fold.SWITCH`).
+`auto` is native until the server refuses tools (`REFUSES_TOOLS`) or says the model's template
+cannot render them; then it is text for the rest of the run, said once in a warning the fold
+keeps (`fold.SWITCH`). A model that writes its calls as text under a template that renders
+tools stays native: the reader reads them there as well, and a switch would change the start
+of every prompt, the form the model sees its calls in, and put the text protocol's examples
+before a model that copies them.
 
 Of a reply, the harness records and runs only what holds whatever the server sent; every
 finding is a journal record (`Notice`, `Refused`), never a line aside:
@@ -372,8 +374,6 @@ def call_figures(
 
 # --- The protocol in force, between a session and the model.
 
-TEXT_STREAK = 3
-"""Replies in a row whose calls were read from their text before `auto` goes over to text."""
 REFUSES_TOOLS = re.compile(
     r"does not support tools"  # Ollama, HTTP 400, for a model whose template has no tools
     r"|tool choice requires --enable-auto-tool-choice"  # vLLM, HTTP 400, without a tool parser
@@ -457,11 +457,6 @@ class ProtocolModel:
             return
         if not self.renders_tools:
             self._switch("the server says the model's chat template cannot render tools")
-        elif state.protocol.streak >= TEXT_STREAK:
-            self._switch(
-                f"the model wrote its tool calls as text {state.protocol.streak} replies in a "
-                "row instead of calling the tools"
-            )
 
     def _switch(self, why: str) -> None:
         self.journal.notify(
