@@ -227,6 +227,8 @@ class ManagedServer:
                 f"{what_happened(unanswered)}; its output is in "
                 f"{self.log.path}"
             )
+        # Either rule gives up at max_restarts + 1 starts: older ones can never count.
+        del self.starts[: -(settings.max_restarts + 1)]
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[Start]:
