@@ -1,6 +1,6 @@
-"""A real llama-server with a tiny model, for trying ouroboros without Ollama and for the tests.
+"""A real llama-server with small models, for trying ouroboros without Ollama and for the tests.
 
-    python scripts/real_server.py install            # build llama-server (~11 min), fetch the models
+    python scripts/real_server.py install            # build llama-server (~11 min), get models
     python scripts/real_server.py install --rebuild  # build it again (for example after a move)
     python scripts/real_server.py config [--ctx 4096] [--port N] [--model instruct|base|FILE]
                                          [-- LLAMA-SERVER ARGS...]
