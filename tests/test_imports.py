@@ -43,3 +43,25 @@ def test_status_and_tail_read_a_run_without_its_records_or_pydantic(project: Pro
         assert not [m for m in modules if m.endswith(".records")], command
     # `status` shows every feature's rows: their views are there, light.
     assert {f"ouroboros.{feature}.view" for feature in FEATURES} <= modules
+
+
+def test_the_features_parts_come_in_one_order_whatever_was_imported_first() -> None:
+    """A snapshot saves the parts by their order (its `shape`): a resume whose command imported
+    another feature first must still read the one the run wrote."""
+    orders = set()
+    for first in FEATURES:
+        code = (
+            f"import ouroboros.{first}.records\n"
+            "from ouroboros.state.fold import parts\n"
+            "from ouroboros.state.snapshot import shape\n"
+            "print(shape(parts()), [p.__name__ for p in parts()])"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
+            check=True,
+        )
+        orders.add(ran.stdout.strip())
+    assert len(orders) == 1, orders
