@@ -10,10 +10,10 @@ harness, checked after each run.
 Each task is a folder of `bench/tasks/` (or `--tasks-dir`): `purpose.md` (what a user writes
 into the `# Purpose` section of the project's `SYSTEM_PROMPT.md` template), `workspace/` (the
 files the agent starts with) and `check` (a `sh` script run in the workspace after the run: exit
-0 is a pass). The check is also given to the run as an operator's task (`task add NAME --check "sh
-.../check"`), as a user who has one would: the harness runs it at each session's end and
-refuses a `finish` while it fails. A run is `python -m ouroboros run` in a project of its own
-whose config is what
+0 is a pass). The check is also given to the run as an operator's task (`task add NAME
+--check "$(cat check)"`), as a user who has one would: the harness runs it after writes, at
+each session's end and at `finish`, which it refuses while the check fails. A run is
+`python -m ouroboros run` in a project of its own whose config is what
 `scripts/real_server.py config --model instruct` prints (`[server]` starts llama-server on
 Qwen2.5-Coder-0.5B-Instruct), with `llm.seed` set to the run's seed, bounded in model calls and
 wall time. The baseline
@@ -143,11 +143,12 @@ def project(task: Task, where: Path, window: int, seed: int) -> Path:
     )
     (where / "config.toml").write_text(server + bounds)
     # The check is given to the run too, as a user who has one would: the harness then refuses a
-    # `finish` while it fails. It lies outside the workspace, where the agent cannot change it.
-    shutil.copy(task.folder / "check", where / "check")
+    # `finish` while it fails. As its command, not a script's path: the opening shows it, and a
+    # folder named there is taken for the place to work in.
+    command = (task.folder / "check").read_text().strip()
     subprocess.run(
         [sys.executable, "-m", "ouroboros", "--config", "config.toml", "task", "add", task.name,
-         "--check", f"sh {where / 'check'}"],
+         "--check", command],
         cwd=where, check=True, capture_output=True,
     )  # fmt: skip
     return where
