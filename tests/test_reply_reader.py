@@ -255,3 +255,15 @@ def test_a_real_models_reply_is_read_as_recorded(reply: dict[str, Any]) -> None:
     if "told" in reply:
         assert told is not None
         assert reply["told"] in told, told
+
+
+def test_what_follows_the_last_call_is_not_kept_in_the_conversation() -> None:
+    """A small model goes on after its call with a result it makes up, or the same call to the
+    output limit: sent back every turn, that would be copied and fill the window."""
+    text = (
+        'I will read it.\n{"name": "file_read", "arguments": {"path": "a"}}\n'
+        "The file says hello.\n" + '{"name": "file_read", "arguments": {"path": "a"}\n' * 20
+    )
+    found = read_reply(text, False, TOOLS, False, True)
+    assert [c.name for c in found.calls] == ["file_read"]
+    assert found.text == "I will read it."

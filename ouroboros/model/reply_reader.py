@@ -22,7 +22,9 @@ So every call written is read, in order, and run (`llm.max_tool_calls_per_reply`
   none of them is an unknown tool: not run, and answered with the real list and one example.
 - The same call twice in one reply runs once: a small model repeats a line it likes.
 - What is read from the text is taken out of it (a call is kept as the call, not twice), and
-  reasoning left open (`<think>`) or a block the output limit cut is never read.
+  so is what follows the last call (made-up results, the same call to the output limit); the
+  journal keeps the reply as written. Reasoning left open (`<think>`) or a block the output
+  limit cut is never read.
 
 What the model is told goes in a user message (`Reading.told`), never in the assistant's place:
 nothing the harness writes may look like something the model said, since it would be copied.
@@ -219,7 +221,10 @@ def read_reply(
                 form = "bash"
     if text_protocol and form == "fenced_json":
         form = "json_action"
-    return Reading(tuple(calls), form, _without(readable, taken) if calls else text, tuple(unknown))
+    # What follows the last call is no part of it: a small model goes on with results it makes
+    # up, or the same call again and again to the output limit; kept, it is sent back every turn.
+    kept = readable[: max(end for _, end in taken)] if taken else readable
+    return Reading(tuple(calls), form, _without(kept, taken) if calls else text, tuple(unknown))
 
 
 def _without(text: str, spans: list[tuple[int, int]]) -> str:

@@ -177,14 +177,16 @@ class FinishArgs(ToolArgs):
     """Only when the whole task is done: end the run for good, with a summary of what was done
     and where the results are."""
 
-    summary: str
+    summary: str = ""
+    """Optional: a small model calls `finish` with no arguments, and a refusal for that is a
+    loop (it calls it again, the same way)."""
 
 
 class Finish(Tool):
     name, args = "finish", FinishArgs
 
     async def run(self, args: FinishArgs, context: ToolContext) -> Output:
-        return Output(f"run finished: {args.summary}", finished=args.summary)
+        return Output(f"run finished: {args.summary or 'no summary'}", finished=args.summary)
 
 
 def finish_summary(call: ToolCall) -> str:
