@@ -93,9 +93,13 @@ def test_a_session_that_redoes_the_previous_one_is_caught_at_its_fifth_call(
     work = [shell(f"echo step {n}") for n in range(5)]
     ran = run_here(project, [*work, *work, FINISH], session={"max_turns": 5})
     assert caught(project) == [("session_repeat", 1)]
-    [nudged] = told_at(ran)
-    assert "Session 2." in json.dumps(ran.chat_requests()[nudged - 6]["messages"])
     assert [s["session"] for s in project.events("session_start")] == [1, 2, 3]
+    # Session 2 ended at its turn limit as the loop was named: session 3 carries none of it
+    # over, and its opening names the loop in one line.
+    third = next(b for b in ran.chat_requests() if "Session 3." in json.dumps(b))
+    opening = third["messages"][1]["content"]
+    assert "after going in circles (this session redid the previous session's calls" in opening
+    assert [m["role"] for m in third["messages"]] == ["system", "user"]
 
 
 @pytest.mark.slow
@@ -141,3 +145,25 @@ def test_the_escalation_goes_on_across_resumes(project: Project) -> None:
     assert caught(project) == [("repeat", 1), ("repeat", 2), ("repeat", 1), ("repeat", 3)]
     assert [e["reason"] for e in project.events("run_end")][-1] == "stuck"
     assert len(model.chat_requests()) == 14
+
+
+def test_a_restart_for_a_loop_carries_none_of_it_and_names_it_without_its_words(
+    project: Project,
+) -> None:
+    """A small model copies what it sees: the session after a loop starts from the task and one
+    line naming the loop, with no step of the last session and none of the words it repeated."""
+    said = "I will now think very hard about the task before I act on it."
+    ran = run_here(
+        project,
+        [Reply(text=said)] * 8 + [FINISH],
+        loops={"max_loops": 2},
+        supervisor={"max_total_turns": 9},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert [e["reason"] for e in project.events("session_end")][:1] == ["loop"]
+    second = next(b for b in ran.chat_requests() if "Session 2." in json.dumps(b))
+    assert [m["role"] for m in second["messages"]] == ["system", "user"]
+    opening = second["messages"][1]["content"]
+    assert "going in circles (you gave 3 replies without a tool call)" in opening
+    assert said not in opening
+    assert "Your task:" in opening

@@ -71,14 +71,18 @@ def restart_marker(
     actions: list[str],
     detail: str = "",
     task: str | None = None,
+    looped: str | None = None,
 ) -> str:
+    """`looped`: the loop the session was told of (`loop_line`), whatever ended it."""
     why = {
         "context_full": "the context was full",
         "context_overflow": "the prompt no longer fitted the server's window",
         "max_turns": "it reached its turn limit",
-        "loop": f"it was going in circles ({detail})",
+        "loop": f"it was going in circles ({looped or detail})",
         "rewound": "the operator rewound the workspace",
     }.get(reason, reason)
+    if looped and reason != "loop":
+        why += f", after going in circles ({looped})"
     carried_text = (
         f"The last {carried} messages of that session follow."
         if carried

@@ -122,12 +122,12 @@ class Supervisor:
         await window.reread(self.parts.server, self.journal, self.settings)
         self.parts = self.parts.fitted(state.window)
         # A session that could not make one turn with what it carried: the next carries nothing.
-        # Nor does one after a loop: its last steps are the loop, and a model that copies what
-        # it sees would go round it again from the first reply.
+        # Nor does one after a loop, whatever ended it (a loop fills the context too): its last
+        # steps are the loop, and a model that copies what it sees goes round it again.
         system = self.system_message()
         carried = (
             state.session_turns
-            and state.ended_reason != EndReason.LOOP
+            and state.session_loops.named is None
             and all(f.opening(state)[1] for f in self.parts.features)
         )
         carry = await self.carryover(state.messages, system) if carried else []
@@ -193,7 +193,7 @@ class Supervisor:
             first = prompts.first_message(task)
         else:
             # A loop's last actions are the loop: one line names it, without its words.
-            loop = state.session_loops.winding if reason == EndReason.LOOP else None
+            loop = state.session_loops.named
             ambient = self.settings.context.ambient_actions
             first = prompts.restart_marker(
                 number,
@@ -201,8 +201,9 @@ class Supervisor:
                 reason,
                 len(carried),
                 [] if loop else recent_actions(state.messages, ambient),
-                prompts.loop_line(loop.loop, loop.evidence) if loop else state.ended_detail,
+                state.ended_detail,
                 task,
+                prompts.loop_line(loop.loop, loop.evidence) if loop else None,
             )
         first += "".join(feature.opening(state)[0] for feature in self.parts.features)
         first += in_opening(state.plan.items)  # whole: its size is capped when it is saved

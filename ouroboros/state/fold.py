@@ -334,9 +334,10 @@ class RunState:
         if (usage := record.usage) is not None:
             self.prefill.add(usage)
             completion = shown = usage.completion_tokens
-            if cut_off:
+            if cut_off or record.written is not None:
                 # What it takes in the prompts after it (a thinking model's reasoning is not
-                # sent back either): the room, and the anchor of the next projection.
+                # sent back either, nor what followed the calls read from a reply's text): the
+                # room, and the anchor of the next projection.
                 calibration = self.ledger.calibration
                 shown = calibration.message_tokens(message)
                 as_sent = max(shown - round(calibration.frame), 0)

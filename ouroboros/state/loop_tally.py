@@ -44,11 +44,13 @@ class SessionLoops:
     """History index from which the detectors look: after the newest loop caught."""
     winding: LoopDetected | None = None
     """The loop the session winds down for, before its restart."""
+    named: LoopDetected | None = None
+    """The newest loop the agent was told of: a restart after it carries no step over."""
     refused: bool = False
     """The server refused one of this session's prompts as too long."""
 
     def caught(self, record: LoopDetected, history_length: int) -> None:
-        self.nudged, self.since = True, history_length
+        self.nudged, self.since, self.named = True, history_length, record
         if record.level == 2:
             self.winding = record
 
