@@ -201,23 +201,27 @@ def test_an_unknown_tool_is_answered_with_the_tools_and_a_harmless_example(
     assert example == {"name": "list_dir", "arguments": {"path": "."}}
 
 
-def test_replies_without_a_call_in_a_row_are_shown_other_examples_none_that_changes_anything(
+def test_replies_without_a_call_in_a_row_are_told_in_other_words_and_shown_no_call_to_copy(
     schemas: list[dict[str, Any]],
 ) -> None:
     shown = [answer("Hello.", False, [], schemas, False, False, 512, streak) for streak in range(4)]
     assert len(set(shown)) == 2, shown  # the same words again teach a copying model nothing
+    first = shown[0]
+    assert first is not None
+    assert "called no tool" in first
+    assert "a file changes only through file_write or shell_exec" in first
     for text in shown:
         assert text is not None
-        assert "called no tool" in text
-        assert not any(name in text.split("For example:")[1] for name in ("file_write", "finish"))
+        assert "file_read, file_write, list_dir, shell_exec" in text
+        assert '"arguments": {"' not in text  # no call to copy as it is
 
 
 def test_the_text_protocol_is_shown_its_own_form(schemas: list[dict[str, Any]]) -> None:
-    told = answer("Hello.", False, [], schemas, True, False, 512, 1)
+    told = answer("```json\n{}\n```", False, ["read"], schemas, True, False, 512)
     assert told is not None
     (block,) = fences(told)
-    assert block.language == "bash"
-    assert block.body == "ls"
+    assert block.language == "json"
+    assert json.loads(block.body) == {"tool": "list_dir", "arguments": {"path": "."}}
 
 
 def test_a_reply_cut_off_is_told_so_where_it_was_cut(schemas: list[dict[str, Any]]) -> None:

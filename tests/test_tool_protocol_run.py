@@ -128,7 +128,7 @@ def test_the_text_protocol_sends_no_tools_and_reads_each_action(project: Project
     # A reply without an action is told the tools, with an example in the protocol's form; one
     # with two runs them in order.
     assert "called no tool" in bodies[2]["messages"][-1]["content"]
-    assert "```json\n{\"tool\": \"list_dir\"" in bodies[2]["messages"][-1]["content"]
+    assert "a file changes only through file_write" in bodies[2]["messages"][-1]["content"]
     ran_last = bodies[3]["messages"][-1]["content"]
     assert ran_last.index("[shell_exec result]") < ran_last.rindex("[shell_exec result]")
     formats = [written for _, written in replies(project)]

@@ -44,11 +44,26 @@ def task_part(task: str | None) -> str:
 CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
 
 
-def no_call(tools: str, example: str) -> str:
-    """A reply without a tool call: nothing happened; the tools, and one call to copy the form
-    of (a different tool each time in a row: the same words again teach a small model nothing)."""
-    shown = f" For example:\n{example}" if example else ""
-    return f"Your reply called no tool, so nothing was done. The tools are: {tools}.{shown}"
+NO_CALL = (
+    "Your reply called no tool, so nothing was done: writing a file's text in a reply changes "
+    "nothing; {writes}. The tools are: {tools}. A call is written "
+    '{{"name": ..., "arguments": {{...}}}}.',
+    "Still no tool call, so still nothing done. Call one of: {tools}.",
+)
+"""What a reply without a call is told, in turn: the same words again teach a small model
+nothing, and an example call is copied as it is, again and again (a small model once called
+`list_dir .` from then on), so none is shown here."""
+
+
+def no_call(tools: list[str], streak: int) -> str:
+    """A reply without a tool call, the `streak`th in a row before it."""
+    writers = [t for t in ("file_write", "shell_exec") if t in tools]
+    writes = (
+        f"a file changes only through {' or '.join(writers)}"
+        if writers
+        else "only a tool call acts"
+    )
+    return NO_CALL[streak % len(NO_CALL)].format(writes=writes, tools=", ".join(tools))
 
 
 def unknown_tool(names: str, tools: str, example: str) -> str:

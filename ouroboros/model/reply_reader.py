@@ -28,9 +28,11 @@ So every call written is read, in order, and run (`llm.max_tool_calls_per_reply`
 
 What the model is told goes in a user message (`Reading.told`), never in the assistant's place:
 nothing the harness writes may look like something the model said, since it would be copied.
-A reply with no call is told what the tools are and shown one example call, a different tool's
-each time in a row (`streak`): the same words again to a model that copies words is no help.
-Examples are calls that change nothing (`EXAMPLES`): one copied as it is does no harm.
+A reply with no call is told that nothing happened, that a file changes only through a tool,
+and what the tools are, in other words each time in a row (`streak`): the same words again to a
+model that copies words is no help, and no example call is shown (one was copied as it is, again
+and again). A call of an unknown tool is shown one example call, of a call that changes nothing
+(`EXAMPLES`): copied as it is, it does no harm.
 An empty reply is not answered at all at first but drawn again (`state.fold.EMPTY_DRAWN_AGAIN`).
 """
 
@@ -271,4 +273,4 @@ def answer(
         if open_one is not None:
             return prompts.cut_in_call(open_one.tool, open_one.size, max_output_tokens)
         return prompts.cut_off_before_a_call(max_output_tokens)
-    return prompts.no_call(listed, examples[streak % len(examples)] if examples else "")
+    return prompts.no_call(tools, streak)
