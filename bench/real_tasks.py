@@ -128,7 +128,7 @@ def check(task: Task, workspace: Path) -> bool:
     return done.returncode == 0
 
 
-def project(task: Task, where: Path, window: int, seed: int) -> Path:
+def project(task: Task, where: Path, window: int, seed: int, protocol: str = "auto") -> Path:
     """A project of the run's own: the task's workspace, the template with its purpose, and the
     newcomer's config with the bench's bounds."""
     shutil.copytree(task.folder / "workspace", where / "workspace")
@@ -136,7 +136,7 @@ def project(task: Task, where: Path, window: int, seed: int) -> Path:
     server = real_server.config(window, real_server.free_port(), ["--threads", "2"], "instruct")
     # The seed is the harness's (`llm.seed`, varied per request): a server's `--seed` would
     # draw a prompt asked again the same way.
-    server = server.replace("[llm]\n", f"[llm]\nseed = {seed}\n", 1)
+    server = server.replace("[llm]\n", f'[llm]\nseed = {seed}\ntool_protocol = "{protocol}"\n', 1)
     bounds = (
         f"\n[supervisor]\nmax_total_turns = {MAX_CALLS}\nmax_wall_time_s = {WALL_S}\n"
         "\n[checkpoints]\nenabled = false\n"
@@ -278,9 +278,11 @@ def own_words(task: Task) -> set[tuple[str, ...]]:
     return set().union(*(ngrams(t) for t in texts))
 
 
-def run_ouroboros(task: Task, window: int, seed: int, keep: Path | None) -> Outcome:
+def run_ouroboros(
+    task: Task, window: int, seed: int, keep: Path | None, protocol: str = "auto"
+) -> Outcome:
     with tempfile.TemporaryDirectory(prefix=f"bench-{task.name}-") as folder:
-        where = project(task, Path(folder), window, seed)
+        where = project(task, Path(folder), window, seed, protocol)
         started = time.monotonic()
         process = subprocess.Popen(
             [sys.executable, "-m", "ouroboros", "--config", "config.toml", "run", "--quiet"],
@@ -307,7 +309,8 @@ def run_ouroboros(task: Task, window: int, seed: int, keep: Path | None) -> Outc
             target = keep / f"{task.name}-{window}-s{seed}"
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(where, target, symlinks=True)
-        return Outcome("ouroboros", task.name, window, seed, passed, stop=stop,
+        harness = "ouroboros" if protocol == "auto" else f"ouroboros ({protocol})"
+        return Outcome(harness, task.name, window, seed, passed, stop=stop,
                        seconds=round(seconds, 1), **figures)  # fmt: skip
 
 
@@ -376,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="", help="comma-separated seeds at 4K (default 1,2,3)")
     parser.add_argument("--windows", default="", help="comma-separated windows (4096,8192)")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--protocol", default="auto", help="llm.tool_protocol of the runs")
     parser.add_argument("--baseline-only", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--keep", type=Path, help="copy each run's project folder here")
@@ -410,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.baseline_only:
         for window, seed in plan:
             for task in chosen:
-                record(run_ouroboros(task, window, seed, args.keep))
+                record(run_ouroboros(task, window, seed, args.keep, args.protocol))
     if not (args.quick or args.no_baseline):
         model = real_server.model_file("instruct")
         server = real_server.RealServer(ctx=min(windows), model=model, extra_args=["--jinja"])
