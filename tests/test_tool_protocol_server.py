@@ -93,10 +93,10 @@ def test_a_text_reply_cut_off_at_the_output_limit_runs_nothing_and_is_told_so(
     assert not (project.workspace / "notes.md").exists()
 
 
-def test_prose_cut_off_at_the_output_limit_is_told_what_an_action_looks_like(
+def test_prose_cut_off_at_the_output_limit_is_told_it_called_no_tool(
     project: Project,
 ) -> None:
-    """No action was begun: what it lacked is the action, not room."""
+    """No action was begun: what it lacked is the call first, not room."""
     script = [Reply(text="Let me think about this task. First", completion_tokens=10**6)]
     with ScriptedServer([*script, TEXT_FINISH], dialect="llama", n_ctx=8192) as server:
         project.configure(server.url, llm={"tool_protocol": "text"})
@@ -104,7 +104,8 @@ def test_prose_cut_off_at_the_output_limit_is_told_what_an_action_looks_like(
         requests = server.chat_requests()
     assert done.returncode == 0, done.stderr
     told = requests[1]["messages"][-1]["content"]
-    assert told.startswith("Your last reply had no action block."), told
+    assert told.startswith("Your last reply was cut off at the output limit"), told
+    assert "before it called a tool, so nothing was run" in told
 
 
 def test_the_switch_to_text_survives_kill_9(project: Project) -> None:
