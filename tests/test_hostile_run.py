@@ -439,7 +439,7 @@ def test_the_live_view_tail_status_and_report_show_no_escape_sequence(project: P
     assert report.returncode == 0, report.stderr
     page = (project.state / "report.html").read_text()
     assert raw_controls(page) == []
-    assert "loading ␛[31mred␛[0m␛[1A␍\\x9b2J␛]52;c;" in page
+    assert "loading ␛[31" in page  # the server's error, in the wait's line (cut as `tail` cuts)
     # --json passes the records through exact: the hostile texts come back unchanged.
     exact = project.run("tail", "--json", "--tools")
     names = [json.loads(line).get("name") for line in exact.stdout.splitlines()]
