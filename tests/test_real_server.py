@@ -1186,29 +1186,3 @@ def test_a_run_starts_llama_server_itself_and_again_after_a_kill_9(tmp_path: Pat
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 
-
-def test_a_reply_cut_off_before_any_call_is_a_placeholder_in_the_next_request(
-    live: Any, proxy: RecordingProxy, tmp_path: Path
-) -> None:
-    """llama-server stops a reply at `max_tokens` (96 here): one with no call in it is shown
-    from the next request on as a placeholder with its start, and journalled whole."""
-    project = make_project(tmp_path / "project", proxy.base_url, llm={"max_output_tokens": 96})
-    essay = "# Purpose\nFirst write a long essay on the history of tea, then use your tools.\n"
-    (project.root / "SYSTEM_PROMPT.md").write_text(essay)
-    result = project.run("run", "--max-turns", "3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    chats, usage = proxy.chats(), project.usage()
-    journal = project.records("journal.jsonl")
-    replies = [r["message"] for r in journal if r["kind"] == "message" and r.get("usage")]
-    cut_off = [
-        n
-        for n, (line, reply) in enumerate(zip(usage, replies, strict=True))
-        if line["finish_reason"] == "length" and not reply["tool_calls"] and reply["content"]
-        if n + 1 < len(chats)
-    ]
-    assert cut_off, "no reply went past 96 tokens without a call before the last: nothing to check"
-    # The first (this small model goes on to copy the placeholder's form into its own replies).
-    first = cut_off[0]
-    sent = [m for m in chats[first + 1].request["messages"] if m["role"] == "assistant"][-1]
-    assert sent["content"].startswith("[reply cut off at the output limit, "), sent
-    assert replies[first]["content"] not in sent["content"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import load_module
-from tests.test_real_server import real_server, skip_unless_ci
+from tests.test_real_server import RecordingProxy, make_project, real_server, skip_unless_ci
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,3 +38,46 @@ def test_the_instruct_model_works_a_task_end_to_end(tmp_path: Path) -> None:
     assert outcome.stop in ("finish", "max_total_turns", "stalled", "stuck"), (outcome, events)
     assert outcome.loop_carried == 0, outcome
     assert '"kind": "tool_call"' in events or '"kind":"tool_call"' in events
+
+
+def test_a_reply_cut_off_before_any_call_is_its_own_first_words_in_the_next_request(
+    tmp_path: Path,
+) -> None:
+    """The instruct model asked for an essay, stopped at `max_tokens` (48): from the next request
+    on the reply is its own first words, never a note of the harness's (the model copied that
+    into every reply after), the explanation in the user message after it; the journal keeps
+    it whole."""
+    model = real_server.model_file("instruct")
+    with real_server.RealServer(ctx=4096, model=model, extra_args=["--jinja"]) as server:
+        proxy = RecordingProxy(server.port)
+        try:
+            project = make_project(
+                tmp_path / "project",
+                proxy.base_url,
+                llm={"max_output_tokens": 48, "model": real_server.INSTRUCT_NAME},
+            )
+            essay = "# Purpose\nFirst write a long essay on the history of tea, in prose.\n"
+            (project.root / "SYSTEM_PROMPT.md").write_text(essay)
+            result = project.run("run", "--max-turns", "3")
+            chats = proxy.chats()
+        finally:
+            proxy.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    usage = project.usage()
+    journal = project.records("journal.jsonl")
+    replies = [r["message"] for r in journal if r["kind"] == "message" and r.get("usage")]
+    cut_off = [
+        n
+        for n, (line, reply) in enumerate(zip(usage, replies, strict=True))
+        if line["finish_reason"] == "length" and not reply["tool_calls"] and reply["content"]
+        if n + 1 < len(chats)
+    ]
+    pairs = zip(usage, replies, strict=True)
+    assert cut_off, [(u["finish_reason"], r["content"][:80]) for u, r in pairs]
+    first = cut_off[0]
+    sent = chats[first + 1].request["messages"]
+    shown = [m for m in sent if m["role"] == "assistant"][-1]["content"]
+    whole = replies[first]["content"]
+    assert whole.startswith(shown.rstrip()), (shown, whole)
+    assert "[reply cut off" not in shown
+    assert "cut off at the output limit" in sent[-1]["content"]
