@@ -19,6 +19,7 @@ from typing import Literal
 
 from ouroboros.context.carryover import fit_step
 from ouroboros.context.mask import round_waits_below
+from ouroboros.context.tokens import Budget
 from ouroboros.context.truncate import shown
 from ouroboros.ground import prompts
 from ouroboros.ground.messages import Message, ToolMessage, UserMessage
@@ -266,33 +267,16 @@ def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[D
     winding = state.wind_down_replies is not None
     now = projected(state, rules)
     if now > budget.prompt_budget:
-        # A promised reply comes before the length of results the model has not seen yet (each
-        # saved whole where its cut marker says): the room was sized on estimates.
-        over = now - budget.prompt_budget
-        cut, freed = cut_unseen(state, over, "wind_down") if winding else (None, 0)
-        if cut is not None and now - freed <= budget.prompt_budget:
-            return [cut]
-        end = End(
-            EndReason.CONTEXT_FULL, f"next prompt ~{now:,} tokens > budget {budget.prompt_budget:,}"
-        )
-        if winding:
-            return [end]
-        missed = Notice(
-            event="wind_down_missed",
-            session=state.session,
-            message="one step went past the hard line and the prompt budget at once: no room was "
-            "left to ask the agent to save its state",
-            details={
-                "projected": now,
-                "hard_line": step.hard_line,
-                "prompt_budget": budget.prompt_budget,
-            },
-        )
-        return [missed, end]
+        return over_budget(state, step, budget, now, winding)
     if winding or not (now >= step.hard_line or state.ledger.truncation_suspected):
         return []
     room = budget.prompt_budget - now
     notice = UserMessage(content=prompts.wind_down(room, turns), origin="wind_down")
+    # The message is in the next prompt too: where it would take that past the budget, the
+    # prompt could not be sent (and a resume, deciding again with it, would end there).
+    asked = now + (state.ledger.calibration.message_tokens(notice) if turns else 0)
+    if asked > budget.prompt_budget:
+        return over_budget(state, step, budget, asked, winding)
     wind_down = WindDown(
         session=state.session,
         projected=now,
@@ -305,6 +289,34 @@ def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[D
     if turns == 0:
         return [wind_down, End(EndReason.CONTEXT_FULL, "hard threshold reached")]
     return [wind_down]
+
+
+def over_budget(
+    state: RunState, step: StepFigures, budget: Budget, now: int, winding: bool
+) -> list[Decision]:
+    """The next prompt, at `now` tokens, is past the budget."""
+    # A promised reply comes before the length of results the model has not seen yet (each
+    # saved whole where its cut marker says): the room was sized on estimates.
+    over = now - budget.prompt_budget
+    cut, freed = cut_unseen(state, over, "wind_down") if winding else (None, 0)
+    if cut is not None and now - freed <= budget.prompt_budget:
+        return [cut]
+    detail = f"next prompt ~{now:,} tokens > budget {budget.prompt_budget:,}"
+    end = End(EndReason.CONTEXT_FULL, detail)
+    if winding:
+        return [end]
+    missed = Notice(
+        event="wind_down_missed",
+        session=state.session,
+        message="one step went past the hard line and the prompt budget at once: no room was "
+        "left to ask the agent to save its state",
+        details={
+            "projected": now,
+            "hard_line": step.hard_line,
+            "prompt_budget": budget.prompt_budget,
+        },
+    )
+    return [missed, end]
 
 
 Phase = Callable[[RunState, Rules, StepFigures], list[Decision]]

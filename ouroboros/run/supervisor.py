@@ -122,15 +122,17 @@ class Supervisor:
         await window.reread(self.parts.server, self.journal, self.settings)
         self.parts = self.parts.fitted(state.window)
         # A session that could not make one turn with what it carried: the next carries nothing.
-        # Nor does one after a loop, whatever ended it (a loop fills the context too): its last
-        # steps are the loop, and a model that copies what it sees goes round it again.
+        # Nor does one ended for a loop; after a loop the agent was told of, whatever ended the
+        # session (a loop fills the context too), only steps after it are carried: the loop's
+        # own are what a model that copies what it sees would go round again.
         system = self.system_message()
         carried = (
             state.session_turns
-            and state.session_loops.named is None
+            and state.ended_reason != EndReason.LOOP
             and all(f.opening(state)[1] for f in self.parts.features)
         )
-        carry = await self.carryover(state.messages, system) if carried else []
+        since = state.session_loops.since if state.session_loops.named else 0
+        carry = await self.carryover(state.messages[since:], system) if carried else []
         await self.start_session(state.session + 1, state.ended_reason or "restart", carry, system)
         return None
 
