@@ -43,10 +43,7 @@ def test_a_server_that_leaves_its_process_is_served_and_stopped_whole(
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            ready = anyio.Event()
-            tg.start_soon(watched.server.serve, ready)
-            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
-                await ready.wait()
+            await watched.serving(tg)
             daemon = int(pidfile.read_text())
             fields = stat_of(daemon)
             assert fields is not None

@@ -195,10 +195,7 @@ def test_a_start_says_in_one_warning_what_server_pid_held_that_names_no_server(
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            ready = anyio.Event()
-            tg.start_soon(watched.server.serve, ready)
-            with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
-                await ready.wait()
+            await watched.serving(tg)
             tg.cancel_scope.cancel()
 
     anyio.run(main)

@@ -65,6 +65,13 @@ class Watched:
             use_cgroup,
         )
 
+    async def serving(self, group: anyio.abc.TaskGroup) -> None:
+        """The server started in `group`, once it says it is ready."""
+        ready = anyio.Event()
+        group.start_soon(self.server.serve, ready)
+        with anyio.fail_after(60):  # a bound, not a measure: never reached when it works
+            await ready.wait()
+
     def started_again_after(self, act: Callable[[int], None]) -> None:
         """Serve; once it answers, `act` on the first server (its pid); return once a second
         one answers, stopping it."""
