@@ -58,7 +58,9 @@ def test_a_reply_cut_off_before_any_call_is_its_own_first_words_in_the_next_requ
             )
             essay = "# Purpose\nFirst write a long essay on the history of tea, in prose.\n"
             (project.root / "SYSTEM_PROMPT.md").write_text(essay)
-            result = project.run("run", "--max-turns", "3")
+            # A bound, not a measure: three replies of 48 tokens take under a minute on 2 idle
+            # cores, several on busy ones.
+            result = project.run("run", "--max-turns", "3", timeout=900)
             chats = proxy.chats()
         finally:
             proxy.close()

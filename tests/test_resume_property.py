@@ -5,6 +5,8 @@ strategy, then again from each tried prefix of its journal; the tests read those
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -117,9 +119,16 @@ class Trials:
 
 @pytest.fixture(scope="module")
 def trials() -> Iterator[Trials]:
-    scratch = SCRATCH if SCRATCH.is_dir() else None
-    with tempfile.TemporaryDirectory(dir=scratch, prefix="resume-") as folder:
-        yield Trials(Path(folder) / "project")
+    # The project's path is in the agent's prompt, so in every token count: a temporary name's
+    # digits (each a token to the estimate) would move the run's figures from one run to the
+    # next, and with them what it decides. Letters only, of one length: the same run each time.
+    scratch = SCRATCH if SCRATCH.is_dir() else Path(tempfile.gettempdir())
+    folder = scratch / ("resume-" + "".join(chr(ord("a") + int(d)) for d in f"{os.getpid():08d}"))
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        yield Trials(folder / "project")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def divergences(trial: Trial, boundaries: list[int]) -> list[str]:
