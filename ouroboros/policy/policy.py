@@ -266,17 +266,15 @@ def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[D
     budget, turns = rules.budget, rules.wind_down_turns
     winding = state.wind_down_replies is not None
     now = projected(state, rules)
-    if now > budget.prompt_budget:
+    # A wind-down placed just now was placed on the prompt before its message: deciding again
+    # with the message in (a resume finishing the step) must not end what it promised.
+    just_placed = winding and state.wind_down_replies == 0
+    if now > budget.prompt_budget and not just_placed:
         return over_budget(state, step, budget, now, winding)
     if winding or not (now >= step.hard_line or state.ledger.truncation_suspected):
         return []
     room = budget.prompt_budget - now
     notice = UserMessage(content=prompts.wind_down(room, turns), origin="wind_down")
-    # The message is in the next prompt too: where it would take that past the budget, the
-    # prompt could not be sent (and a resume, deciding again with it, would end there).
-    asked = now + (state.ledger.calibration.message_tokens(notice) if turns else 0)
-    if asked > budget.prompt_budget:
-        return over_budget(state, step, budget, asked, winding)
     wind_down = WindDown(
         session=state.session,
         projected=now,
