@@ -40,7 +40,7 @@ def run(seconds: list[float]) -> RunData:
         Mark(10 * n - 0.5, "session_restart", f"restart {n}") for n in range(1, len(sessions))
     ]
     return RunData(
-        Path("/tmp/x/.ouroboros"), calls, sessions, sorted(marks, key=lambda m: m.x), [], []
+        Path("project/.ouroboros"), calls, sessions, sorted(marks, key=lambda m: m.x), [], []
     )
 
 
