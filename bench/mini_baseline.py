@@ -214,7 +214,11 @@ def run_task(
     command = mini_command(ensure_mini(), purpose, base_url, seed, max_calls)
     with tempfile.TemporaryDirectory(prefix="mini-baseline-") as folder:
         where = Path(folder)
-        shutil.copytree(task_dir / "workspace", where / "workspace", symlinks=True)
+        (where / "workspace").mkdir(parents=True)
+        if (task_dir / "workspace").is_dir():  # git keeps no empty folder: a task may have none
+            shutil.copytree(
+                task_dir / "workspace", where / "workspace", symlinks=True, dirs_exist_ok=True
+            )
         started = time.monotonic()
         calls, stop = run_mini(command, where, wall_s)
         seconds = time.monotonic() - started

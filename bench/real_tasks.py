@@ -131,7 +131,11 @@ def check(task: Task, workspace: Path) -> bool:
 def project(task: Task, where: Path, window: int, seed: int, protocol: str = "auto") -> Path:
     """A project of the run's own: the task's workspace, the template with its purpose, and the
     newcomer's config with the bench's bounds."""
-    shutil.copytree(task.folder / "workspace", where / "workspace")
+    # A task whose agent starts with nothing has no workspace/ in a checkout (git keeps no empty
+    # folder), so it is made here rather than by a placeholder file the agent would see.
+    (where / "workspace").mkdir(parents=True)
+    if (task.folder / "workspace").is_dir():
+        shutil.copytree(task.folder / "workspace", where / "workspace", dirs_exist_ok=True)
     (where / "SYSTEM_PROMPT.md").write_text(system_prompt(task.purpose))
     server = real_server.config(window, real_server.free_port(), ["--threads", "2"], "instruct")
     # The seed is the harness's (`llm.seed`, varied per request): a server's `--seed` would

@@ -137,7 +137,22 @@ def log_mark(server: Any) -> int:
     return int(server.log_path.stat().st_size)
 
 
-def log_since(server: Any, mark: int) -> ServerLog:
+def log_since(
+    server: Any, mark: int, until: Callable[[ServerLog], object] = lambda log: True
+) -> ServerLog:
+    """What the server logged since `mark`, once `until` holds of it: llama-server writes its
+    log from a thread of its own, so a line can land after the answer it describes."""
+    logs: list[ServerLog] = []
+
+    def settled() -> object:
+        logs.append(_read_log(server, mark))
+        return until(logs[-1])
+
+    wait_for(settled, timeout=30)
+    return logs[-1]
+
+
+def _read_log(server: Any, mark: int) -> ServerLog:
     with server.log_path.open("rb") as f:
         f.seek(mark)
         lines = f.read().decode(errors="replace").splitlines()
@@ -394,7 +409,9 @@ def finished_run(server: Any, tmp_path_factory: pytest.TempPathFactory) -> Finis
         project = make_project(tmp_path_factory.mktemp("run") / "project", recorder.base_url)
         mark = log_mark(server)
         result = project.run("run", "--max-turns", str(TURNS))
-        return FinishedRun(project, result, recorder.chats(), log_since(server, mark))
+        chats = recorder.chats()
+        log = log_since(server, mark, until=lambda log: len(log.finished) >= len(chats))
+        return FinishedRun(project, result, chats, log)
     finally:
         recorder.close()
 
@@ -698,7 +715,7 @@ def test_overflow_is_classified_and_not_retried(live: Any) -> None:
         "n_ctx": N_CTX,
     }
     assert not retries
-    log = log_since(live, mark)
+    log = log_since(live, mark, until=lambda log: log.errors)
     assert log.launched == 1  # exactly one request reached the server: no retry
     assert len(log.errors) == 1
     assert "exceeds the available context size" in log.errors[0]
@@ -774,7 +791,7 @@ def test_overflow_in_a_run_is_recovered(live: Any, proxy: RecordingProxy, tmp_pa
     assert [list(c["cuts"]) for c in cuts] == [["call_big"]]
     assert project.events("run_end")[-1]["reason"] == "max_total_turns"
     last = project.usage()[-1]
-    log = log_since(live, mark)
+    log = log_since(live, mark, until=lambda log: log.errors and log.finished)
     assert log.launched == 2, log
     assert len(log.errors) == 1
     assert f"request ({oversized} tokens)" in log.errors[0]
@@ -866,7 +883,7 @@ def test_server_death_mid_run_is_waited_out(live: Any, tmp_path: Path) -> None:
     assert all(any(e in r["message"] for e in expected) for r in retry), retry
     assert project.events("run_end")[-1]["reason"] == "max_total_turns"
     # Calls after the restart were counted by the new process exactly as the harness recorded.
-    finished = log_since(live, mark).finished
+    finished = log_since(live, mark, until=lambda log: len(log.finished) >= len(usage)).finished
     assert finished == [u["prompt_tokens"] + u["completion_tokens"] - 1 for u in usage]
     assert 2 <= len(before_kill.finished) < turns  # the rest by the revived server
 
@@ -1144,7 +1161,10 @@ def test_a_run_told_something_paused_and_resumed(
         calls = len(proxy.chats())
         time.sleep(2)  # a run that kept going would make a call meanwhile (about 1 s each)
         assert len(proxy.chats()) == calls, "a paused run called the server"
-        assert len(log_since(live, mark).finished) == calls
+        assert (
+            len(log_since(live, mark, until=lambda log: len(log.finished) >= calls).finished)
+            == calls
+        )
         assert "by operator" in project.run("status").stdout
         assert project.run("unpause").returncode == 0
         _, stderr = process.communicate(timeout=180)
@@ -1185,4 +1205,3 @@ def test_a_run_starts_llama_server_itself_and_again_after_a_kill_9(tmp_path: Pat
     for pid in (r["pid"] for r in started):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-
