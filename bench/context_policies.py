@@ -77,7 +77,6 @@ from ouroboros.ground.messages import (
     ToolMessage,
     UserMessage,
 )
-from ouroboros.model import tool_protocol
 from ouroboros.model.cache_check import common_prefix
 from ouroboros.model.llm import Completion, ContextOverflow, Usage, to_wire
 from ouroboros.model.scripted import count_tokens
@@ -85,6 +84,7 @@ from ouroboros.policy import policy as managed
 from ouroboros.policy import room
 from ouroboros.policy.policy import ContextPolicy, Decision, End
 from ouroboros.policy.room import Rules, StepFigures, projected
+from ouroboros.run.call_notices import call_figures
 from ouroboros.run.session import Parts, Session
 from ouroboros.run.supervisor import Supervisor
 from ouroboros.run.window import mask_policy
@@ -785,7 +785,7 @@ async def one_turn(replay: Replay, session: Session, spent: dict[str, float] | N
     served = Completion(step.reply, "tool_calls", Usage(prompt, completion, "server"))
     t2 = clock()
     turn = state.session_turns + 1
-    usage: CallFigures | None = tool_protocol.call_figures(
+    usage: CallFigures | None = call_figures(
         state, rules, replay.parts.counting, served, raw_prompt, turn
     )
     for message in messages:

@@ -33,8 +33,8 @@ tools stays native: the reader reads them there as well, and a switch would chan
 of every prompt, the form the model sees its calls in, and put the text protocol's examples
 before a model that copies them.
 
-Of a reply, the harness records and runs only what holds whatever the server sent; every
-finding is a journal record (`Notice`, `Refused`), never a line aside:
+Of a reply, the harness records and runs only what holds whatever the server sent (what the
+session records of a call beside its reply, its figures and notices, is `run/call_notices.py`'s):
 
 - **Call ids are unique in the run.** Results, started calls, masks and cuts are all found by id:
   a server that sends `call_0` for every call would have each later call taken for one already
@@ -53,9 +53,6 @@ finding is a journal record (`Notice`, `Refused`), never a line aside:
   "length") the last call's arguments may stop mid-way: when they are no JSON, the recorded call
   holds a stand-in naming how many bytes came, and its error result says which tool, where it
   was cut and how to do it in smaller calls (`prompts.cut_in_call`).
-- **Usage that cannot be true is not believed** (`llm.count`), and is named once a run; so is a
-  refused prompt's count far from its projection, a count that shows a silently cut prompt, and
-  a server that processed again what its cache should have kept.
 """
 
 from __future__ import annotations
@@ -64,21 +61,10 @@ import json
 import re
 import secrets
 from collections.abc import Collection
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ouroboros.context.tokens import (
-    CallFigures,
-    Counting,
-    Ledger,
-    RawTally,
-    above_window,
-    raw_estimate,
-    raw_units,
-    refused_count,
-    tools_estimate,
-)
-from ouroboros.context.tokens import warning as usage_warning
+from ouroboros.context.tokens import raw_units, tools_estimate
 from ouroboros.ground import prompts
 from ouroboros.ground.config import LLMSettings, ToolProtocol
 from ouroboros.ground.messages import (
@@ -86,15 +72,12 @@ from ouroboros.ground.messages import (
     Message,
     ToolCall,
 )
-from ouroboros.model.cache_check import reuse_warning, shared_tokens
 from ouroboros.model.llm import (
     CUT,
     Completion,
-    ContextOverflow,
     FatalError,
     Model,
     TransientError,
-    shown,
     unfinished,
 )
 from ouroboros.model.reply_reader import read_reply
@@ -108,12 +91,10 @@ from ouroboros.model.text_calls import (
     text_wire,
     tools_description,
 )
-from ouroboros.policy.room import Rules, step_figures, zone
 from ouroboros.state.fold import SWITCH, RunState
 from ouroboros.state.journal import Journal
-from ouroboros.state.records import Refused
 
-# --- What a session checks of each reply, and of each call's figures.
+# --- What a session checks of each reply.
 
 MAX_ID_CHARS = 64
 """Longer ids are renamed: an id is sent back with every later request."""
@@ -251,124 +232,21 @@ def dropped_calls(dropped: int, cap: int) -> str:
     )
 
 
-def admitted_reply(
-    journal: Journal, completion: Completion, llm: LLMSettings, counting: Counting
-) -> Admitted:
-    """The reply as it is recorded and run (`admit`); a server whose ids had to be
-    replaced, or whose usage is no count, is named once a run."""
-    state = journal.state
+def admitted_reply(completion: Completion, seen: Collection[str], llm: LLMSettings) -> Admitted:
+    """The reply as it is recorded and run (`admit`), with what was read of its text. `seen`:
+    every call id the run has recorded."""
     admitted = admit(
         completion.message,
-        state.call_ids,
+        seen,
         llm.max_tool_calls_per_reply,
         llm.max_tool_argument_bytes,
         cut_off=completion.finish_reason == "length",
     )
-    if admitted.renamed:
-        reused = ", ".join(sorted({shown(old) for old in admitted.renamed.values()})[:3])
-        journal.notify(
-            "warning",
-            f"the server sent tool-call ids that are repeated or no ids ({reused}): the harness "
-            "gives such calls ids of its own, and journals which (warned once per run)",
-            session=state.session,
-            once="call_ids",
-        )
-    usage = completion.usage
-    rejected = completion.rejected or (
-        usage and above_window(usage.prompt_tokens, usage.completion_tokens, counting.limit)
-    )
-    if rejected:
-        journal.notify(
-            "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
-        )
     return replace(
         admitted,
         calls_from_text=completion.calls_from_text,
         unknown_tools=completion.unknown_tools,
         written=completion.written,
-    )
-
-
-def overflow(journal: Journal, error: ContextOverflow, projected: int, attempt: int) -> None:
-    journal.notify(
-        "context_overflow",
-        str(error)[:300],
-        session=journal.state.session,
-        n_prompt_tokens=error.n_prompt_tokens,
-        n_ctx=error.n_ctx,
-        projected=projected,
-        attempt=attempt,
-    )
-
-
-def learn_refused(journal: Journal, error: ContextOverflow, raw_prompt: RawTally) -> None:
-    """The exact count of a refused prompt teaches the calibration, if it can be true."""
-    state = journal.state
-    if not error.n_prompt_tokens:
-        return
-    rejected = refused_count(error.n_prompt_tokens, state.ledger.project(raw_prompt))
-    if rejected:
-        journal.notify(
-            "warning", usage_warning(rejected), session=state.session, once=f"usage_{rejected.kind}"
-        )
-        return
-    m = Ledger.refused(error.n_prompt_tokens, raw_prompt)
-    journal.append(Refused(session=state.session, **m.model_dump()))
-
-
-def silent_truncation(journal: Journal, figures: CallFigures, context_limit: int) -> None:
-    if figures.silent_truncation:
-        journal.notify(
-            "silent_truncation",
-            "the server counted far fewer prompt tokens than were sent: it probably cut the "
-            "prompt (Ollama does so silently); treating the context as full",
-            session=journal.state.session,
-            reported_prompt_tokens=figures.prompt_tokens,
-            estimated_prompt_tokens=figures.estimated_prompt_tokens,
-            context_limit=context_limit,
-        )
-
-
-def cache_reuse(
-    journal: Journal,
-    before: tuple[list[Message], int] | None,
-    messages: list[Message],
-    cached_tokens: int | None,
-) -> None:
-    """Once a run: say so when the server processed again what it should have kept."""
-    state = journal.state
-    if before is None or cached_tokens is None or "cache" in state.warned:
-        return
-    shared = shared_tokens(*before, messages, state.ledger.calibration.message_tokens)
-    if (warning := reuse_warning(cached_tokens, shared)) is not None:
-        journal.notify("warning", warning, session=state.session, once="cache")
-
-
-def call_figures(
-    state: RunState,
-    rules: Rules,
-    counting: Counting,
-    completion: Completion,
-    raw_prompt: RawTally,
-    turn: int,
-    purpose: str | None = None,
-) -> CallFigures:
-    """A call's figures for its record (and `token_usage.jsonl`), with the hard line in force."""
-    ledger, usage = state.ledger, completion.usage
-    reported = (usage.prompt_tokens, usage.completion_tokens, usage.source) if usage else None
-    m = ledger.figures(raw_prompt, raw_estimate(completion.message), reported, counting)
-    used = m.prompt_tokens + m.completion_tokens
-    hard_line = step_figures(state, rules).hard_line
-    return CallFigures(
-        **m.model_dump(),
-        turn=turn,
-        estimated_prompt_tokens=ledger.calibration.tally_tokens(raw_prompt),
-        context_limit=rules.budget.limit,
-        zone=zone(state, rules, used, m.silent_truncation, hard_line),
-        finish_reason=completion.finish_reason,
-        purpose=purpose,
-        hard_line=hard_line,
-        **asdict(completion.prefill),
     )
 
 

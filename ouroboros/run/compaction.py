@@ -17,10 +17,10 @@ from ouroboros.context.tokens import Counting, tally
 from ouroboros.ground.clock import Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.state_folder import COMPACT_REQUEST
-from ouroboros.model import tool_protocol
 from ouroboros.model.llm import ContextOverflow, Model, TransientError, journalled, retrying
 from ouroboros.policy import room
 from ouroboros.policy.room import Rules
+from ouroboros.run.call_notices import call_figures
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import Compaction, CompactionFailed, SideCall
 
@@ -79,7 +79,7 @@ async def compact(
         completion = await retrying(call, settings.llm, journalled(journal), clock)
     except (ContextOverflow, TransientError) as e:
         return failed(before, None, f"the recap call failed: {e}")
-    figures = tool_protocol.call_figures(
+    figures = call_figures(
         state, rules, counting, completion, tally(request), state.session_turns, "compaction"
     )
     journal.append(SideCall(session=state.session, usage=figures))

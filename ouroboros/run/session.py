@@ -21,18 +21,19 @@ from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolM
 from ouroboros.ground.timestamps import wall_time
 from ouroboros.model import reply_reader, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
-from ouroboros.model.tool_protocol import (
-    Admitted,
-    admitted_reply,
-    cache_reuse,
-    learn_refused,
-    overflow,
-    silent_truncation,
-)
+from ouroboros.model.tool_protocol import Admitted, admitted_reply
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.policy.room import Rules
 from ouroboros.run import window
+from ouroboros.run.call_notices import (
+    cache_reuse,
+    call_figures,
+    learn_refused,
+    overflow,
+    reply_notices,
+    silent_truncation,
+)
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
@@ -305,11 +306,10 @@ class Session:
                 continue
             # Figures of the reply as generated: its tokens came back in the server's count.
             st, turn = self.state, self.state.session_turns + 1
-            figures = tool_protocol.call_figures(
-                st, self.rules, self.counting, completion, raw_prompt, turn
-            )
+            figures = call_figures(st, self.rules, self.counting, completion, raw_prompt, turn)
             before = st.last_request
-            admitted = admitted_reply(self.journal, completion, self.settings.llm, self.counting)
+            admitted = admitted_reply(completion, st.call_ids, self.settings.llm)
+            reply_notices(self.journal, completion, admitted, self.counting)
             self.append(admitted.message, figures, admitted=admitted)
             cache_reuse(self.journal, before, messages, figures.cached_tokens)
             silent_truncation(self.journal, figures, self.rules.budget.limit)
