@@ -140,10 +140,25 @@ class Trajectory:
                 index = self.call_steps.get(m["tool_call_id"])
             elif m["role"] == "assistant" and not m.get("tool_calls"):
                 index = self.text_steps.get(m["content"] or "")
+            elif m["role"] == "assistant" and m["tool_calls"][0]["id"] not in self.call_steps:
+                index = self.text_step_read(m)
             else:
                 continue
             if index is not None:
                 self.delivered.add(index)
+
+    def text_step_read(self, message: dict[str, Any]) -> int | None:
+        """The text-only step whose reply the harness read calls from (its ```bash blocks): the
+        message keeps the reply's prose and holds those commands as calls, so every line of
+        both is in the text served."""
+        lines = (message["content"] or "").splitlines()
+        for call in message["tool_calls"]:
+            lines += str(json.loads(call["function"]["arguments"]).get("command", "")).splitlines()
+        lines = [line.strip() for line in lines if line.strip()]
+        return next(
+            (i for text, i in self.text_steps.items() if lines and all(x in text for x in lines)),
+            None,
+        )
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         self.requests += 1
