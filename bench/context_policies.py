@@ -579,7 +579,7 @@ def budget_for(settings: Settings, limit: int) -> Budget:
 
 
 def system_message(limit: int) -> SystemMessage:
-    return SystemMessage(content=prompts.system_prompt(INSTRUCTIONS, WORKSPACE, PROMPT_PATH, limit))
+    return SystemMessage(content=prompts.system_prompt(INSTRUCTIONS, limit))
 
 
 class Replay:

@@ -72,6 +72,17 @@ def test_each_form_becomes_the_call_it_writes_and_leaves_the_text(text: str, wri
     assert "<tool_call>" not in found.text
 
 
+def test_a_tools_name_beside_its_arguments_is_that_call() -> None:
+    """The real model wrote `finish` this way, again and again, each answered "no call"."""
+    text = '{\n    "name": "finish",\n    "summary": "Stop the run for good."\n}'
+    found = read_reply(text, False, TOOLS, False, False)
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [
+        ("finish", {"summary": "Stop the run for good."})
+    ]
+    found = read_reply('{"tool": "file_read", "path": "NOTES.md"}', False, TOOLS, False, False)
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [("file_read", READ)]
+
+
 def test_several_calls_run_in_the_order_written_and_a_repeated_one_once() -> None:
     text = (
         '{"name": "list_dir", "arguments": {"path": "."}}\n'
@@ -123,6 +134,8 @@ def test_an_unknown_tool_is_not_run_and_named_beside_the_calls_that_are() -> Non
         '{"path": "NOTES.md"}',
         '{"name": "shop", "port": 8000}',
         '{"name": "shop"}',
+        # a near name beside keys of its own is data that has a name, not a call
+        '{"name": "list", "items": ["milk", "bread"]}',
         # a repeated key or a constant JSON has not: which value was meant is unclear
         '{"name": "list_dir", "arguments": {}, "name": "shell_exec"}',
         '{"name": "file_read", "arguments": {"path": NaN}}',

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 PREAMBLE = """\
 You are an autonomous agent running unattended under the ouroboros harness: nobody watches, so \
-work on your task one tool call at a time. Relative paths start in your workspace, \
-{workspace}; nothing outside it is reachable but your instructions file, {system_prompt}, which \
-you may improve.
+work on your task one tool call at a time. Paths are relative to your workspace, the folder \
+your files are in, and nothing outside it is reachable.
 
 Your context window is small ({limit:,} tokens): old tool results become placeholders (read \
 again what you need), and when it is full a new session starts with only your task, your plan \
@@ -19,21 +16,24 @@ Your instructions follow.
 
 """
 """What the tools do, their descriptions say (in every request too): said once. It names no
-file: a small model takes "keep notes in NOTES.md" for "read NOTES.md" first."""
+file and no path: a small model takes "keep notes in NOTES.md" for "read NOTES.md" first, and
+given the workspace's absolute path and the instructions file's, the real small model wrote
+paths of its own from them (the project's folder without `workspace/`, `../` before a file) or
+read and overwrote its instructions first. Where the instructions file is, the wind-down says,
+when there is something to save in it (`wind_down`)."""
 
 
-def system_prompt(instructions: str, workspace: Path, prompt_path: Path, limit: int) -> str:
-    return (
-        PREAMBLE.format(workspace=workspace, system_prompt=prompt_path, limit=limit) + instructions
-    )
+def system_prompt(instructions: str, limit: int) -> str:
+    return PREAMBLE.format(limit=limit) + instructions
 
 
 def first_message(task: str | None) -> str:
     """Session 1's opening: the task, and nothing else to do first (a small model takes "look
-    at your notes" for its first step, and does it for ever)."""
+    at your notes" for its first step, and does it for ever). It ends with the task: the real
+    small model answered an opening that ended "Start on it now." with those words."""
     if task is None:
         return "Session 1 of a new run. Do what your instructions above say, step by step."
-    return f"Session 1 of a new run.{task_part(task)}\n\nStart on it now."
+    return f"Session 1 of a new run.{task_part(task)}"
 
 
 def task_part(task: str | None) -> str:

@@ -16,7 +16,10 @@ So every call written is read, in order, and run (`llm.max_tool_calls_per_reply`
   a call when it names a tool (`name`, `tool`, or an OpenAI `function` object) and holds its
   arguments (`arguments`, `parameters`, `args` or `input`: an object, or a string holding one)
   and nothing else but an `id` or `type`; `{"name": "list_dir"}` alone is a call of a tool
-  with no required argument. JSON a call's arguments hold is no call of its own.
+  with no required argument. A tool's name beside its arguments with no key around them
+  (`{"name": "finish", "summary": ...}`, as the real model wrote) is a call of that tool; any
+  other name so, a near one too, is data (`{"name": "list", "items": ...}`). JSON a call's
+  arguments hold is no call of its own.
 - **Names**: a tool's exact name; else the one tool the name is the last or first word of
   (`read` -> `file_read`), or the one it is a near spelling of (`file_raed`). A name that is
   none of them is an unknown tool: not run, and answered with the real list and one example.
@@ -150,21 +153,34 @@ def _arguments(value: object) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _call_parts(value: dict[str, object]) -> tuple[str, dict[str, object] | None] | None:
-    """The name a JSON object calls and its arguments (None: it gave none), if it is a call."""
+@dataclass(frozen=True)
+class _Parts:
+    name: str
+    arguments: dict[str, object] | None
+    """None: the object gave none."""
+    flat: bool = False
+    """The arguments stand beside the name (`{"name": "finish", "summary": ...}`): a call
+    only where the name is a tool's very name, else it is data that has a `name`."""
+
+
+def _call_parts(value: dict[str, object]) -> _Parts | None:
+    """The name a JSON object calls and its arguments, if it may be a call."""
     function = value.get("function")
     if isinstance(function, dict) and set(value) <= {"function", *IGNORED_KEYS}:
         return _call_parts(function)
     names = [k for k in NAME_KEYS if isinstance(value.get(k), str)]
     given = [k for k in ARGUMENT_KEYS if k in value]
     rest = set(value) - set(names) - set(given) - set(IGNORED_KEYS)
-    if len(names) != 1 or len(given) > 1 or rest:
+    if len(names) != 1 or len(given) > 1:
         return None
     name = str(value[names[0]])
+    if rest:
+        flat = {k: v for k, v in value.items() if k in rest}
+        return None if given else _Parts(name, flat, flat=True)
     if not given:
-        return name, None
+        return _Parts(name, None)
     arguments = _arguments(value[given[0]])
-    return (name, arguments) if arguments is not None else None
+    return _Parts(name, arguments) if arguments is not None else None
 
 
 def tool_named(name: str, tools: Sequence[str]) -> str | None:
@@ -203,10 +219,12 @@ def read_reply(
         parts = _call_parts(found.value)
         if parts is None:
             continue
-        written, arguments = parts
-        name = tool_named(written, tools)
+        written, arguments = parts.name, parts.arguments
+        # Flat, only a tool's very name is a call: `{"name": "list", "items": ...}` is data.
+        name = tool_named(written, tools) if not parts.flat or written in tools else None
         if name is None:
-            if arguments is not None:  # `{"name": "shop"}` alone is data, not a call
+            # `{"name": "shop"}` alone, or beside other keys, is data, not a call.
+            if arguments is not None and not parts.flat:
                 unknown.append(written)
             continue
         call = TextCall(name, json.dumps({} if arguments is None else arguments))

@@ -47,8 +47,10 @@ TAIL_CHARS = 400
 SHOWN_EACH = 5
 """The operator's tasks a session's opening lists: the first few in progress, the next few
 open."""
-TASKS_SAID = "Each passes once its check exits 0: checks run as sessions end and at `finish`."
-"""What the opening says of the operator's tasks: the agent need not name them to pass them."""
+TASKS_SAID = "The harness runs their checks as sessions end and at `finish`."
+"""What the opening says of the operator's tasks: the agent need not name them to pass them.
+Their check commands are not shown: a small model copied them into its calls (a check as a
+file's content, a tool named after the task); a result says when one passes."""
 REFUSED_SAID = 5
 """Failing items a refused `finish` names, each with why."""
 
@@ -295,7 +297,7 @@ class Checking(Feature):
                 continue
             status = "doing" if key in claimed or standing.last else "todo"
             if len(shown[status]) < SHOWN_EACH:
-                text = f"{key} [{status}] {task.text[:TEXT_CHARS]} check: `{task.check}`"
+                text = f"{key} [{status}] {task.text[:TEXT_CHARS]}"
                 shown[status].append(text)
             elif all(len(s) == SHOWN_EACH for s in shown.values()):
                 break

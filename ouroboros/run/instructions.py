@@ -132,5 +132,5 @@ def system_message(
     # What a person wrote for themselves in comments is no instruction, and would be paid for
     # in every request.
     shown = COMMENT.sub("", instructions)
-    text = prompts.system_prompt(shown, s.paths.workspace, s.paths.system_prompt, budget.limit)
+    text = prompts.system_prompt(shown, budget.limit)
     return SystemMessage(content=text)

@@ -174,12 +174,12 @@ class Plan(Tool):
 
 
 class FinishArgs(ToolArgs):
-    """Only when the whole task is done: end the run for good, with a summary of what was done
-    and where the results are."""
+    """End the run for good, once the whole task is done."""
 
     summary: str = ""
     """Optional: a small model calls `finish` with no arguments, and a refusal for that is a
-    loop (it calls it again, the same way)."""
+    loop (it calls it again, the same way). The description does not ask for one: the real small
+    model copied "a summary of what was done" into it, call after call."""
 
 
 class Finish(Tool):
