@@ -4,6 +4,7 @@ agent's prefill, from the trajectory as served, counted by its tokenizer."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 from floor import StepTokens, WindDownTokens, sessions_keeping_recent, sessions_with_promises
@@ -17,7 +18,7 @@ from ouroboros.context.truncate import shown
 from ouroboros.ground import prompts
 from ouroboros.ground.messages import AssistantMessage, ToolCall, ToolMessage
 from ouroboros.model.llm import to_wire
-from ouroboros.policy.room import LONGEST_WIND_DOWN, MIN_OUTPUT_BYTES
+from ouroboros.policy.room import MIN_OUTPUT_BYTES, longest_wind_down
 from ouroboros.run.window import mask_policy
 from ouroboros.tools.results import shaped_result
 from ouroboros.tools.tool import Output
@@ -74,7 +75,9 @@ def equal_promises_floor(run: Run) -> int:
     lines = budget(run.window)
     fixed, steps = step_tokens(run)
     policy = mask_policy(DEFAULTS.context, lines)
-    notice = run.trajectory.tokens.message(to_wire(LONGEST_WIND_DOWN))
+    paths = DEFAULTS.paths  # the replay's projects are laid out as the defaults say
+    longest = longest_wind_down(os.path.relpath(paths.system_prompt, paths.workspace))
+    notice = run.trajectory.tokens.message(to_wire(longest))
     wind_down = WindDownTokens(DEFAULTS.session.wind_down_turns, notice)
     return sessions_with_promises(steps, fixed, lines.prompt_budget, policy, wind_down)
 

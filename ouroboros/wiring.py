@@ -142,6 +142,7 @@ def build_parts(
         tool_protocol.schema_raw(protocol, tools.schemas(), renders),
         s.loops,
         tool_protocol.schema_raw(protocol, tools.schemas(1), renders),
+        os.path.relpath(tools.workspace.system_prompt, tools.workspace.root),
     )
     spoken = tool_protocol.ProtocolModel(
         model, journal, s.llm.tool_protocol, s.llm.max_tool_argument_bytes, renders

@@ -214,6 +214,26 @@ def test_an_unknown_tool_is_answered_with_the_tools_and_a_harmless_example(
     assert example == {"name": "list_dir", "arguments": {"path": "."}}
 
 
+def test_a_tool_named_after_the_task_is_told_so_and_shown_reads_of_the_tasks_files(
+    schemas: list[dict[str, Any]],
+) -> None:
+    """The real model called `square` for "add a function `square(x)`", answered with the same
+    words and `list_dir .` each time, eleven times in a row."""
+    task = "Add a function `square(x)` to `mathlib.py`, as in notes/spec.md (see ../up.txt)."
+    told = [answer("", False, ["square"], schemas, False, False, 512, n, task) for n in range(4)]
+    assert all(t is not None and "`square` is in your task" in t for t in told)
+    examples = [json.loads(str(t).split("For example:\n")[1]) for t in told]
+    assert [e["arguments"] for e in examples] == [
+        {"path": "mathlib.py"},
+        {"path": "notes/spec.md"},
+        {"path": "."},
+        {"path": "mathlib.py"},
+    ]
+    other = answer("", False, ["frobnicate"], schemas, False, False, 512, 0, task)
+    assert other is not None
+    assert "in your task" not in other
+
+
 def test_replies_without_a_call_in_a_row_are_told_in_other_words_and_shown_no_call_to_copy(
     schemas: list[dict[str, Any]],
 ) -> None:

@@ -118,7 +118,7 @@ def winding(hard_at: float) -> tuple[RunState, Rules]:
     state = session_with_results([300] * 6)
     rules = replace(rules_at(state, hard_at), masking=MaskPolicy(3, 10**6, 10))
     now = room.projected(state, rules)
-    notice = UserMessage(content=prompts.wind_down(1000, 2), origin="wind_down")
+    notice = UserMessage(content=prompts.wind_down(1000, 2, rules.instructions), origin="wind_down")
     record = WindDown(
         session=1,
         projected=now,

@@ -6,6 +6,7 @@ import fcntl
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -58,6 +59,36 @@ def test_restarts_reload_an_edited_system_prompt(project: Project) -> None:
         (2, 2, "max_turns"),
         (3, 2, "max_turns"),
     ]
+
+
+def test_the_wind_down_names_the_instructions_file_as_the_tools_reach_it(
+    project: Project,
+) -> None:
+    """An agent that saves a lesson where the wind-down says reaches the file the next session's
+    system message is read from (a bare `SYSTEM_PROMPT.md` named one in the workspace)."""
+    for i in range(12):
+        (project.workspace / f"mod{i}.py").write_text(f"def f{i}(x): return x\n" * 60)
+    reads = itertools.cycle(f"mod{i}.py" for i in range(12))
+
+    def agent(body: dict[str, Any]) -> Reply:
+        said = str(body["messages"][-1].get("content") or "")
+        named = re.search(r"and in (\S+) what every later session should know", said)
+        if named is None:
+            return Reply(tool_calls=[tool("file_read", path=next(reads))])
+        return Reply(tool_calls=[tool("file_write", path=named[1], content="# Lesson kept")])
+
+    result = run_here(
+        project,
+        agent,
+        window=4096,
+        supervisor={"max_restarts": 1, "max_total_turns": 100},
+        loops={"session_repeat_after": 0},
+    )
+    assert result.returncode == 0, result.stderr
+    assert project.events("wind_down")
+    systems = [b["messages"][0]["content"] for b in result.chat_requests()]
+    assert systems[-1].endswith("# Lesson kept")
+    assert not (project.workspace / "SYSTEM_PROMPT.md").exists()
 
 
 def test_finish_ends_the_run_for_good(project: Project) -> None:

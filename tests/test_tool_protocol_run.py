@@ -75,6 +75,43 @@ def test_a_call_written_as_text_is_recovered_run_and_counted(project: Project) -
     assert not [e for e in project.events("warning") if "ids" in e["message"]]
 
 
+def test_calls_written_as_text_run_one_a_reply_and_the_model_is_told(project: Project) -> None:
+    """The real small model read a file and overwrote it with made-up text in one reply, before
+    the read's result came back: only the first call runs."""
+    (project.workspace / "notes.txt").write_text("keep me\n")
+    chain = (
+        '{"name": "file_read", "arguments": {"path": "notes.txt"}}\n'
+        '{"name": "file_write", "arguments": {"path": "notes.txt", "content": "made up"}}'
+    )
+    ran = run_here(project, [Reply(text=chain), FINISH])
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "notes.txt").read_text() == "keep me\n"
+    first, written = replies(project)[0]
+    assert [c.name for c in first.tool_calls] == ["file_read"]
+    told = ran.chat_requests()[1]["messages"]
+    assert "keep me" in told[-2]["content"]  # the read's result, then what was not run
+    assert told[-1] == {
+        "role": "user",
+        "content": "Your last reply wrote 2 tool calls; only the first ran. Write one call a "
+        "reply, the next once you have seen its result.",
+    }
+
+
+def test_a_call_of_what_the_task_asks_to_write_is_answered_from_the_task(
+    project: Project,
+) -> None:
+    (project.root / "SYSTEM_PROMPT.md").write_text(
+        "# Purpose\nAdd a function `square(x)` to `mathlib.py`.\n"
+    )
+    called = Reply(text='{"name": "square", "arguments": {"x": 3}}')
+    ran = run_here(project, [called, FINISH])
+    assert ran.returncode == 0, ran.stderr
+    told = ran.chat_requests()[1]["messages"][-1]
+    assert told["role"] == "user"
+    assert "`square` is in your task" in told["content"]
+    assert told["content"].endswith('{"name": "file_read", "arguments": {"path": "mathlib.py"}}')
+
+
 def test_a_near_miss_stays_text_and_the_agent_is_told_what_the_tools_are(project: Project) -> None:
     quoted = 'A call looks like {"name": "shell_exec", "arguments": {"command": "ls"}} in JSON.'
     ran = run_here(project, [Reply(text=quoted), FINISH])
@@ -126,11 +163,15 @@ def test_the_text_protocol_sends_no_tools_and_reads_each_action(project: Project
     assert second[-1]["role"] == "user"
     assert second[-1]["content"].startswith("[shell_exec result]")
     # A reply without an action is told the tools, with an example in the protocol's form; one
-    # with two runs them in order.
+    # with two runs the first and is told the other did not run.
     assert "called no tool" in bodies[2]["messages"][-1]["content"]
     assert "a file changes only through file_write" in bodies[2]["messages"][-1]["content"]
     ran_last = bodies[3]["messages"][-1]["content"]
-    assert ran_last.index("[shell_exec result]") < ran_last.rindex("[shell_exec result]")
+    assert ran_last.count("[shell_exec result]") == 1
+    assert ran_last.endswith(
+        "Your last reply wrote 2 tool calls; only the first ran. Write one "
+        "call a reply, the next once you have seen its result."
+    )
     formats = [written for _, written in replies(project)]
     assert formats == ["bash", None, "bash", "json_action"]
     assert ran.stdout.strip().endswith("run stopped: finish (done)")

@@ -66,9 +66,15 @@ def no_call(tools: list[str], streak: int) -> str:
     return NO_CALL[streak % len(NO_CALL)].format(writes=writes, tools=", ".join(tools))
 
 
-def unknown_tool(names: str, tools: str, example: str) -> str:
+def unknown_tool(names: list[str], tools: str, example: str, in_task: list[str]) -> str:
+    """`in_task`: the names that are words of the task (what it asks to write, called)."""
+    quoted = ", ".join(f"`{n}`" for n in names)
+    said = f"There is no tool {quoted}; nothing of that was run."
+    if in_task:
+        named = ", ".join(f"`{n}`" for n in in_task)
+        said += f" {named} is in your task: something to write into a file, not a tool to call."
     shown = f" For example:\n{example}" if example else ""
-    return f"There is no tool {names}; nothing of that was run. The tools are: {tools}.{shown}"
+    return f"{said} The tools are: {tools}.{shown}"
 
 
 def cut_off_before_a_call(max_output_tokens: int) -> str:
@@ -133,13 +139,15 @@ def rewound(session: int, moved_aside: str, finished: bool = True) -> str:
     )
 
 
-def wind_down(room: int, turns_left: int) -> str:
+def wind_down(room: int, turns_left: int, instructions: str) -> str:
+    """`instructions`: the instructions file as the tools reach it (a bare `SYSTEM_PROMPT.md`
+    named a file in the workspace, which no session reads)."""
     return (
         f"This session is nearly full: about {room:,} tokens are left before it ends. Save what "
-        "matters to your workspace files and SYSTEM_PROMPT.md now: progress, findings, next "
-        "steps; and update your plan with the plan tool (what is done, what is next). The "
-        f"session restarts after {turns_left} more replies; the next one begins with your plan, "
-        "your last reply and its results."
+        "matters to your workspace files now: progress, findings, next steps, and in "
+        f"{instructions} what every later session should know; and update your plan with the "
+        f"plan tool (what is done, what is next). The session restarts after {turns_left} more "
+        "replies; the next one begins with your plan, your last reply and its results."
     )
 
 

@@ -9,7 +9,8 @@ block. A harness that reads only the exact form answers every such reply "use th
 the model, which copies what it sees, answers that with the same reply: the loop this project
 once ran in on Qwen2.5-Coder-0.5B, 0 useful actions in 146 replies.
 
-So every call written is read, in order, and run (`llm.max_tool_calls_per_reply` still holds):
+So every call written is read, in order; the first is run (`tool_protocol.admitted_reply`: one
+call a reply, as the text protocol asks; the model is told the rest did not run):
 - **Forms**: `<tool_call>` tags (`hermes`), a ```json block (`fenced_json`), a bare JSON object
   that starts a line (`json`), Mistral's `[TOOL_CALLS]` (`mistral`), and in the text protocol
   a ```bash block (`bash`) and `{"tool": ...}` in a ```json block (`json_action`). An object is
@@ -66,13 +67,10 @@ NAME_KEYS = ("name", "tool", "tool_name", "function")
 ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
 IGNORED_KEYS = ("id", "type")
 """Keys an OpenAI-style call carries beside its name and arguments: no reason to refuse it."""
-EXAMPLES: tuple[tuple[str, dict[str, object]], ...] = (
-    ("list_dir", {"path": "."}),
-    ("shell_exec", {"command": "ls"}),
-)
-"""The calls an example may show, each in turn: a small model copies an example as it is, so
-each must do no harm and some good copied so (file_write's would overwrite a file with the
-example's words; file_read's would read a file that is not there)."""
+EXAMPLES: tuple[tuple[str, dict[str, object]], ...] = (("list_dir", {"path": "."}),)
+"""The call an example shows after reads of the files the task names: a small model copies an
+example as it is, so each must do no harm and some good copied so (file_write's would overwrite
+a file with the example's words; a read of a file the task does not name, one not there)."""
 MAX_CANDIDATES = 64
 """Places a JSON object may start that are tried, from the reply's start: each try reads at
 most to the object's end, so a reply of megabytes is read in time its length bounds."""
@@ -266,6 +264,19 @@ def example_call(name: str, arguments: dict[str, object], text_protocol: bool) -
     return json.dumps({"name": name, "arguments": arguments})
 
 
+_FILE_NAME = r"[\w-][\w./-]*\.[A-Za-z][A-Za-z0-9]{0,7}"
+_TASK_FILES = re.compile(
+    rf"`({_FILE_NAME})`|(?<![\w/.-])([\w-]{{2,}}(?:/[\w.-]+)*\.[A-Za-z]{{1,8}})\b"
+)
+"""A file a task names: in backticks, or a bare name with a stem of two or more (not `e.g`)."""
+
+
+def task_files(task: str | None) -> list[str]:
+    """The relative files a task names, in order, once each: what there is to read first."""
+    found = (a or b for a, b in _TASK_FILES.findall(task or ""))
+    return list(dict.fromkeys(f for f in found if ".." not in f.split("/")))
+
+
 def answer(
     text: str,
     has_calls: bool,
@@ -275,15 +286,24 @@ def answer(
     cut_off: bool,
     max_output_tokens: int,
     streak: int = 0,
+    task: str | None = None,
 ) -> str | None:
     """What the harness tells the model of its reply, as a user message (None: the results of
-    its calls say it all). `streak`: replies without a call just before this one."""
+    its calls say it all). `streak`: replies without a call just before this one; `task`: what
+    the session's opening gave as the task."""
     tools = [str((s.get("function") or {}).get("name")) for s in schemas]
     listed = ", ".join(tools)
-    examples = [example_call(name, args, text_protocol) for name, args in EXAMPLES if name in tools]
     if unknown:
-        names = ", ".join(f"`{n[:40]}`" for n in dict.fromkeys(unknown))
-        return prompts.unknown_tool(names, listed, examples[0] if examples else "")
+        names = list(dict.fromkeys(n[:40] for n in unknown))
+        # A small model calls what its task asks it to write (`square` for "add `square(x)`"):
+        # it is told so, and shown a read of a file the task names, another each time.
+        offered: list[tuple[str, dict[str, object]]] = [
+            ("file_read", {"path": f}) for f in task_files(task) if "file_read" in tools
+        ]
+        offered += [(n, a) for n, a in EXAMPLES if n in tools]
+        example = example_call(*offered[streak % len(offered)], text_protocol) if offered else ""
+        words = set(re.findall(r"\w+", task or ""))
+        return prompts.unknown_tool(names, listed, example, [n for n in names if n in words])
     if has_calls:
         return None
     if cut_off:

@@ -44,7 +44,9 @@ session records of a call beside its reply, its figures and notices, is `run/cal
 - **A reply runs at most `llm.max_tool_calls_per_reply` calls.** The rest are dropped from the
   recorded reply and the agent is told how many in one message: an error result each would
   itself fill the window (5,000 calls, 5,000 results), and a step that big cannot be carried
-  into the next session.
+  into the next session. **Calls read from a reply's text run one a reply**, the first: a small
+  model writes a chain of calls it has not seen the results of (the real one read a file, then
+  overwrote it with made-up text in the same reply, before the read's result came back).
 - **Arguments longer than `llm.max_tool_argument_bytes`, or nested too deeply for the JSON
   parser, are not run, nor kept.** The recorded call holds a stand-in naming the size; its
   error result says why. Otherwise the arguments would be stored twice (in the call, and
@@ -224,11 +226,16 @@ def not_run(call: ToolCall, llm: LLMSettings) -> str | None:
     return None
 
 
-def dropped_calls(dropped: int, cap: int) -> str:
+def dropped_calls(dropped: int, ran: int) -> str:
+    if ran == 1:
+        return (
+            f"Your last reply wrote {dropped + 1:,} tool calls; only the first ran. Write one "
+            "call a reply, the next once you have seen its result."
+        )
     return (
-        f"Your last reply had {cap + dropped:,} tool calls; only the first {cap} were run "
-        f"(llm.max_tool_calls_per_reply). The other {dropped:,} were dropped and not run: make "
-        "fewer calls per reply, and send again those you still need."
+        f"Your last reply had {ran + dropped:,} tool calls; only the first {ran} were run. The "
+        f"other {dropped:,} were dropped and not run: make fewer calls per reply, and send again "
+        "those you still need."
     )
 
 
@@ -238,7 +245,7 @@ def admitted_reply(completion: Completion, seen: Collection[str], llm: LLMSettin
     admitted = admit(
         completion.message,
         seen,
-        llm.max_tool_calls_per_reply,
+        1 if completion.calls_from_text else llm.max_tool_calls_per_reply,
         llm.max_tool_argument_bytes,
         cut_off=completion.finish_reason == "length",
     )

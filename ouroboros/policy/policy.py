@@ -274,7 +274,9 @@ def wind_down_or_end(state: RunState, rules: Rules, step: StepFigures) -> list[D
     if winding or not (now >= step.hard_line or state.ledger.truncation_suspected):
         return []
     room = budget.prompt_budget - now
-    notice = UserMessage(content=prompts.wind_down(room, turns), origin="wind_down")
+    notice = UserMessage(
+        content=prompts.wind_down(room, turns, rules.instructions), origin="wind_down"
+    )
     wind_down = WindDown(
         session=state.session,
         projected=now,

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from ouroboros.context.truncate import bytes_within, output_price
 from ouroboros.policy.room import (
-    LONGEST_WIND_DOWN,
     MIN_OUTPUT_BYTES,
     Rules,
     StepFigures,
@@ -47,7 +46,9 @@ def ceiling(state: RunState, rules: Rules, step: StepFigures) -> int:
     if not turns:
         return rules.budget.prompt_budget
     later = max(turns - 1 - (got or 0), 0)
-    message = 0 if got is not None else state.ledger.calibration.message_tokens(LONGEST_WIND_DOWN)
+    message = (
+        0 if got is not None else state.ledger.calibration.message_tokens(rules.longest_wind_down)
+    )
     return rules.budget.prompt_budget - message - later * step.lines.promised_reply
 
 

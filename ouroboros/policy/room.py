@@ -23,8 +23,10 @@ MIN_OUTPUT_BYTES = 1024
 """Even with little room left the agent sees the start and end of what it ran (this much of
 the densest content seen), where the wind-down's room allows (`result_room`)."""
 
-LONGEST_WIND_DOWN = UserMessage(content=prompts.wind_down(99_999, 9))
-"""A wind-down message as long as one gets: the room kept for it."""
+
+def longest_wind_down(instructions: str) -> UserMessage:
+    """A wind-down message as long as one gets: the room kept for it."""
+    return UserMessage(content=prompts.wind_down(99_999, 9, instructions))
 
 
 # --- where the wind-down goes ---------------------------------------------------------------
@@ -148,6 +150,13 @@ class Rules:
     loops: LoopSettings = field(default_factory=LoopSettings)
     first_schema_raw: int | None = None
     """The same in the run's first session, which is offered fewer tools (None: as later)."""
+    instructions: str = "../SYSTEM_PROMPT.md"
+    """The instructions file as the workspace's tools reach it (a path relative to the
+    workspace): the wind-down names it for what every later session should know."""
+
+    @property
+    def longest_wind_down(self) -> UserMessage:
+        return longest_wind_down(self.instructions)
 
     def schema_raw_in(self, session: int) -> int:
         if session <= 1 and self.first_schema_raw is not None:
@@ -192,7 +201,7 @@ def step_figures(state: RunState, rules: Rules, compaction_requested: bool = Fal
         list(state.recent_replies),
         state.wind_down_reply_tokens,
         least_result(calibration),
-        calibration.message_tokens(LONGEST_WIND_DOWN),
+        calibration.message_tokens(rules.longest_wind_down),
         rules.wind_down_turns,
         rules.max_output_tokens,
     )

@@ -17,7 +17,14 @@ from ouroboros.ground import prompts
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.figures import WindowFigures
-from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from ouroboros.ground.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from ouroboros.ground.timestamps import wall_time
 from ouroboros.model import reply_reader, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
@@ -35,6 +42,7 @@ from ouroboros.run.call_notices import (
     silent_truncation,
 )
 from ouroboros.run.compaction import compact, compaction_requested, drop_compaction_request
+from ouroboros.run.instructions import task_of
 from ouroboros.state.fold import RunState
 from ouroboros.state.journal import Journal
 from ouroboros.state.plan import plan_saved
@@ -127,6 +135,9 @@ class Session:
         self.state = parts.journal.state
         # Decided once: every request of the session starts the same (the server's cache holds).
         self.schemas = parts.tools.schemas(self.state.session)
+        system = self.state.messages[0] if self.state.messages else None
+        self.task = task_of(system.content) if isinstance(system, SystemMessage) else None
+        """The task the opening gives (`# Purpose`): an unknown tool's answer reads it."""
 
     async def run(self) -> None:
         """The loop. Returns never: it ends by raising SessionEnded."""
@@ -192,7 +203,7 @@ class Session:
         """What the agent is told once the step's results are in."""
         llm, told = self.settings.llm, []
         if dropped:
-            message = tool_protocol.dropped_calls(dropped, llm.max_tool_calls_per_reply)
+            message = tool_protocol.dropped_calls(dropped, len(reply.tool_calls))
             told.append(UserMessage(content=message, origin="nudge"))
         text = tool_protocol.text_in_force(llm.tool_protocol, self.state)
         streak = self.state.replies_without_calls - (0 if reply.tool_calls else 1)
@@ -205,6 +216,7 @@ class Session:
             at_max_tokens,
             llm.max_output_tokens,
             streak,
+            self.task,
         )
         if answer is not None:
             # Never two assistant messages in a row: llama-server rejects it, and with a
