@@ -97,6 +97,18 @@ def test_calls_written_as_text_run_one_a_reply_and_the_model_is_told(project: Pr
     }
 
 
+def test_a_chain_of_calls_to_the_output_limit_is_told_only_that_one_ran(project: Project) -> None:
+    """The real model wrote the same calls again and again to the limit: the one that ran was
+    whole, so it is not told its last call may be cut."""
+    chain = "".join(f'{{"name": "list_dir", "arguments": {{"path": "d{n}"}}}}\n' for n in range(40))
+    ran = run_here(project, [Reply(text=chain, completion_tokens=10**6), FINISH])
+    assert ran.returncode == 0, ran.stderr
+    assert replies(project)[0][0].tool_calls[0].name == "list_dir"
+    said = [m["content"] for m in ran.chat_requests()[1]["messages"] if m["role"] == "user"]
+    assert "only the first ran" in said[-1]
+    assert not any("cut off at the output limit" in s for s in said)
+
+
 def test_a_call_of_what_the_task_asks_to_write_is_answered_from_the_task(
     project: Project,
 ) -> None:

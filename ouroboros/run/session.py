@@ -223,8 +223,10 @@ class Session:
             # thinking template a trailing assistant message is a refused "prefill".
             origin = "nudge" if reply.tool_calls else "continue"
             told.append(UserMessage(content=answer, origin=origin))
-        if at_max_tokens and reply.tool_calls and not tool_protocol.was_cut(reply.tool_calls[-1]):
-            # Its calls may be cut off mid-argument (a cut one's error result says so itself).
+        last = reply.tool_calls[-1] if reply.tool_calls else None
+        if at_max_tokens and last is not None and not dropped and not tool_protocol.was_cut(last):
+            # Its calls may be cut off mid-argument (a cut one's error result says so itself);
+            # not those that ran where later ones were dropped.
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
         return told
 
