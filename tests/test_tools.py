@@ -46,6 +46,22 @@ def test_paths_outside_the_workspace_are_refused(runner: ToolRunner, path: str) 
     assert (runner.workspace.root.parent / "secret.txt").read_text() == "secret"
 
 
+@pytest.mark.parametrize(
+    ("path", "meant"),
+    [("/workspace/todo.txt", "todo.txt"), ("/srv/app/workspace/src/a.py", "src/a.py"),
+     ("../notes.md", "notes.md")],
+)  # fmt: skip
+def test_a_path_outside_is_refused_naming_the_path_inside_it_likely_meant(
+    runner: ToolRunner, path: str, meant: str
+) -> None:
+    """The real small model wrote `/workspace/todo.txt` six times in a row, each refusal naming
+    the workspace's absolute path; it is told the relative path instead, and shown no folder."""
+    said = call(runner, "file_write", path=path, content="x").message.content
+    told = f"{path!r} is outside the workspace: paths are relative to it, as {meant!r}"
+    assert said == f"error: {told}"
+    assert str(runner.workspace.root.parent) not in said
+
+
 def test_symlink_pointing_out_is_refused(runner: ToolRunner) -> None:
     (runner.workspace.root / "link").symlink_to(runner.workspace.root.parent)
     (runner.workspace.root / "file-link").symlink_to(runner.workspace.root.parent / "secret.txt")

@@ -60,8 +60,8 @@ class Workspace:
         if through is not None:
             return through
         raise PathRefused(
-            f"{_cut(raw)!r} resolves to {_cut(path)}, outside the workspace "
-            f"{self.root}; only the workspace and {self.system_prompt} are reachable"
+            f"{_cut(raw)!r} is outside the workspace: paths are relative to it, "
+            f"as {_cut(_inside_guess(path))!r}"
         )
 
     def _through_a_link_of_the_users(self, path: str) -> Location | None:
@@ -74,6 +74,17 @@ class Workspace:
                 rest = tuple(parts[end:])
                 return Location(self.root, rest, _cut("/".join(rest)) if rest else ".")
         return None
+
+
+def _inside_guess(path: str) -> str:
+    """The workspace path a path outside it most likely meant: what follows a `workspace`
+    folder in it (`/workspace/todo.txt`, as in the containers agents are trained in), else its
+    file name. Only said: the refusal names where to write, and never the real folders (a small
+    model copied the absolute paths it was shown into paths of its own)."""
+    parts = path.split("/")
+    if "workspace" in parts[:-1]:
+        return "/".join(parts[len(parts) - parts[::-1].index("workspace") :])
+    return parts[-1] or "."
 
 
 def _cut(text: str) -> str:
