@@ -486,7 +486,9 @@ class ScriptedTools:
     def schemas(self, session: int | None = None) -> list[dict[str, Any]]:
         return self.runner.schemas(session)
 
-    async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
+    async def run(
+        self, call: ToolCall, room: Fit | None = None, seen: frozenset[str] = frozenset()
+    ) -> ToolOutcome:
         if call.name == "finish":
             message = ToolMessage(tool_call_id=call.id, name=call.name, content="run finished")
             return ToolOutcome(message, 0.0, 12, finish_summary="done")

@@ -48,13 +48,16 @@ def opener(request: pytest.FixtureRequest) -> Iterator[str]:
     safefs.USE_OPENAT2 = None
 
 
-def call(place: Place | ToolRunner, name: str, **arguments: object) -> ToolOutcome:
-    """One call, failed rather than waited for if it hangs."""
+def call(
+    place: Place | ToolRunner, name: str, seen: frozenset[str] = frozenset(), **arguments: object
+) -> ToolOutcome:
+    """One call, failed rather than waited for if it hangs. `seen`: `ToolContext.seen`."""
     runner = place if isinstance(place, ToolRunner) else place.runner
+    tool_call = ToolCall(id="c1", name=name, arguments=json.dumps(arguments))
 
     async def bounded() -> ToolOutcome:
         with anyio.fail_after(HANG_S):
-            return await runner.run(ToolCall(id="c1", name=name, arguments=json.dumps(arguments)))
+            return await runner.run(tool_call, seen=seen)
 
     return anyio.run(bounded)
 
@@ -264,7 +267,8 @@ def test_hard_link_to_a_file_outside(place: Place, opener: str) -> None:
     is never written."""
     os.link(place.outside / "sentinel", place.workspace / "hard")
     assert call(place, "file_read", path="hard").message.content == "untouched"
-    assert call(place, "file_write", path="hard", content="changed").error is None
+    read = frozenset({"hard"})
+    assert call(place, "file_write", seen=read, path="hard", content="changed").error is None
     assert (place.workspace / "hard").read_text() == "changed"
     assert outside_as_it_was(place)
 

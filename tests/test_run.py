@@ -72,6 +72,30 @@ def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
 
 
 @pytest.mark.slow
+def test_a_file_is_replaced_only_once_read_in_the_session(project: Project) -> None:
+    """The real small model wrote over files it never read (its last result, "some text"); a
+    file it read or wrote in this session, however it named it, it may replace whole."""
+    (project.workspace / "settings.py").write_text("PORT = 8000\n")
+    script = [
+        Reply(tool_calls=[tool("file_write", path="settings.py", content="some text")]),
+        Reply(tool_calls=[tool("file_read", path="./settings.py")]),
+        Reply(tool_calls=[tool("file_write", path="settings.py", content="PORT = 9000\n")]),
+        Reply(tool_calls=[tool("file_write", path="new.txt", content="a")]),
+        Reply(tool_calls=[tool("file_write", path="new.txt", content="b")]),
+        Reply(tool_calls=[tool("finish")]),
+    ]
+    ran = run_here(project, script)
+    assert ran.returncode == 0, ran.stderr
+    results = [m["content"] for b in ran.chat_requests()[1:] for m in b["messages"][-1:]]
+    assert results[0] == (
+        "error: settings.py exists and you have not read it in this session: read it with "
+        "file_read first, then write it whole. Nothing was written"
+    )
+    assert results[2:4] == ["wrote 12 bytes to settings.py", "wrote 1 bytes to new.txt"]
+    assert (project.workspace / "settings.py").read_text() == "PORT = 9000\n"
+    assert (project.workspace / "new.txt").read_text() == "b"
+
+
 def test_usage_without_server_figures_is_estimated(project: Project) -> None:
     with ScriptedServer([Reply(text="hi", usage=False)] * 2) as server:
         project.configure(server.url)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ouroboros.context.mask import MaskPolicy
 from ouroboros.context.tokens import SCHEMA_KIND, Budget, Calibration, RawTally, Zone
@@ -154,8 +155,9 @@ class Rules:
     """The instructions file as the workspace's tools reach it (a path relative to the
     workspace): the wind-down names it for what every later session should know."""
 
-    @property
+    @cached_property
     def longest_wind_down(self) -> UserMessage:
+        """Made once a run: it is priced at every step."""
         return longest_wind_down(self.instructions)
 
     def schema_raw_in(self, session: int) -> int:

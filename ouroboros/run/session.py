@@ -55,7 +55,7 @@ from ouroboros.state.records import (
     ToolStarted,
 )
 from ouroboros.tools import ToolOutcome, Tools
-from ouroboros.tools.builtin import finish_summary
+from ouroboros.tools.builtin import files_seen, finish_summary
 from ouroboros.tools.results import Fit
 
 
@@ -378,7 +378,7 @@ class Session:
             return
         started = ToolStarted(session=self.state.session, call_id=call.id, name=call.name)
         self.journal.append(started)
-        outcome = await self.tools.run(call, fits)
+        outcome = await self.tools.run(call, fits, files_seen(self.state.messages))
         for feature in self.parts.features:
             outcome = await feature.tool_ran(call, outcome)
         run = ToolRun(

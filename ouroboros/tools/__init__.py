@@ -40,8 +40,10 @@ class Tools(Protocol):
         """The tools offered in `session` (None: every tool the run may offer)."""
         ...
 
-    async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
-        """One call's result; every failure is a result too."""
+    async def run(
+        self, call: ToolCall, room: Fit | None = None, seen: frozenset[str] = frozenset()
+    ) -> ToolOutcome:
+        """One call's result; every failure is a result too. `seen`: `ToolContext.seen`."""
         ...
 
     async def save_whole(self, results: list[ToolMessage]) -> None:
@@ -122,7 +124,9 @@ class ToolRunner:
                 said += f"; and {len(problems) - PROBLEMS_SAID:,} more"
             raise ToolFailed(f"bad arguments for {call.name}: {said}") from None
 
-    async def run(self, call: ToolCall, room: Fit | None = None) -> ToolOutcome:
+    async def run(
+        self, call: ToolCall, room: Fit | None = None, seen: frozenset[str] = frozenset()
+    ) -> ToolOutcome:
         """Run one call; every failure becomes a result the model can read.
 
         `room` says how many bytes of an output (at the normal cap) fit the room left in the
@@ -131,7 +135,7 @@ class ToolRunner:
         error = blocked = None
         try:
             tool, args = self._parse(call)
-            output = await tool.run(args, ToolContext(self.workspace, self.caps.plan_cap))
+            output = await tool.run(args, ToolContext(self.workspace, self.caps.plan_cap, seen))
         except OSError as e:
             output, error = Output(f"error: {e.strerror or e}"), str(e)
         # ValueError: e.g. a path the file system cannot encode.

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from pydantic import Field
 
 from ouroboros.context.plan import PLAN_TOOL, PlanArgs, problem, saved
-from ouroboros.ground.messages import ToolCall
+from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from ouroboros.tools import safefs
 from ouroboros.tools.abandonable import abandonable
 from ouroboros.tools.tool import Output, Tool, ToolArgs, ToolContext, ToolFailed
-from ouroboros.tools.workspace import Location, Workspace
+from ouroboros.tools.workspace import Location, PathRefused, Workspace
 
 READ_DEFAULT_LINES = 400
 READ_MAX_BYTES = 1024 * 1024
@@ -119,10 +120,13 @@ class FileWrite(Tool):
     name, args = "file_write", FileWriteArgs
 
     async def run(self, args: FileWriteArgs, context: ToolContext) -> Output:
-        return await abandonable(file_write, context.workspace, args)
+        return await abandonable(file_write, context.workspace, args, context.seen)
 
 
-def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
+def file_write(ws: Workspace, args: FileWriteArgs, seen: frozenset[str] = frozenset()) -> Output:
+    """A file the agent has not read or written in this session is not replaced: a small model
+    wrote over files it never read (its last result, a line of its instructions, "some text"),
+    and any model writing a file whole should know what it replaces."""
     loc = ws.locate(args.path)
     if not loc.parts:
         raise ToolFailed(f"{loc.shown} is a folder")
@@ -130,8 +134,44 @@ def file_write(ws: Workspace, args: FileWriteArgs) -> Output:
     # Written aside, then renamed: a crash mid-write never leaves the agent's notes half
     # written, and a failed write (a full disk) leaves neither a half file nor the one aside.
     with _told(loc, "no such folder"):
-        safefs.replace_file(loc, data)
+        # The instructions file is in every request's system message: seen.
+        seen_here = ws.is_instructions(loc) or _among(loc, seen, ws)
+        written = safefs.replace_file(loc, data, overwrite=seen_here)
+    if not written:
+        raise ToolFailed(
+            f"{loc.shown} exists and you have not read it in this session: read it with "
+            "file_read first, then write it whole. Nothing was written"
+        )
     return Output(f"wrote {len(data):,} bytes to {loc.shown}")
+
+
+def _among(loc: Location, paths: frozenset[str], ws: Workspace) -> bool:
+    """`loc` is one of `paths`, however each was written (`a.txt`, `./a.txt`, in full)."""
+    for path in paths:
+        with contextlib.suppress(PathRefused, ValueError):
+            if ws.locate(path) == loc:
+                return True
+    return False
+
+
+def files_seen(messages: Sequence[Message]) -> frozenset[str]:
+    """The paths a `file_read` or `file_write` of these messages read or wrote (its result no
+    error), as the calls wrote them."""
+    calls = {
+        c.id: c
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for c in m.tool_calls
+        if c.name in ("file_read", "file_write")
+    }
+    seen: set[str] = set()
+    for m in messages:
+        call = calls.get(m.tool_call_id) if isinstance(m, ToolMessage) and not m.error else None
+        if call is None:
+            continue
+        with contextlib.suppress(ValueError, AttributeError):
+            seen.add(str(json.loads(call.arguments).get("path")))
+    return frozenset(seen)
 
 
 class ListDirArgs(ToolArgs):

@@ -125,10 +125,11 @@ def open_regular(loc: Location) -> int:
     raise PathRefused(f"{loc.shown} is not a regular file ({_KINDS.get(kind, 'special')})")
 
 
-def replace_file(loc: Location, data: bytes) -> None:
+def replace_file(loc: Location, data: bytes, overwrite: bool = True) -> bool:
     """`data` becomes the whole file at `loc`, its folders made as needed: written under an
     unpredictable name beside it, synced, then renamed over it. A rename replaces the name that
-    is there (another hard link of an outside file included) and never writes through it."""
+    is there (another hard link of an outside file included) and never writes through it.
+    False, nothing written: a file is there and `overwrite` is off."""
     with _base(loc) as base, _folder(base, loc, loc.parts[:-1], create=True) as folder:
         kind = _kind(folder, loc.name)
         if kind == stat.S_IFLNK:
@@ -137,7 +138,10 @@ def replace_file(loc: Location, data: bytes) -> None:
             raise PathRefused(f"{loc.shown} is a folder")
         if kind not in (None, stat.S_IFREG):
             raise PathRefused(f"{loc.shown} is {_KINDS.get(kind or 0, 'special')}, not a file")
+        if kind is not None and not overwrite:
+            return False
         _write_renamed(folder, loc.name, data)
+        return True
 
 
 def create_file(loc: Location, data: bytes) -> bool:

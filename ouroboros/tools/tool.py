@@ -46,6 +46,9 @@ class ToolContext:
     workspace: Workspace
     plan_cap: PlanCap
     """Sized from the window in force."""
+    seen: frozenset[str] = frozenset()
+    """The paths the agent read or wrote with the file tools in this session's messages
+    (`builtin.files_seen`): only those files `file_write` replaces."""
 
 
 class Tool(Protocol):

@@ -38,6 +38,9 @@ class Workspace:
         self.system_prompt = system_prompt.parent.resolve() / system_prompt.name
         self._inside = f"{str(self.root).rstrip('/')}/"
 
+    def is_instructions(self, loc: Location) -> bool:
+        return loc.base == self.system_prompt.parent and loc.parts == (self.system_prompt.name,)
+
     def locate(self, raw: str) -> Location:
         """Where `raw` is, if the agent may touch it."""
         if "\x00" in raw:
