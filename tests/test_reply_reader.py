@@ -229,6 +229,9 @@ def test_a_tool_named_after_the_task_is_told_so_and_shown_reads_of_the_tasks_fil
         {"path": "."},
         {"path": "mathlib.py"},
     ]
+    file = answer("", False, ["notes/spec.md"], schemas, False, False, 512, 0, task)
+    assert file is not None
+    assert "`notes/spec.md` is in your task" in file
     other = answer("", False, ["frobnicate"], schemas, False, False, 512, 0, task)
     assert other is not None
     assert "in your task" not in other

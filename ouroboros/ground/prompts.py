@@ -72,7 +72,7 @@ def unknown_tool(names: list[str], tools: str, example: str, in_task: list[str])
     said = f"There is no tool {quoted}; nothing of that was run."
     if in_task:
         named = ", ".join(f"`{n}`" for n in in_task)
-        said += f" {named} is in your task: something to write into a file, not a tool to call."
+        said += f" {named} is in your task, to work on with the tools, not a tool to call."
     shown = f" For example:\n{example}" if example else ""
     return f"{said} The tools are: {tools}.{shown}"
 

@@ -302,8 +302,8 @@ def answer(
         ]
         offered += [(n, a) for n, a in EXAMPLES if n in tools]
         example = example_call(*offered[streak % len(offered)], text_protocol) if offered else ""
-        words = set(re.findall(r"\w+", task or ""))
-        return prompts.unknown_tool(names, listed, example, [n for n in names if n in words])
+        said = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", task or "")]
+        return prompts.unknown_tool(names, listed, example, said)
     if has_calls:
         return None
     if cut_off:

@@ -214,12 +214,13 @@ class Plan(Tool):
 
 
 class FinishArgs(ToolArgs):
-    """End the run for good, once the whole task is done."""
+    """End the run when done."""
 
     summary: str = ""
     """Optional: a small model calls `finish` with no arguments, and a refusal for that is a
-    loop (it calls it again, the same way). The description does not ask for one: the real small
-    model copied "a summary of what was done" into it, call after call."""
+    loop (it calls it again, the same way). The description asks for none, in five words: the
+    real small model copied "a summary of what was done" into it, and then "end the run for
+    good, once the whole task is done", call after call."""
 
 
 class Finish(Tool):
