@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ouroboros.model.reply_reader import answer, read_reply, tool_named
+from ouroboros.model.reply_reader import answer, parameters_of, read_reply, tool_named
 from ouroboros.model.text_calls import fences
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec
@@ -106,6 +106,31 @@ def test_several_calls_run_in_the_order_written_and_a_repeated_one_once() -> Non
 )  # fmt: skip
 def test_a_near_name_is_the_one_tool_it_means(written: str, meant: str | None) -> None:
     assert tool_named(written, TOOLS) == meant
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"),
+    [
+        ('{"name": "rename-function", "arguments": {"path": "cart.py", "offset": 12, "limit": 1}}',
+         ("file_read", {"path": "cart.py", "offset": 12, "limit": 1})),
+        ('{"name": "fix_bugs", "arguments": {"path": "stats.py", "content": "x = 1"}}',
+         ("file_write", {"path": "stats.py", "content": "x = 1"})),
+        ('{"name": "square", "arguments": {"x": 3}}', None),  # no tool takes `x`
+        ('{"name": "delete", "arguments": {"path": "a.txt"}}', None),  # file_read or list_dir
+        ('{"name": "nothing", "arguments": {}}', None),
+    ],
+)  # fmt: skip
+def test_a_call_of_no_tools_name_is_the_one_tool_its_arguments_are_for(
+    schemas: list[dict[str, Any]], text: str, meant: tuple[str, dict[str, Any]] | None
+) -> None:
+    tools = [s["function"]["name"] for s in schemas]
+    found = read_reply(text, False, tools, False, False, parameters_of(schemas))
+    if meant is None:
+        assert not found.calls
+        assert found.unknown
+    else:
+        assert [(c.name, json.loads(c.arguments)) for c in found.calls] == [meant]
+        assert not found.unknown
 
 
 def test_an_unknown_tool_is_not_run_and_named_beside_the_calls_that_are() -> None:

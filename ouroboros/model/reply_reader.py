@@ -22,8 +22,10 @@ call a reply, as the text protocol asks; the model is told the rest did not run)
   other name so, a near one too, is data (`{"name": "list", "items": ...}`). JSON a call's
   arguments hold is no call of its own.
 - **Names**: a tool's exact name; else the one tool the name is the last or first word of
-  (`read` -> `file_read`), or the one it is a near spelling of (`file_raed`). A name that is
-  none of them is an unknown tool: not run, and answered with the real list and one example.
+  (`read` -> `file_read`), or the one it is a near spelling of (`file_raed`); else the one tool
+  the arguments are for (all it requires, none it does not take: `rename-function` with a
+  path, an offset and a limit is a `file_read`). A name that is none of them is an unknown
+  tool: not run, and answered with the real list and one example.
 - The same call twice in one reply runs once: a small model repeats a line it likes.
 - What is read from the text is taken out of it (a call is kept as the call, not twice), and
   so is what follows the last call (made-up results, the same call to the output limit); the
@@ -45,7 +47,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,11 +202,43 @@ def _shell_blocks(text: str) -> list[tuple[int, int, str]]:
     return [(f.start, f.end, f.body) for f in fences(text) if f.language in SHELL_LANGUAGES]
 
 
+Parameters = Mapping[str, tuple[frozenset[str], frozenset[str]]]
+"""Each tool's parameters: those it requires, and all it takes (`parameters_of`)."""
+
+
+def parameters_of(
+    schemas: Sequence[dict[str, Any]],
+) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    found = {}
+    for schema in schemas:
+        function = schema.get("function") or {}
+        taken = function.get("parameters") or {}
+        properties = taken.get("properties") or {}
+        required = frozenset(str(k) for k in taken.get("required") or ())
+        found[str(function.get("name"))] = (required, frozenset(str(k) for k in properties))
+    return found
+
+
+def _tool_taking(arguments: dict[str, object] | None, parameters: Parameters) -> str | None:
+    """The one tool whose parameters these arguments are (all it requires, none it does not
+    take): a small model calls file_read by the task's name (`rename-function` with a path, an
+    offset and a limit)."""
+    keys = set(arguments or ())
+    fits = [name for name, (needs, takes) in parameters.items() if keys and needs <= keys <= takes]
+    return fits[0] if len(fits) == 1 else None
+
+
 def read_reply(
-    content: str, native: bool, tools: Sequence[str], text_protocol: bool, cut_off: bool
+    content: str,
+    native: bool,
+    tools: Sequence[str],
+    text_protocol: bool,
+    cut_off: bool,
+    parameters: Parameters | None = None,
 ) -> Reading:
     """The calls a reply makes. `native`: the server sent calls (the text is not read for more);
-    `cut_off`: the reply stopped at the output limit (what it was writing is not read)."""
+    `cut_off`: the reply stopped at the output limit (what it was writing is not read);
+    `parameters`: the tools' (`parameters_of`), for a call of no tool's name."""
     text = reply_text(content)
     readable = None if native else finished_part(text, cut_off)
     if readable is None:
@@ -220,6 +254,8 @@ def read_reply(
         written, arguments = parts.name, parts.arguments
         # Flat, only a tool's very name is a call: `{"name": "list", "items": ...}` is data.
         name = tool_named(written, tools) if not parts.flat or written in tools else None
+        if name is None and not parts.flat:
+            name = _tool_taking(arguments, parameters or {})
         if name is None:
             # `{"name": "shop"}` alone, or beside other keys, is data, not a call.
             if arguments is not None and not parts.flat:

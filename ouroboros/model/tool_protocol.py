@@ -82,7 +82,7 @@ from ouroboros.model.llm import (
     TransientError,
     unfinished,
 )
-from ouroboros.model.reply_reader import read_reply
+from ouroboros.model.reply_reader import parameters_of, read_reply
 from ouroboros.model.text_calls import (
     Action,
     TextCall,
@@ -315,7 +315,14 @@ class ProtocolModel:
                 return await self.complete(messages, tools)
         message = completion.message
         cut_off = completion.finish_reason == "length"
-        reading = read_reply(message.content, bool(message.tool_calls), names(tools), text, cut_off)
+        reading = read_reply(
+            message.content,
+            bool(message.tool_calls),
+            names(tools),
+            text,
+            cut_off,
+            parameters_of(tools),
+        )
         if reading.unknown:
             completion = replace(completion, unknown_tools=reading.unknown)
         if not reading.calls:
