@@ -478,6 +478,25 @@ def test_a_run_is_stopped_as_stalled_only_once_every_task_is_checked_as_it_stand
     assert len(project.events("session_start")) == 4
 
 
+def test_a_model_that_copies_the_note_that_every_task_passes_ends_the_run(
+    project: Project,
+) -> None:
+    """The real small model copied "[... call finish if you are done]" into every reply after
+    and never called it: the note shows the call, and copied, it ends the run."""
+    tasks.post(project.state, [Task(text="write hello.txt", check="grep -q hello hello.txt")])
+
+    def agent(body: dict[str, Any]) -> Reply:
+        said = str(body["messages"][-1].get("content") or "")
+        if "passes now" in said:
+            return Reply(text=said.split("\n", 1)[1])  # the note, as the model wrote it back
+        return shell("echo hello > hello.txt")
+
+    ran = run_here(project, agent, supervisor={"max_total_turns": 5})
+    assert ran.returncode == 0, ran.stderr
+    assert project.events("run_end")[-1]["reason"] == "finish"
+    assert len(ran.chat_requests()) == 2
+
+
 def test_a_task_whose_check_passes_after_a_write_is_said_in_that_result(project: Project) -> None:
     """A small model that has done its task goes on writing unless told: the result of the call
     that made a task pass says so, and says when every task passes."""
@@ -499,7 +518,8 @@ def test_a_task_whose_check_passes_after_a_write_is_said_in_that_result(project:
     assert "passes now" not in results[0]["content"]
     assert results[1]["content"].endswith("[the check of T1 passes now; 1 task(s) still to pass]")
     assert results[2]["content"].endswith(
-        "[the check of T2 passes now; every task passes: call finish if you are done]"
+        "[the check of T2 passes now, and every task's does; if you are done:]\n"
+        '{"name": "finish", "arguments": {}}'
     )
     assert [c for c in checks(project) if c[2] == "write"] == [
         ("T1", 1, "write"),

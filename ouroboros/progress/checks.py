@@ -314,15 +314,18 @@ WRITES = ("file_write", "shell_exec")
 """The built-in tools that may change the workspace."""
 
 
+FINISH_CALL = '{"name": "finish", "arguments": {}}'
+"""Shown once every operator's task passes: a small model copies what it is shown, and copied,
+this call ends the run as it should (`finish` runs every check again first)."""
+
+
 def passes_now(passed: list[str], left: int) -> str:
     """What a result says of the operator's tasks whose checks pass since it."""
     named = ", ".join(passed[:REFUSED_SAID]) + (" and more" if len(passed) > REFUSED_SAID else "")
-    then = (
-        "every task passes: call finish if you are done"
-        if left <= 0
-        else f"{left} task(s) still to pass"
-    )
-    return f"\n[the check of {named} passes now; {then}]"
+    if left <= 0:
+        said = f"the check of {named} passes now, and every task's does; if you are done:"
+        return f"\n[{said}]\n{FINISH_CALL}"
+    return f"\n[the check of {named} passes now; {left} task(s) still to pass]"
 
 
 def failure(ran: CheckRun) -> str:
