@@ -71,7 +71,6 @@ def test_multi_turn_run_with_tools(project: Project, dialect: str) -> None:
     assert "max_total_turns" in result.stdout
 
 
-@pytest.mark.slow
 def test_a_file_is_replaced_only_once_read_in_the_session(project: Project) -> None:
     """The real small model wrote over files it never read (its last result, "some text"); a
     file it read or wrote in this session, however it named it, it may replace whole."""
@@ -96,6 +95,7 @@ def test_a_file_is_replaced_only_once_read_in_the_session(project: Project) -> N
     assert (project.workspace / "new.txt").read_text() == "b"
 
 
+@pytest.mark.slow
 def test_usage_without_server_figures_is_estimated(project: Project) -> None:
     with ScriptedServer([Reply(text="hi", usage=False)] * 2) as server:
         project.configure(server.url)
