@@ -206,10 +206,8 @@ Parameters = Mapping[str, tuple[frozenset[str], frozenset[str]]]
 """Each tool's parameters: those it requires, and all it takes (`parameters_of`)."""
 
 
-def parameters_of(
-    schemas: Sequence[dict[str, Any]],
-) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
-    found = {}
+def parameters_of(schemas: Sequence[dict[str, Any]]) -> Parameters:
+    found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
     for schema in schemas:
         function = schema.get("function") or {}
         taken = function.get("parameters") or {}
