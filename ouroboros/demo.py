@@ -96,6 +96,11 @@ class DemoAgent:
         self.routine = _routine()
         self.reviewed = 0
         self.session = ""
+        self.pending: tuple[str, dict[str, Any]] | None = None
+        self.written: set[str] = set()
+        self.read: set[str] = set()
+        """Files read or written this session: a note written before is read again first, as
+        `file_write` asks of a file the session has not seen."""
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         messages = body["messages"]
@@ -112,15 +117,24 @@ class DemoAgent:
         )
         if session != self.session:  # "Session 2": a restart (or the first session)
             first, self.session = not self.session, session
+            self.read = set()
             if first:
                 return Reply(text="My plan first.", tool_calls=[tool("plan", items=PLAN)])
             return Reply(
                 text="A fresh session: my notes first.",
                 tool_calls=[tool("file_read", path="NOTES.md")],
             )
-        name, arguments = next(self.routine)
-        if name == "file_read":
+        name, arguments = self.pending or next(self.routine)
+        self.pending = None
+        path = str(arguments.get("path", ""))
+        if name == "file_write" and path in self.written and path not in self.read:
+            self.pending = (name, arguments)
+            name, arguments = tool("file_read", path=path)
+        elif name == "file_read":
             self.reviewed += 1
+        self.read.add(path)
+        if name == "file_write":
+            self.written.add(path)
         return Reply(text=f"Next: {name}.", tool_calls=[(name, arguments)])
 
 

@@ -52,22 +52,25 @@ def write(path: str, content: str) -> tuple[str, dict[str, str]]:
 
 NOTES, DATA = "plan: count things\n", "row\n" * 200
 SCRIPT: list[Step] = [
-    [write("notes.md", NOTES)],
+    # Read first: a file is replaced only once read in the session (its first read fails).
+    [read("notes.md"), write("notes.md", NOTES)],
     [shell("seq 1 300")],
     [read("notes.md")],
     [read("notes.md")],
     [read("notes.md")],  # the same call three times in a row: nudged
     "Thinking it over before the next command.",
-    [write("data.txt", DATA)],
+    [read("data.txt"), write("data.txt", DATA)],
     [read("data.txt"), shell("seq 5 400")],
     [shell("seq 1 600")],
     [read("data.txt")],
 ]
 FINISH_AT = 34
 """The reply that finishes the run."""
-OVERFLOW_AT = 16
+OVERFLOW_AT = 14
 """The reply whose first request the server refuses as too long (`Server`): the harness learns
-the count, masks and asks again."""
+the count, masks and asks again. It must be a reply whose prompt holds results a mask frees
+(the mask test asserts one was made for the overflow): at 16, since the opening names no path,
+the round at the soft line just before had masked them all, and the session ended instead."""
 MUSING = "Reasoning about the counts so far. " * 20
 """In some of the run's first replies only: the wind-down line follows the run's reply sizes,
 so a resume that forgot them would place it elsewhere."""
