@@ -18,7 +18,8 @@ from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError, SetupError
 from ouroboros.ground.figures import WindowFigures
 from ouroboros.model import tool_protocol
-from ouroboros.model.llm import LLMClient, Model, journalled, retrying
+from ouroboros.model.llm import LLMClient, Model
+from ouroboros.model.retry import journalled, retrying
 from ouroboros.model.servers import ServerInfo, choose_window, discover
 from ouroboros.operator.safe_point import Operator
 from ouroboros.policy.room import Rules

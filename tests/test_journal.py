@@ -20,7 +20,7 @@ from ouroboros.ground.messages import (
     UserMessage,
 )
 from ouroboros.ground.state_folder import JOURNAL
-from ouroboros.model.llm import Retry, journalled
+from ouroboros.model.retry import Retry, journalled
 from ouroboros.run.lock import refuse_lost_journal
 from ouroboros.server.records import ServerExited, ServerPart, ServerStarted
 from ouroboros.state.fold import RunState

@@ -15,12 +15,11 @@ from ouroboros.model.llm import (
     ContextOverflow,
     FatalError,
     LLMClient,
-    Retry,
     TransientError,
     overflow_from,
-    retrying,
     stated_window,
 )
+from ouroboros.model.retry import Retry, retrying
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 
 MESSAGES: list[Message] = [SystemMessage(content="sys"), UserMessage(content="hello")]

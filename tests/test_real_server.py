@@ -53,14 +53,8 @@ from ouroboros.ground.messages import (
     UserMessage,
 )
 from ouroboros.model.cache_check import reuse_warning
-from ouroboros.model.llm import (
-    Completion,
-    ContextOverflow,
-    LLMClient,
-    TransientError,
-    retrying,
-    to_wire,
-)
+from ouroboros.model.llm import Completion, ContextOverflow, LLMClient, TransientError, to_wire
+from ouroboros.model.retry import retrying
 from ouroboros.model.servers import ServerInfo, discover
 from ouroboros.state.journal import Journal
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord

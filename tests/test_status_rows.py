@@ -13,7 +13,8 @@ from ouroboros.ground.config import Settings
 from ouroboros.ground.errors import RunError
 from ouroboros.ground.figures import RunLimits
 from ouroboros.ground.state_folder import JOURNAL
-from ouroboros.model.llm import Retry, Unreachable, journalled
+from ouroboros.model.llm import Unreachable
+from ouroboros.model.retry import Retry, journalled
 from ouroboros.observe.describe import retry_text
 from ouroboros.observe.status import read_status, render_status
 from ouroboros.run.lock import state_lock

@@ -17,7 +17,8 @@ from ouroboros.context.tokens import Counting, tally
 from ouroboros.ground.clock import Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.state_folder import COMPACT_REQUEST
-from ouroboros.model.llm import ContextOverflow, Model, TransientError, journalled, retrying
+from ouroboros.model.llm import ContextOverflow, Model, TransientError
+from ouroboros.model.retry import journalled, retrying
 from ouroboros.policy import room
 from ouroboros.policy.room import Rules
 from ouroboros.run.call_notices import call_figures

@@ -27,7 +27,8 @@ from ouroboros.ground.messages import (
 )
 from ouroboros.ground.timestamps import wall_time
 from ouroboros.model import reply_reader, tool_protocol
-from ouroboros.model.llm import Completion, ContextOverflow, Model, Retry, journalled, retrying
+from ouroboros.model.llm import Completion, ContextOverflow, Model
+from ouroboros.model.retry import Retry, journalled, retrying
 from ouroboros.model.tool_protocol import Admitted, admitted_reply
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
