@@ -68,7 +68,7 @@ def test_a_json_action_with_a_repeated_key_or_a_constant_is_a_format_problem(bod
 def test_a_reply_with_crlf_line_ends_is_read_as_its_action() -> None:
     assert command("```bash\r\nls\r\n```\r\n") == LS
     assert command('```json\r\n{"tool": "list_dir", "arguments": {}}\r\n```') == {}
-    assert reply_text("a\r\nb") == "a\nb"
+    assert reply_text("a\r\nb") == reply_text("a\r\r\nb") == "a\nb"
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,9 @@ def fences(text: str) -> list[Fence]:
 def reply_text(content: str) -> str:
     """The reply as the model meant it, as it is journalled: lines end in `\\n`, and it ends at
     its first stop token outside a fenced block (what follows it the model did not mean to say)."""
-    text = content.replace("\r\n", "\n")
+    # Every CR before a line end goes: `\r\r\n` with one taken off would be `\r\n` again, and
+    # the journalled reply would not read as it was read (calls found at other places).
+    text = re.sub(r"\r++\n", "\n", content)
     closed = iter(fences(text))
     fence = next(closed, None)
     for stop in END_TOKENS.finditer(text):
