@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ouroboros.model.reply_reader import answer, parameters_of, read_reply, tool_named
-from ouroboros.model.text_calls import fences
+from ouroboros.model.text_calls import fences, reply_text
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
@@ -70,6 +70,13 @@ def test_each_form_becomes_the_call_it_writes_and_leaves_the_text(text: str, wri
     assert "NOTES.md" not in found.text  # the call is kept once, as a call
     assert "```" not in found.text
     assert "<tool_call>" not in found.text
+    # Where it is written, its tags and its block included: the text protocol puts a stand-in
+    # there for a call too long to keep, and nothing of the call may stay beside it.
+    (span,) = found.spans
+    assert span.call == found.calls[0]
+    read = reply_text(text)
+    rest = read[: span.start] + read[span.end :]
+    assert not [part for part in ("{", "```", "tool_call", "TOOL_CALLS") if part in rest], rest
 
 
 def test_a_tools_name_beside_its_arguments_is_that_call() -> None:
@@ -95,6 +102,10 @@ def test_several_calls_run_in_the_order_written_and_a_repeated_one_once() -> Non
         ("file_read", {"path": "a"}),
         ("file_write", {"path": "b", "content": "x"}),
     ]
+    # Each place a call is written, the repeated one's both.
+    spans = read_reply(text, False, TOOLS, False, False).spans
+    assert [text[s.start : s.end] for s in spans] == text.splitlines()
+    assert [s.call.name for s in spans] == ["list_dir", "file_read", "list_dir", "file_write"]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from ouroboros.context.tokens import raw_units, tools_estimate
 from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
@@ -70,28 +72,43 @@ def test_turns_made_up_after_a_stop_token_are_not_kept_in_the_native_protocol(
     assert sent_replies(ran.chat_requests()[2]) == ["Looking.", ""]
 
 
+WRITE = {"tool": "file_write", "arguments": {"path": "a.txt", "content": "x" * 3000}}
+BLOCK = f"```json\n{json.dumps(WRITE)}\n```"
+TAGGED = f"<tool_call>\n{json.dumps(WRITE)}\n</tool_call>"
+LIST = '```json\n{"tool": "list_dir", "arguments": {"path": "."}}\n```'
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        (f"Writing.\n{BLOCK}\nDone?", BLOCK),
+        (f"Writing.\n{TAGGED}\nDone?", TAGGED),
+        (f"Writing.\n{BLOCK}\n{BLOCK}\nDone?", BLOCK),  # the same call twice
+        (f"Writing.\n{BLOCK}\n{LIST}\nDone?", BLOCK),  # a call after it, not run
+    ],
+    ids=["block", "tags", "twice", "then-another"],
+)
 def test_arguments_over_the_cap_are_kept_in_neither_the_call_nor_the_text(
-    project: Project,
+    project: Project, text: str, written: str
 ) -> None:
-    """As a native call's: not run, not kept; the action as written becomes the stand-in, so
-    the text sent back every turn holds one action, without the arguments."""
-    big = "x" * 3000
-    write = {"tool": "file_write", "arguments": {"path": "a.txt", "content": big}}
-    script = [Reply(text=f"Writing.\n```json\n{json.dumps(write)}\n```\nDone?"), TEXT_FINISH]
+    """As a native call's: not run, not kept; each place the call is written becomes the
+    stand-in (its tags and block with it), so the text sent back every turn holds none of the
+    arguments, and the rest of the reply as written."""
+    script = [Reply(text=text), TEXT_FINISH]
     ran = run_here(project, script, llm={"tool_protocol": "text", "max_tool_argument_bytes": 1024})
     assert ran.returncode == 0, ran.stderr
-    size = len(json.dumps(write["arguments"]).encode())
+    size = len(json.dumps(WRITE["arguments"]).encode())
     reply = replies(project)[0]
     (call,) = reply.tool_calls
     assert json.loads(call.arguments) == {OMITTED: size}
     stand_in = {"tool": "file_write", "arguments": {OMITTED: size}}
-    assert reply.content == f"Writing.\n```json\n{json.dumps(stand_in)}\n```\nDone?"
+    assert reply.content == text.replace(written, f"```json\n{json.dumps(stand_in)}\n```")
     (result, _) = [r.message for r in journalled(project) if isinstance(r.message, ToolMessage)]
     assert result.error
     assert "over llm.max_tool_argument_bytes" in result.content
     assert not (project.workspace / "a.txt").exists()
     (sent,) = sent_replies(ran.chat_requests()[1])
-    assert sent == reply.content  # one action, as journalled
+    assert sent == reply.content  # as journalled: its call is written in it
 
 
 def test_the_text_protocols_fixed_part_is_the_tools_description_it_sends(tmp_path: Any) -> None:

@@ -53,6 +53,7 @@ from typing import Any
 
 from ouroboros.ground import prompts
 from ouroboros.model.text_calls import (
+    HERMES_CLOSE,
     HERMES_OPEN,
     SHELL_LANGUAGES,
     SHELL_TOOL,
@@ -85,6 +86,17 @@ _CANDIDATE = re.compile(
 )
 """Where a call written as text may start: a line's first `{`, or after a call tag (JSON within
 a sentence is an example the reply talks about)."""
+_TAG_CLOSED = re.compile(rf"\s*+{re.escape(HERMES_CLOSE)}")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a call is written in the reply as read (`reply_text`), its tags included, and its
+    fenced block where the block holds the call alone."""
+
+    start: int
+    end: int
+    call: TextCall
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,9 @@ class Reading:
     of an unknown tool stays: it is what the answer speaks of)."""
     unknown: tuple[str, ...] = ()
     """Names of tools the reply called that there are not."""
+    spans: tuple[Span, ...] = ()
+    """Where the calls are written, in order: a call written twice has two, the calls of one
+    Mistral list share theirs."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,10 @@ def _objects(text: str) -> list[_Found]:
             continue
         position = end
         start, form = match.start(), _form(text, match)
+        if form == "hermes":  # the tags around the call are the call's too
+            start = text.rfind(HERMES_OPEN, 0, opening)
+            if (closed := _TAG_CLOSED.match(text, end)) is not None:
+                end = closed.end()
         if match.group("name"):  # Mistral's newer form: [TOOL_CALLS]name[ARGS]{...}
             value = {"name": match.group("name"), "arguments": value}
         block = next((f for f in fenced if f.start <= opening < f.end), None)
@@ -243,7 +262,7 @@ def read_reply(
         return Reading((), None, text)
     calls: list[TextCall] = []
     unknown: list[str] = []
-    taken: list[tuple[int, int]] = []  # spans of the text read as calls, taken out of it
+    spans: list[Span] = []
     form: str | None = None
     for found in _objects(readable):
         parts = _call_parts(found.value)
@@ -262,29 +281,30 @@ def read_reply(
         call = TextCall(name, json.dumps({} if arguments is None else arguments))
         if call not in calls:
             calls.append(call)
-        taken.append((found.start, found.end))
+        spans.append(Span(found.start, found.end, call))
         form = form or found.form
     if not calls and not unknown and SHELL_TOOL in tools:
         for start, end, body in _shell_blocks(readable):
             call = TextCall(SHELL_TOOL, json.dumps({"command": body}))
             if body.strip() and call not in calls:
                 calls.append(call)
-                taken.append((start, end))
+                spans.append(Span(start, end, call))
                 form = "bash"
     if text_protocol and form == "fenced_json":
         form = "json_action"
     # What follows the last call is no part of it: a small model goes on with results it makes
     # up, or the same call again and again to the output limit; kept, it is sent back every turn.
-    kept = readable[: max(end for _, end in taken)] if taken else readable
-    return Reading(tuple(calls), form, _without(kept, taken) if calls else text, tuple(unknown))
+    kept = readable[: spans[-1].end] if spans else readable
+    without = _without(kept, spans) if calls else text
+    return Reading(tuple(calls), form, without, tuple(unknown), tuple(spans))
 
 
-def _without(text: str, spans: list[tuple[int, int]]) -> str:
+def _without(text: str, spans: list[Span]) -> str:
     parts, position = [], 0
-    for start, end in sorted(spans):
-        if start >= position:
-            parts.append(text[position:start])
-            position = end
+    for span in spans:
+        if span.start >= position:
+            parts.append(text[position : span.start])
+            position = span.end
     parts.append(text[position:])
     # The tags around a call read from between them are the call's too.
     joined = "".join(parts).replace("<tool_call>", "").replace("</tool_call>", "")

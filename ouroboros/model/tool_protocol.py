@@ -82,13 +82,11 @@ from ouroboros.model.llm import (
     TransientError,
     unfinished,
 )
-from ouroboros.model.reply_reader import parameters_of, read_reply
+from ouroboros.model.reply_reader import Span, parameters_of, read_reply
 from ouroboros.model.text_calls import (
-    Action,
     TextCall,
     action_text,
     names,
-    read_action,
     reply_text,
     text_wire,
     tools_description,
@@ -329,20 +327,22 @@ class ProtocolModel:
             return completion
         # In the text protocol the action stays where it was written: the text is the call, and
         # what is sent back is the reply as the model wrote it.
-        content = self._as_kept(message.content, reading.calls) if text else reading.text
+        content = self._as_kept(message.content, reading.spans) if text else reading.text
         return self._with_calls(completion, reading.calls, reading.format or "json", content)
 
-    def _as_kept(self, content: str, calls: tuple[TextCall, ...]) -> str:
-        """A text-protocol reply as kept: whole, but an action too long to keep, which is sent
-        back every turn, is written as the call that stands in for it."""
-        action = read_action(content, [c.name for c in calls])
-        if not isinstance(action, Action) or len(calls) != 1:
-            return content
-        size = len(calls[0].arguments.encode())
-        if size <= self.max_argument_bytes:
-            return content
-        stand_in = action_text(calls[0].name, {OMITTED: size})
-        return f"{content[: action.start]}{stand_in}{content[action.end :]}"
+    def _as_kept(self, content: str, spans: tuple[Span, ...]) -> str:
+        """A text-protocol reply as kept: whole, but each call too long to keep, which would be
+        sent back every turn, is written as the call that stands in for it. `content` is the
+        reply as meant (`reply_text`), which the spans index."""
+        kept, position = [], 0
+        for span in spans:
+            size = len(span.call.arguments.encode())
+            # The calls of one Mistral list share a span: it goes whole, for the first too long.
+            if size > self.max_argument_bytes and span.start >= position:
+                stand_in = action_text(span.call.name, {OMITTED: size})
+                kept += [content[position : span.start], stand_in]
+                position = span.end
+        return "".join(kept) + content[position:]
 
     def _switch_if_due(self, state: RunState) -> None:
         if self.protocol != "auto" or state.protocol.switch_reason is not None:
