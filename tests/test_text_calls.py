@@ -18,6 +18,7 @@ from ouroboros.model.text_calls import (
     text_wire,
     tools_section,
 )
+from ouroboros.model.tool_protocol import calls_written
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec
 from ouroboros.tools.workspace import Workspace
@@ -103,7 +104,9 @@ def test_a_native_call_is_shown_as_the_action_it_was_after_a_switch_to_text() ->
         tool_calls=(ToolCall(id="b", name="shell_exec", arguments='{"command": "ls"}'),),
     )
     result = ToolMessage(tool_call_id="a", name="shell_exec", content="exit code 0\n")
-    sent = text_wire([SystemMessage(content="Go."), native, result, written], schemas)
+    sent = text_wire(
+        [SystemMessage(content="Go."), native, result, written], schemas, calls_written
+    )
     assert [m.kind for m in sent] == ["system", "assistant", "user", "assistant"]
     assert sent[1].content == "Listing.\n\n```bash\nls\n```"
     assert sent[2].content == "[shell_exec result]\nexit code 0\n"

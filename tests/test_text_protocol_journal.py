@@ -16,7 +16,7 @@ from ouroboros.ground.jsonl import JsonlReader
 from ouroboros.ground.messages import AssistantMessage, SystemMessage, ToolMessage
 from ouroboros.model.scripted import Reply, tool
 from ouroboros.model.text_calls import text_wire
-from ouroboros.model.tool_protocol import OMITTED, schema_raw
+from ouroboros.model.tool_protocol import OMITTED, calls_written, schema_raw
 from ouroboros.state.records import JOURNAL_RECORD, MessageRecord
 from ouroboros.tools import ToolCaps, ToolRunner
 from ouroboros.tools.shell import ShellExec
@@ -118,7 +118,7 @@ def test_the_text_protocols_fixed_part_is_the_tools_description_it_sends(tmp_pat
     runner = ToolRunner(workspace, built_in(ShellExec(10), tmp_path, True), ToolCaps(1000))
     schemas = runner.schemas()
     runner.close()
-    (system,) = text_wire([SystemMessage(content="")], schemas)
+    (system,) = text_wire([SystemMessage(content="")], schemas, calls_written)
     described = raw_units(system.content)
     assert described > tools_estimate(schemas) / 2  # a description of each tool, not a line
     assert schema_raw("text", schemas, renders=True) == described

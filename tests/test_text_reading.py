@@ -19,6 +19,7 @@ from ouroboros.model.text_calls import (
     reply_text,
     text_wire,
 )
+from ouroboros.model.tool_protocol import calls_written
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 LS = {"command": "ls"}
@@ -151,6 +152,6 @@ def test_a_side_call_in_text_shows_each_action_once() -> None:
         tool_calls=(ToolCall(id="a", name="shell_exec", arguments='{"command": "ls"}'),),
     )
     result = ToolMessage(tool_call_id="a", name="shell_exec", content="exit code 0\n")
-    sent = text_wire([SystemMessage(content="Go."), reply, result], [])
+    sent = text_wire([SystemMessage(content="Go."), reply, result], [], calls_written)
     assert sent[1].content == "```bash\nls\n```"
     assert sent[0].content == "Go."

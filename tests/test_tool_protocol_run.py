@@ -178,6 +178,8 @@ def test_the_text_protocol_sends_no_tools_and_reads_each_action(project: Project
     # with two runs the first and is told the other did not run.
     assert "called no tool" in bodies[2]["messages"][-1]["content"]
     assert "a file changes only through file_write" in bodies[2]["messages"][-1]["content"]
+    # Sent back as written: the call that ran is in it, not added again.
+    assert bodies[3]["messages"][-2]["content"] == "```bash\nls\n```\n```bash\npwd\n```"
     ran_last = bodies[3]["messages"][-1]["content"]
     assert ran_last.count("[shell_exec result]") == 1
     assert ran_last.endswith(

@@ -473,24 +473,23 @@ def result_text(message: ToolMessage) -> str:
 
 
 ReadCalls = Callable[[str, list[str]], list[tuple[str, str]]]
-"""The calls (name, arguments) a reply's text makes of the tools named (`reply_reader`)."""
+"""The calls (name, arguments) a reply's text makes of the tools named: `reply_reader`'s, which
+imports this module (`tool_protocol.calls_written`)."""
 
 
-def _written(message: AssistantMessage, reads: ReadCalls | None) -> str:
+def _written(message: AssistantMessage, reads: ReadCalls) -> str:
     """The reply as the model wrote it; a call it did not write as text (a native call before a
     switch to text) is added in the text form, so the model sees every action it took. Whether
     it wrote it is read from the reply alone, not from the tools offered now (a side call offers
-    none)."""
+    none). A reply that wrote more calls than ran (one a reply) stays as written: the one that
+    ran is in it."""
     if not message.tool_calls:
         return message.content
-    calls = [(c.name, c.arguments) for c in message.tool_calls]
-    if reads is not None and reads(message.content, [name for name, _ in calls]) == calls:
-        return message.content
-    action = read_action(message.content, [name for name, _ in calls])
-    if isinstance(action, Action) and calls == [(action.call.name, action.call.arguments)]:
-        return message.content
+    written = reads(message.content, [c.name for c in message.tool_calls])
     blocks = []
     for call in message.tool_calls:
+        if (call.name, call.arguments) in written:
+            continue
         try:
             arguments = json.loads(call.arguments)
         except (ValueError, RecursionError):
@@ -499,11 +498,13 @@ def _written(message: AssistantMessage, reads: ReadCalls | None) -> str:
             blocks.append(action_text(call.name, arguments))
         else:
             blocks.append(f'```json\n{{"tool": "{call.name}", "arguments": ...}}\n```')
+    if not blocks:
+        return message.content
     return "\n\n".join(part for part in (message.content.strip(), *blocks) if part)
 
 
 def text_wire(
-    messages: list[Message], schemas: list[dict[str, Any]], reads: ReadCalls | None = None
+    messages: list[Message], schemas: list[dict[str, Any]], reads: ReadCalls
 ) -> list[Message]:
     """The conversation in the text protocol: the tools described in the system message, each
     result a user message, and user messages in a row joined (templates such as Gemma's refuse

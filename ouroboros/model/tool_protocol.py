@@ -296,7 +296,7 @@ class ProtocolModel:
         self._switch_if_due(state)
         text = text_in_force(self.protocol, state)
         if text:
-            sent = text_wire(messages, tools, _calls_written)
+            sent = text_wire(messages, tools, calls_written)
             completion = _as_meant(await self.inner.complete(sent, []))
         else:
             try:
@@ -388,7 +388,8 @@ class ProtocolModel:
         return replace(completion, message=message, calls_from_text=form, written=kept)
 
 
-def _calls_written(text: str, tools: list[str]) -> list[tuple[str, str]]:
+def calls_written(text: str, tools: list[str]) -> list[tuple[str, str]]:
+    """The calls a reply's text makes of `tools`, for `text_wire`."""
     return [(c.name, c.arguments) for c in read_reply(text, False, tools, True, False).calls]
 
 
