@@ -1,7 +1,8 @@
 """`llm.tool_protocol` through whole runs in the process (`run_here`): a call written as text
-recovered in the native protocol, the text protocol's requests and format messages, its steps
-managed as native ones (masked, carried over), and `auto` going over to text once the model
-keeps writing its calls as text (once said, kept on resume)."""
+recovered in the native protocol, the text protocol's requests, its replies sent back as written
+and what they are told, its steps managed as native ones (masked, carried over), and `auto`
+staying native for calls written as text and going over to text where tools cannot be rendered
+(once said, kept on resume)."""
 
 from __future__ import annotations
 
