@@ -197,6 +197,51 @@ def test_a_bash_block_is_a_shell_call_when_no_json_call_is_written() -> None:
     assert calls(both) == [("list_dir", {})]  # the call written as a call, not its neighbour
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "calc.py\n```python\ndef add(a, b):\n    return a + b\n```",
+        "Here it is:\n\n**calc.py**\n\n```\ndef add(a, b):\n    return a + b\n```\nDone.",
+        "`calc.py`:\n```python\ndef add(a, b):\n    return a + b\n```",
+        "### ./calc.py\n```\ndef add(a, b):\n    return a + b\n```",
+        "```calc.py\ndef add(a, b):\n    return a + b\n```",
+        "```python calc.py\ndef add(a, b):\n    return a + b\n```",
+        "```\ncalc.py\n```\n```python\ndef add(a, b):\n    return a + b\n```",
+    ],
+)  # fmt: skip
+def test_a_block_its_path_names_is_that_files_whole_new_text(text: str) -> None:
+    """The form a small coding model writes a change in when it writes no call: the path on the
+    line before a fenced block, in its fence, or alone in a block just before it."""
+    content = "def add(a, b):\n    return a + b\n"
+    assert calls(text) == [("file_write", {"path": "calc.py", "content": content})]
+    assert read_reply(text, False, TOOLS, False, False).format == "file_block"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```python\ndef add(a, b):\n    return a + b\n```",
+        "Here is the updated `calc.py`:\n```python\ndef add(a, b):\n    return a + b\n```",
+        "https://example.org/calc.py\n```\nx = 1\n```",
+        "```\ncalc.py\n```\nThen this:\n```\nx = 1\n```",
+    ],
+)  # fmt: skip
+def test_a_block_no_path_names_alone_is_not_written(text: str) -> None:
+    """A block in a sentence about a file, or with no file named, is code the reply shows: which
+    file it would replace is a guess, and a wrong guess loses that file's text."""
+    assert calls(text) == []
+
+
+def test_a_block_is_read_only_where_no_call_is_written_and_file_write_is_offered() -> None:
+    block = "notes.txt\n```\nhello\n```"
+    both = block + '\n{"name": "list_dir", "arguments": {}}'
+    assert calls(both) == [("list_dir", {})]
+    offered = [t for t in TOOLS if t != "file_write"]
+    assert not read_reply(block, False, offered, False, False).calls
+    then = "```bash\nls\n```\n" + block  # in the order written: the command runs first
+    assert [name for name, _ in calls(then)] == ["shell_exec", "file_write"]
+
+
 def test_what_a_reply_was_still_writing_at_the_output_limit_is_not_read() -> None:
     """A block left open, or reasoning left open: what the model was about to write is unknown.
     A call it finished before the cut is read."""

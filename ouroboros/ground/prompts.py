@@ -45,8 +45,8 @@ CONTINUE = "Continue with your task. (No one reads replies without a tool call; 
 
 
 NO_CALL = (
-    "Your reply called no tool, so nothing was done: writing a file's text in a reply changes "
-    "nothing; {writes}. The tools are: {tools}. A call is written "
+    "Your reply called no tool, so nothing was done: {writes}. The tools are: {tools}. A call "
+    "is written "
     '{{"name": ..., "arguments": {{...}}}}.',
     "Still no tool call, so still nothing done. Call one of: {tools}.",
 )
@@ -63,6 +63,8 @@ def no_call(tools: list[str], streak: int) -> str:
         if writers
         else "only a tool call acts"
     )
+    if "file_write" in tools:  # the reader takes such a block for file_write's call
+        writes += ", or by its path on a line, then its whole new text in a fenced block"
     return NO_CALL[streak % len(NO_CALL)].format(writes=writes, tools=", ".join(tools))
 
 

@@ -58,6 +58,8 @@ from ouroboros.model.text_calls import (
     SHELL_LANGUAGES,
     SHELL_TOOL,
     STRICT_JSON,
+    WRITE_TOOL,
+    Fence,
     TextCall,
     action_text,
     fences,
@@ -217,8 +219,52 @@ def tool_named(name: str, tools: Sequence[str]) -> str | None:
     return near[0] if len(near) == 1 else None
 
 
-def _shell_blocks(text: str) -> list[tuple[int, int, str]]:
-    return [(f.start, f.end, f.body) for f in fences(text) if f.language in SHELL_LANGUAGES]
+_PATH = r"[\w./~-][\w./\\:~-]{0,250}\.[A-Za-z][A-Za-z0-9]{0,7}"
+_NAMED_BEFORE = re.compile(rf"[ \t>#*`]*+({_PATH})[`*:]*+")
+"""A line that is a file's path alone, as a small model marks one (`calc.py`, **calc.py**,
+`calc.py`:, ### calc.py), the last line before a fenced block."""
+_NAMED_IN_FENCE = re.compile(rf"[ \t]*+`{{3,}}+[ \t]*+(?:[\w+-]++[ \t]++)?({_PATH})[ \t]*+")
+"""A fence whose info string is the path (```calc.py, ```python calc.py)."""
+
+
+def _block_path(text: str, block: Fence, after: int) -> str | None:
+    """The file a fenced block is the whole new text of, where its fence or the last line
+    before it (after the reply's block before, which ends at `after`) names one."""
+    named = _NAMED_IN_FENCE.fullmatch(text, block.start, text.index("\n", block.start))
+    if named is None:
+        before = text[after : block.start].rstrip()
+        named = _NAMED_BEFORE.fullmatch(before, before.rfind("\n") + 1)
+    path = named.group(1) if named else None
+    if path is None or "://" in path:
+        return None
+    return path.replace("\\", "/").removeprefix("./")  # a Windows path names the same file
+
+
+def _blocks(text: str) -> list[Span]:
+    """The actions written as blocks: a ```bash block is a command, a block its path names
+    (before it, in its fence, or alone in a block right before it) is that file's whole new
+    text: the form a small coding model writes a change in when it writes no call (as aider's
+    whole-file edits ask)."""
+    found: list[Span] = []
+    after, named_alone = 0, None
+    for block in fences(text):
+        if block.language in SHELL_LANGUAGES:
+            call = TextCall(SHELL_TOOL, json.dumps({"command": block.body}))
+            if block.body.strip():
+                found.append(Span(block.start, block.end, call))
+        elif (alone := _NAMED_BEFORE.fullmatch(block.body.strip())) is not None:
+            after, named_alone = block.end, alone.group(1)
+            continue
+        else:
+            path = _block_path(text, block, after)
+            if path is None and not text[after : block.start].strip():
+                path = named_alone
+            if path is not None:
+                content = f"{block.body}\n" if block.body else ""
+                call = TextCall(WRITE_TOOL, json.dumps({"path": path, "content": content}))
+                found.append(Span(block.start, block.end, call))
+        after, named_alone = block.end, None
+    return found
 
 
 Parameters = Mapping[str, tuple[frozenset[str], frozenset[str]]]
@@ -283,13 +329,12 @@ def read_reply(
             calls.append(call)
         spans.append(Span(found.start, found.end, call))
         form = form or found.form
-    if not calls and not unknown and SHELL_TOOL in tools:
-        for start, end, body in _shell_blocks(readable):
-            call = TextCall(SHELL_TOOL, json.dumps({"command": body}))
-            if body.strip() and call not in calls:
-                calls.append(call)
-                spans.append(Span(start, end, call))
-                form = "bash"
+    if not calls and not unknown:
+        for span in _blocks(readable):
+            if span.call.name in tools and span.call not in calls:
+                calls.append(span.call)
+                spans.append(span)
+                form = form or ("bash" if span.call.name == SHELL_TOOL else "file_block")
     if text_protocol and form == "fenced_json":
         form = "json_action"
     # What follows the last call is no part of it: a small model goes on with results it makes

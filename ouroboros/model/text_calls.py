@@ -94,6 +94,7 @@ def finished_part(text: str, cut_off: bool) -> str | None:
 # the call a reply was cut off in.
 
 SHELL_TOOL = "shell_exec"
+WRITE_TOOL = "file_write"
 SHELL_LANGUAGES = ("bash", "sh", "shell")
 
 
@@ -173,6 +174,7 @@ HEADING = """\
 You have no function-calling interface: act by writing one action a reply, as a fenced block; \
 its result comes back in the next message. A reply with no action runs nothing.
 - A shell command: a ```bash block.
+- A file's whole new text: its path on a line, then a fenced block of the text.
 - Another tool: a ```json block holding {"tool": NAME, "arguments": {...}}.
 - An action holding a ``` line (a heredoc of Markdown) needs a longer fence, ````bash closed by \
 ````; or use file_write.
