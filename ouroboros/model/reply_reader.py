@@ -12,8 +12,10 @@ once ran in on Qwen2.5-Coder-0.5B, 0 useful actions in 146 replies.
 So every call written is read, in order; the first is run (`tool_protocol.admitted_reply`: one
 call a reply, as the text protocol asks; the model is told the rest did not run):
 - **Forms**: `<tool_call>` tags (`hermes`), a ```json block (`fenced_json`), a bare JSON object
-  that starts a line (`json`), Mistral's `[TOOL_CALLS]` (`mistral`), and in the text protocol
-  a ```bash block (`bash`) and `{"tool": ...}` in a ```json block (`json_action`). An object is
+  that starts a line (`json`), Mistral's `[TOOL_CALLS]` (`mistral`), `{"tool": ...}` in a
+  ```json block in the text protocol (`json_action`); where no call is written, a ```bash block
+  (`bash`) or a block its path names (`file_block`: the file's whole new text, the form this
+  coding model writes a change in when it writes no call). An object is
   a call when it names a tool (`name`, `tool`, or an OpenAI `function` object) and holds its
   arguments (`arguments`, `parameters`, `args` or `input`: an object, or a string holding one)
   and nothing else but an `id` or `type`; `{"name": "list_dir"}` alone is a call of a tool
