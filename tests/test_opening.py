@@ -54,6 +54,7 @@ def test_search_context_is_offered_once_a_session_has_ended(project: Project) ->
     ran = run_here(
         project,
         [Reply(tool_calls=[tool("list_dir", path=".")])] * 4,
+        llm={"tool_protocol": "native"},  # `auto` counts the larger of schemas and description
         session={"max_turns": 2},
         supervisor={"max_total_turns": 4},
     )
