@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ouroboros.model.reply_reader import read_reply
-from ouroboros.model.text_calls import HEADING, reply_text
+from ouroboros.model.text_calls import reply_text
 
 TOOLS = ["file_read", "file_write", "list_dir", "shell_exec", "finish"]
 LS = ("shell_exec", {"command": "ls"})
@@ -85,11 +85,18 @@ def test_the_reply_ends_at_a_stop_token_outside_its_blocks_even_on_a_closing_lin
     assert reply_text("```bash\nls<|im_end|>\nrm -rf /") == "```bash\nls"  # a block left open
 
 
-def test_an_action_holding_a_fence_runs_whole_fenced_with_more_backticks() -> None:
-    """A heredoc writing Markdown holds a ``` line, which would close a block of three: the tools'
-    description says to fence such an action with four, and so fenced it runs whole."""
+def test_an_action_holding_a_fence_runs_whole() -> None:
+    """A heredoc writing Markdown holds a ``` line, which closes a block of three backticks: cut
+    there, the command would write the file cut. It runs whole, fenced with more backticks or
+    not, and a block after it is read as written."""
     inner = "cat > README.md <<'EOF'\n# Usage\n```{}\npython main.py\n```\nEOF"
     for language in ("", "python"):
         command = inner.format(language)
         assert calls(f"````bash\n{command}\n````") == [("shell_exec", {"command": command})]
-    assert "````bash" in HEADING
+        assert calls(f"```bash\n{command}\n```") == [("shell_exec", {"command": command})]
+        after = f"```bash\n{command}\n```\nnotes.txt\n```\nhi\n```"
+        assert calls(after)[1] == ("file_write", {"path": "notes.txt", "content": "hi\n"})
+    tabbed = "cat > a.md <<-END\n\t```\n\tEND"
+    assert calls(f"```bash\n{tabbed}\n```") == [("shell_exec", {"command": tabbed})]
+    unmet = "cat > a.md <<'EOF'\n# Usage"  # no end line at all: as fenced, bash ends it
+    assert calls(f"```bash\n{unmet}\n```\nmore") == [("shell_exec", {"command": unmet})]

@@ -65,6 +65,7 @@ from ouroboros.model.text_calls import (
     TextCall,
     action_text,
     fences,
+    fences_from,
     finished_part,
     open_call,
     reply_text,
@@ -242,6 +243,38 @@ def _block_path(text: str, block: Fence, after: int) -> str | None:
     return path.replace("\\", "/").removeprefix("./")  # a Windows path names the same file
 
 
+_HEREDOC = re.compile(r"<<(-?)[ \t]*+(['\"]?+)([A-Za-z_]\w{0,63}+)\2")
+_CLOSING_LINE = re.compile(r"^[ \t]*+`{3,}+[ \t]*+$", re.MULTILINE)
+
+
+def _open_heredoc(command: str) -> re.Pattern[str] | None:
+    """The end line a heredoc of `command` waits for and never meets: a ``` line in a heredoc
+    (Markdown written to a file) closes a block of three backticks early, and the command cut
+    there would write the file cut."""
+    position = 0
+    while (heredoc := _HEREDOC.search(command, position)) is not None:
+        tabs = "\t*+" if heredoc[1] else ""
+        end = re.compile(rf"^{tabs}{re.escape(heredoc[3])}$", re.MULTILINE)
+        body_start = command.find("\n", heredoc.end())
+        met = end.search(command, body_start) if body_start >= 0 else None
+        if met is None:
+            return end
+        position = met.end()
+    return None
+
+
+def _shell_block(text: str, block: Fence, look: bool) -> tuple[int, str]:
+    """Where a ```bash block really ends, and its command: past the ``` lines of a heredoc it
+    holds, to the fence after the heredoc's end line, where there is one (else as fenced).
+    `look`: False once MAX_CANDIDATES blocks were looked past (each look may read to the end)."""
+    end = _open_heredoc(block.body) if look else None
+    met = end.search(text, block.end) if end is not None else None
+    close = _CLOSING_LINE.search(text, met.end()) if met is not None else None
+    if close is None:
+        return block.end, block.body
+    return close.end(), text[text.index("\n", block.start) + 1 : close.start()].rstrip("\n")
+
+
 def _blocks(text: str) -> list[Span]:
     """The actions written as blocks: a ```bash block is a command, a block its path names
     (before it, in its fence, or alone in a block right before it) is that file's whole new
@@ -249,14 +282,19 @@ def _blocks(text: str) -> list[Span]:
     whole-file edits ask)."""
     found: list[Span] = []
     after, named_alone = 0, None
-    for block in fences(text):
+    blocks, looks = fences_from(text), 0
+    while (block := next(blocks, None)) is not None:
+        end, named = block.end, None
         if block.language in SHELL_LANGUAGES:
-            call = TextCall(SHELL_TOOL, json.dumps({"command": block.body}))
-            if block.body.strip():
-                found.append(Span(block.start, block.end, call))
+            end, command = _shell_block(text, block, looks < MAX_CANDIDATES)
+            looks += 1
+            if command.strip():
+                call = TextCall(SHELL_TOOL, json.dumps({"command": command}))
+                found.append(Span(block.start, end, call))
+            if end != block.end:  # the fences after a heredoc read whole, read again from there
+                blocks = fences_from(text, end)
         elif (alone := _NAMED_BEFORE.fullmatch(block.body.strip())) is not None:
-            after, named_alone = block.end, alone.group(1)
-            continue
+            named = alone.group(1)
         else:
             path = _block_path(text, block, after)
             if path is None and not text[after : block.start].strip():
@@ -265,7 +303,7 @@ def _blocks(text: str) -> list[Span]:
                 content = f"{block.body}\n" if block.body else ""
                 call = TextCall(WRITE_TOOL, json.dumps({"path": path, "content": content}))
                 found.append(Span(block.start, block.end, call))
-        after, named_alone = block.end, None
+        after, named_alone = end, named
     return found
 
 

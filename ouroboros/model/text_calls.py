@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -47,16 +47,19 @@ def _closing(ticks: int) -> re.Pattern[str]:
 
 def fences(text: str) -> list[Fence]:
     """The closed fenced blocks of `text`, in order; a block left open (a reply cut off) is none."""
-    found: list[Fence] = []
-    position = 0
+    return list(fences_from(text))
+
+
+def fences_from(text: str, start: int = 0) -> Iterator[Fence]:
+    """The closed fenced blocks of `text` from `start`, read as they are asked for."""
+    position = start
     while (opening := OPEN.search(text, position)) is not None:
         close = _closing(len(opening[1])).search(text, opening.end())
         if close is None:
-            break
+            return
         body = text[opening.end() + 1 : close.start()].rstrip("\n")
-        found.append(Fence(opening[2].lower(), body, opening.start(), close.end()))
+        yield Fence(opening[2].lower(), body, opening.start(), close.end())
         position = close.end()
-    return found
 
 
 def reply_text(content: str) -> str:
@@ -176,8 +179,6 @@ its result comes back in the next message. A reply with no action runs nothing.
 - A shell command: a ```bash block.
 - A file's whole new text: its path on a line, then a fenced block of the text.
 - Another tool: a ```json block holding {"tool": NAME, "arguments": {...}}.
-- An action holding a ``` line (a heredoc of Markdown) needs a longer fence, ````bash closed by \
-````; or use file_write.
 
 The tools:
 """
