@@ -57,12 +57,19 @@ class ScriptedModel(FakeModel):
 
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        temperature: float | None = None,
+    ) -> Completion:
         body: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
         if tools:
             body["tools"] = tools
+        if temperature is not None:
+            body["temperature"] = temperature
         self.bodies.append(body)
-        return await super().complete(messages, tools)
+        return await super().complete(messages, tools, temperature)
 
 
 @dataclass

@@ -291,16 +291,21 @@ class ProtocolModel:
     renders_tools: bool = True
     """False: the server said the model's template drops tool schemas."""
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        temperature: float | None = None,
+    ) -> Completion:
         state = self.journal.state
         self._switch_if_due(state)
         text = text_in_force(self.protocol, state)
         if text:
             sent = text_wire(messages, tools, calls_written)
-            completion = _as_meant(await self.inner.complete(sent, []))
+            completion = _as_meant(await self.inner.complete(sent, [], temperature))
         else:
             try:
-                completion = _as_meant(await self.inner.complete(messages, tools))
+                completion = _as_meant(await self.inner.complete(messages, tools, temperature))
             except (FatalError, TransientError) as e:
                 if not REFUSES_TOOLS.search(str(e)):
                     raise
@@ -310,7 +315,7 @@ class ProtocolModel:
                         "native tool calls"
                     ) from None
                 self._switch(f"the server refuses tools for this model ({str(e)[:200]})")
-                return await self.complete(messages, tools)
+                return await self.complete(messages, tools, temperature)
         message = completion.message
         cut_off = completion.finish_reason == "length"
         reading = read_reply(
