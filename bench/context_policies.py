@@ -434,12 +434,7 @@ class ScriptedModel:
         self.r = replay
         self.next = 0
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         r = self.r
         reply = r.script[self.next].reply if self.next < len(r.script) else FINISH
         prompt = r.server.prompt_tokens(messages)

@@ -57,19 +57,12 @@ class ScriptedModel(FakeModel):
 
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         body: dict[str, Any] = {"messages": [to_wire(m) for m in messages]}
         if tools:
             body["tools"] = tools
-        if temperature is not None:
-            body["temperature"] = temperature
         self.bodies.append(body)
-        return await super().complete(messages, tools, temperature)
+        return await super().complete(messages, tools)
 
 
 @dataclass

@@ -132,15 +132,10 @@ class Server(FakeModel):
     """A server whose window narrows for one reply (`Agent.window`): it refuses the prompt,
     with its count, until the harness has freed room."""
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         assert isinstance(self.replier, Agent)
         self.window = self.replier.window(self.prompt_tokens(messages, tools))
-        return await super().complete(messages, tools, temperature)
+        return await super().complete(messages, tools)
 
 
 def replies(lines: list[dict[str, Any]]) -> list[int]:

@@ -36,20 +36,6 @@ def complete(server: ScriptedServer) -> Completion:
     return anyio.run(go)
 
 
-def test_a_request_is_sampled_at_the_temperature_asked_else_the_configured_one() -> None:
-    async def go(server: ScriptedServer) -> None:
-        client = LLMClient(LLMSettings(base_url=server.url, model="scripted", temperature=0.2))
-        try:
-            await client.complete(MESSAGES, [])
-            await client.complete(MESSAGES, [], 1.1)
-        finally:
-            await client.aclose()
-
-    with ScriptedServer([Reply(text="a"), Reply(text="b")]) as s:
-        anyio.run(go, s)
-    assert [body["temperature"] for body in s.requests] == [0.2, 1.1]
-
-
 @pytest.mark.parametrize("dialect", ["ollama", "llama"])
 def test_tool_calls_accumulate_by_index(dialect: str) -> None:
     calls = [tool("file_read", path="a" * 50), tool("shell_exec", command="echo 'x y z' | wc -c")]

@@ -49,31 +49,6 @@ def test_the_same_call_is_caught_at_its_third_time(project: Project) -> None:
     assert "same tool call 3 times" in json.dumps(ran.chat_requests()[3]["messages"][-1])
 
 
-def test_each_loop_and_each_empty_reply_drawn_again_samples_hotter(project: Project) -> None:
-    """A nudge's words do not move a small model whose next reply is all but certain (the real
-    one gave the same reply at three seeds): after each loop caught in the session, and for
-    each empty reply drawn again, the next replies are sampled hotter; a new session starts at
-    the run's temperature again."""
-    empty = Reply(text="")
-    ran = run_here(
-        project,
-        [shell("ls")] * 3 + [empty, empty, shell("pwd")] + [shell("ls")] * 3
-        + [shell("date"), shell("uname"), FINISH],
-        llm={"temperature": 0.5},
-    )
-    assert caught(project) == [("repeat", 1), ("repeat", 2)]
-    sent = [body["temperature"] for body in ran.chat_requests()]
-    # Caught at the third ls: 0.8; each empty reply drawn again, 0.3 more while it lasts; the
-    # second loop, 1.1 through the wind-down; the next session (the finish) at 0.5 again.
-    assert sent == pytest.approx([0.5, 0.5, 0.5, 0.8, 1.1, 1.4, 0.8, 0.8, 0.8, 1.1, 1.1, 0.5])
-    assert len(project.events("session_start")) == 2
-
-
-def test_hotter_sampling_stops_at_its_cap_and_never_cools_a_hot_setting(project: Project) -> None:
-    ran = run_here(project, [shell("ls")] * 9 + [FINISH], llm={"temperature": 1.8})
-    assert {body["temperature"] for body in ran.chat_requests()} == {1.8}
-
-
 def test_a_cycle_of_two_calls_is_caught_at_its_third_turn(project: Project) -> None:
     ran = run_here(project, [shell("ls"), shell("pwd")] * 3 + [FINISH])
     assert caught(project) == [("cycle", 1)]

@@ -46,8 +46,6 @@ class FakeModel:
     renders_tools: bool = True
     requests: list[list[Message]] = field(default_factory=list)
     """Every request's messages, in order (refused ones too)."""
-    temperatures: list[float | None] = field(default_factory=list)
-    """Every request's temperature, in order (None: the run's `llm.temperature`)."""
 
     @property
     def info(self) -> ServerInfo:
@@ -59,14 +57,8 @@ class FakeModel:
         body = {"messages": [to_wire(m) for m in messages], "tools": tools}
         return count_tokens(body, self.renders_tools)
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         self.requests.append(list(messages))
-        self.temperatures.append(temperature)
         prompt = self.prompt_tokens(messages, tools)
         if prompt >= self.window:
             raise ContextOverflow(

@@ -80,14 +80,8 @@ class Model(Protocol):
     """What a session asks of a model: the streaming client (`LLMClient`) is one; tests and
     benches drive others from functions."""
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
-        """One reply to `messages`, sampled at `temperature` (None: `llm.temperature`), or an
-        `LLMError`."""
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        """One reply to `messages`, or an `LLMError`."""
         ...
 
 
@@ -542,17 +536,12 @@ class LLMClient:
         )
         self.requests = 0
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         request: dict[str, Any] = {
             "model": self.settings.model,
             "messages": [to_wire(m) for m in messages],
             "max_tokens": self.settings.max_output_tokens,
-            "temperature": self.settings.temperature if temperature is None else temperature,
+            "temperature": self.settings.temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
         }

@@ -291,21 +291,16 @@ class ProtocolModel:
     renders_tools: bool = True
     """False: the server said the model's template drops tool schemas."""
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None = None,
-    ) -> Completion:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         state = self.journal.state
         self._switch_if_due(state)
         text = text_in_force(self.protocol, state)
         if text:
             sent = text_wire(messages, tools, calls_written)
-            completion = _as_meant(await self.inner.complete(sent, [], temperature))
+            completion = _as_meant(await self.inner.complete(sent, []))
         else:
             try:
-                completion = _as_meant(await self.inner.complete(messages, tools, temperature))
+                completion = _as_meant(await self.inner.complete(messages, tools))
             except (FatalError, TransientError) as e:
                 if not REFUSES_TOOLS.search(str(e)):
                     raise
@@ -315,7 +310,7 @@ class ProtocolModel:
                         "native tool calls"
                     ) from None
                 self._switch(f"the server refuses tools for this model ({str(e)[:200]})")
-                return await self.complete(messages, tools, temperature)
+                return await self.complete(messages, tools)
         message = completion.message
         cut_off = completion.finish_reason == "length"
         reading = read_reply(

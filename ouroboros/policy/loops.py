@@ -28,22 +28,6 @@ FAILURES_LOOKED_AT = 4
 the same way that often."""
 
 
-LOOP_HEAT = 0.3
-"""How much each loop caught in a session, and each empty reply drawn again, raises the
-temperature the session's next replies are sampled at. Words are not enough to get a small model
-out of a loop: the real 0.5B model gave the same reply at three seeds, and copies a nudge's
-words; sampled hotter, its next reply is another."""
-MAX_TEMPERATURE = 1.5
-"""Hotter than this a small model writes noise, not another attempt."""
-
-
-def sampling_temperature(base: float, state: RunState) -> float:
-    """The temperature of the session's next request: `base` (`llm.temperature`), raised by
-    LOOP_HEAT for each loop caught in the session and each empty reply drawn again in a row."""
-    steps = state.session_loops.times + (state.replies_without_calls if state.drawn_again else 0)
-    return min(base + LOOP_HEAT * steps, max(base, MAX_TEMPERATURE))
-
-
 @dataclass(frozen=True)
 class Loop:
     kind: LoopKind

@@ -30,7 +30,7 @@ from ouroboros.model import reply_reader, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import Retry, journalled, retrying
 from ouroboros.model.tool_protocol import Admitted, admitted_reply
-from ouroboros.policy import loops, policy, result_room, room
+from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.policy.room import Rules
 from ouroboros.run import window
@@ -306,8 +306,7 @@ class Session:
         for attempt in (1, 2):
             raw_prompt = room.raw_prompt(self.state, self.rules)
             messages = self.state.view.messages()
-            temperature = loops.sampling_temperature(self.settings.llm.temperature, self.state)
-            call = partial(self.model.complete, messages, self.schemas, temperature)
+            call = partial(self.model.complete, messages, self.schemas)
             try:
                 completion = await retrying(call, self.settings.llm, on_retry, self.clock)
             except ContextOverflow as e:

@@ -48,12 +48,9 @@ class SessionLoops:
     """The newest loop the agent was told of: a restart after it carries no step over."""
     refused: bool = False
     """The server refused one of this session's prompts as too long."""
-    times: int = 0
-    """Loops caught in this session: each samples the next replies hotter (`policy.loops`)."""
 
     def caught(self, record: LoopDetected, history_length: int) -> None:
         self.nudged, self.since, self.named = True, history_length, record
-        self.times += 1
         if record.level == 2:
             self.winding = record
 
