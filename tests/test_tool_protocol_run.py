@@ -110,6 +110,38 @@ def test_a_chain_of_calls_to_the_output_limit_is_told_only_that_one_ran(project:
     assert not any("cut off at the output limit" in s for s in said)
 
 
+@pytest.mark.parametrize("protocol", ["native", "text"])
+def test_a_file_block_after_a_read_writes_that_file(project: Project, protocol: str) -> None:
+    """The real small model, given a file and a change, writes the changed file in a fenced
+    block after its path: in either protocol, once read, the file gets the block's text; a
+    block no path names changes nothing."""
+    (project.workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    read = Reply(text='{"name": "file_read", "arguments": {"path": "calc.py"}}')
+    bare = Reply(text="```python\nprint('no file named')\n```")
+    block = Reply(text="calc.py\n```python\ndef add(a, b):\n    return a + b\n```")
+    finish = TEXT_FINISH if protocol == "text" else FINISH
+    ran = run_here(project, [read, bare, block, finish], llm={"tool_protocol": protocol})
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert [form for _, form in replies(project)][:3] == ["json", None, "file_block"]
+    said = ran.chat_requests()[2]["messages"][-1]["content"]
+    assert "its path on a line, then its whole new text in a fenced block" in said
+
+
+def test_one_call_written_again_and_again_to_the_output_limit_is_not_told_it_may_be_cut(
+    project: Project,
+) -> None:
+    """The real model wrote one call a dozen times to the limit: it runs once, was whole as read
+    from the text, and nothing was dropped: "its last call may be incomplete" would be false
+    (and another sentence to copy)."""
+    again = '{"name": "list_dir", "arguments": {"path": "."}}\n' * 40
+    ran = run_here(project, [Reply(text=again, completion_tokens=10**6), FINISH])
+    assert ran.returncode == 0, ran.stderr
+    assert len(replies(project)[0][0].tool_calls) == 1
+    said = [m["content"] for m in ran.chat_requests()[1]["messages"] if m["role"] == "user"]
+    assert not any("cut off at the output limit" in s for s in said), said
+
+
 def test_a_call_of_what_the_task_asks_to_write_is_answered_from_the_task(
     project: Project,
 ) -> None:

@@ -29,7 +29,7 @@ from ouroboros.ground.timestamps import wall_time
 from ouroboros.model import reply_reader, tool_protocol
 from ouroboros.model.llm import Completion, ContextOverflow, Model
 from ouroboros.model.retry import Retry, journalled, retrying
-from ouroboros.model.tool_protocol import Admitted, admitted_reply
+from ouroboros.model.tool_protocol import Admitted, admitted_reply, was_cut
 from ouroboros.policy import policy, result_room, room
 from ouroboros.policy.policy import ContextPolicy, Decision, End, FreeRoom
 from ouroboros.policy.room import Rules
@@ -225,9 +225,11 @@ class Session:
             origin = "nudge" if reply.tool_calls else "continue"
             told.append(UserMessage(content=answer, origin=origin))
         last = reply.tool_calls[-1] if reply.tool_calls else None
-        if at_max_tokens and last is not None and not dropped and not tool_protocol.was_cut(last):
+        native = not self.state.calls_read
+        if at_max_tokens and last is not None and native and not dropped and not was_cut(last):
             # Its calls may be cut off mid-argument (a cut one's error result says so itself);
-            # not those that ran where later ones were dropped.
+            # not those that ran where later ones were dropped, nor calls read from the text,
+            # which are whole (a reply of one call again and again to the limit runs it once).
             told.append(UserMessage(content=prompts.cut_off(llm.max_output_tokens), origin="nudge"))
         return told
 

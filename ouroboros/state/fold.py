@@ -226,6 +226,9 @@ class RunState:
     replies_without_calls: int = field(default=0, metadata=SESSION)
     """The session's newest replies in a row that called no tool: each is shown another
     example call."""
+    calls_read: bool = field(default=False, metadata=SESSION)
+    """The newest reply's calls were read from its text: each is whole (the reader reads only
+    what is finished), whether or not the reply was cut off after it."""
     drawn_again: bool = field(default=False, metadata=SESSION)
     """The newest reply was empty and is left out of the view: the same prompt is asked again
     (`EMPTY_DRAWN_AGAIN`)."""
@@ -321,6 +324,7 @@ class RunState:
             at_limit = record.usage is not None and record.usage.finish_reason == "length"
             self.cut_off_text = message.content if at_limit else None
             self.unknown_tools = tuple(record.unknown_tools or ())
+            self.calls_read = record.calls_from_text is not None
             calls = bool(message.tool_calls)
             again = empty_reply(record) and self.replies_without_calls < EMPTY_DRAWN_AGAIN
             self.drawn_again = again
