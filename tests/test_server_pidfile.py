@@ -37,9 +37,11 @@ class Spawned:
         self.pids: list[int] = []
 
     def group(self, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
-        """A process group of its own: its leader (a shell), and a member it started."""
+        """A process group of its own: its leader, and a member it started. The leader becomes
+        a `sleep` itself rather than wait for the member: a shell waiting would end on its own
+        when the member is killed first, and a count of what was killed would race with it."""
         leader = self.start(
-            ["sh", "-c", "sleep 600 & echo $!; exec >&-; wait"], env, subprocess.PIPE
+            ["sh", "-c", "sleep 600 & echo $!; exec >&-; exec sleep 600"], env, subprocess.PIPE
         )
         assert leader.stdout is not None
         member = int(leader.stdout.readline())
