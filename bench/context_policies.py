@@ -57,8 +57,9 @@ import anyio
 from floor import StepTokens, sessions_keeping_recent
 from rich.console import Console
 
+from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import masked
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, CallFigures, Counting, tools_estimate
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, CallFigures, tools_estimate
 from ouroboros.ground import prompts
 from ouroboros.ground.config import (
     ContextSettings,

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ouroboros.checkpoints.commit import Checkpointing
+from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import PlanCap, content_tokens, plan_tokens
-from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget, Counting
+from ouroboros.context.tokens import MESSAGE_OVERHEAD, Budget
 from ouroboros.context.truncate import capped_bytes
 from ouroboros.deadends.recall import Recall
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock

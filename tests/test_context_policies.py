@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.context.mask import (
     MaskPolicy,
     apply_masks,
@@ -18,15 +19,7 @@ from ouroboros.context.mask import (
     protected_ids,
     unseen_ids,
 )
-from ouroboros.context.tokens import (
-    Budget,
-    Calibration,
-    Counting,
-    Ledger,
-    Measurement,
-    raw_estimate,
-    tally,
-)
+from ouroboros.context.tokens import Budget, Calibration, Measurement, raw_estimate, tally
 from ouroboros.context.truncate import (
     HEAD_SHARE,
     MARKER_ALLOWANCE,

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from ouroboros.context.tokens import Counting, Ledger
+from ouroboros.context.ledger import Counting, Ledger
 from ouroboros.ground import prompts
 from ouroboros.ground.config import LLMSettings
 from ouroboros.ground.messages import Message, SystemMessage, UserMessage

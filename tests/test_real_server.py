@@ -40,7 +40,8 @@ import anyio
 import openai
 import pytest
 
-from ouroboros.context.tokens import Calibration, Counting, Ledger, raw_estimate, tally
+from ouroboros.context.ledger import Counting, Ledger
+from ouroboros.context.tokens import Calibration, raw_estimate, tally
 from ouroboros.ground.config import LLMSettings
 from ouroboros.ground.config_file import to_toml
 from ouroboros.ground.jsonl import JsonlReader

@@ -31,7 +31,7 @@ import anyio
 import httpx2
 import openai
 
-from ouroboros.context.tokens import Rejected
+from ouroboros.context.ledger import Rejected
 from ouroboros.ground.config import LLMSettings
 from ouroboros.ground.figures import window_tokens
 from ouroboros.ground.messages import AssistantMessage, Message, ToolCall, ToolMessage

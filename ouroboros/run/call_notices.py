@@ -16,16 +16,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ouroboros.context.tokens import (
-    CallFigures,
-    Counting,
-    Ledger,
-    RawTally,
-    above_window,
-    raw_estimate,
-    refused_count,
-)
-from ouroboros.context.tokens import warning as usage_warning
+from ouroboros.context.ledger import Counting, Ledger, above_window, refused_count
+from ouroboros.context.ledger import warning as usage_warning
+from ouroboros.context.tokens import CallFigures, RawTally, raw_estimate
 from ouroboros.ground.messages import Message
 from ouroboros.model.cache_check import reuse_warning, shared_tokens
 from ouroboros.model.llm import Completion, ContextOverflow, shown

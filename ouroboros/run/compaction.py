@@ -12,8 +12,9 @@ from functools import partial
 from pathlib import Path
 
 from ouroboros.context.compact import recap_message, recap_request, split_point
+from ouroboros.context.ledger import Counting
 from ouroboros.context.plan import in_opening
-from ouroboros.context.tokens import Counting, tally
+from ouroboros.context.tokens import tally
 from ouroboros.ground.clock import Clock
 from ouroboros.ground.config import Settings
 from ouroboros.ground.state_folder import COMPACT_REQUEST

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ouroboros.context.tokens import Budget, CallFigures, Counting
+from ouroboros.context.ledger import Counting
+from ouroboros.context.tokens import Budget, CallFigures
 from ouroboros.ground import prompts
 from ouroboros.ground.clock import SYSTEM_CLOCK, Clock
 from ouroboros.ground.config import Settings

@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 
 import anyio
 
+from ouroboros.context.ledger import Counting
 from ouroboros.context.mask import MaskPolicy
-from ouroboros.context.tokens import Budget, Counting
+from ouroboros.context.tokens import Budget
 from ouroboros.ground.config import ContextSettings, Settings
 from ouroboros.ground.figures import WINDOW_RANGE, WindowFigures
 from ouroboros.model.llm import ContextOverflow, LLMError, shown

@@ -12,8 +12,9 @@ from datetime import datetime
 from functools import singledispatchmethod
 from typing import Any, ClassVar, TypeVar, cast
 
+from ouroboros.context.ledger import Ledger
 from ouroboros.context.mask import cut_off_reply
-from ouroboros.context.tokens import Ledger, PrefillTally, raw_estimate
+from ouroboros.context.tokens import PrefillTally, raw_estimate
 from ouroboros.context.view import ContextView
 from ouroboros.ground import plugins
 from ouroboros.ground.figures import RunLimits, WindowFigures
