@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from ouroboros.context.mask import CUT_OFF_KEPT_CHARS
-from ouroboros.model.llm import ReplyTooLarge, _LimitedStream
+from ouroboros.model.byte_limit import LimitedStream, ReplyTooLarge
 from ouroboros.model.scripted import Reply, ScriptedServer, tool
 from ouroboros.model.text_calls import OpenCall, open_call
 from ouroboros.state.snapshot import snapshot_path
@@ -195,7 +195,7 @@ def test_the_event_the_byte_cap_falls_in_starts_after_a_blank_line_split_between
 
     async def read() -> ReplyTooLarge:
         with pytest.raises(ReplyTooLarge) as caught:
-            async for _ in _LimitedStream(_Parts(parts), limit, ""):
+            async for _ in LimitedStream(_Parts(parts), limit, ""):
                 pass
         return caught.value
 
