@@ -54,8 +54,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = re.split(r"\n[ \t]*\n", text.strip("\n"))
         return "\n\n".join(
-            "\n".join(indent + line for line in _paragraph(p, max(width, 40)))
-            for p in paragraphs
+            "\n".join(indent + line for line in _paragraph(p, max(width, 40))) for p in paragraphs
         )
 
 

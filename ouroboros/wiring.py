@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ from ouroboros.run import window
 from ouroboros.run.lock import started_mark
 from ouroboros.run.session import Parts
 from ouroboros.state.journal import Journal
-from ouroboros.tools import ToolCaps, ToolRunner
+from ouroboros.tools import ToolCaps, ToolRunner, shown
 from ouroboros.tools.blocklist import Blocklist
 from ouroboros.tools.builtin import FileRead, FileWrite, Finish, ListDir, Plan
 from ouroboros.tools.environment import command_env, make_scratch
@@ -42,6 +43,9 @@ from ouroboros.tools.workspace import Workspace
 if TYPE_CHECKING:  # the hub needs the [mcp] extra, a run without servers does not
     from ouroboros.mcp.hub import McpHub
 
+FILES_SHARE = 1 / 3
+"""Of the prompt budget, what the files protocol's opening may show of the workspace's files:
+the rest holds the instructions and a few whole-file replies before the session is full."""
 TOOL_OUTPUT_SHARE = 0.25
 """No single tool output may take more than this share of the prompt budget."""
 MOST_BYTES_PER_TOKEN = 8
@@ -165,6 +169,10 @@ def build_parts(
         Checkpointing(s, journal),
         Recall(s.dead_ends.share, journal),
     )
+    files_view = None
+    if protocol == "files":
+        room = int(budget.prompt_budget * FILES_SHARE)
+        files_view = partial(shown.files_view, tools.workspace, tools.caps.plan_cap.price, room)
     parts = Parts(
         s,
         spoken,
@@ -176,6 +184,7 @@ def build_parts(
         fit_tools=fit_tools,
         server=server,
         features=features,
+        files_view=files_view,
     )
     return parts, figures
 

@@ -35,7 +35,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-ToolProtocol = Literal["auto", "native", "text"]
+ToolProtocol = Literal["auto", "native", "text", "files"]
 
 
 class LLMSettings(_Section):
@@ -80,7 +80,10 @@ class LLMSettings(_Section):
     """How tool calls travel: `native` (the server's tool calls; a call the model wrote as text
     instead is recovered), `text` (tools described in the system prompt, one action block per
     reply, for models or servers without tool calls), `auto` (native until the server refuses
-    tools or the model keeps writing its calls as text, then text for the rest of the run)."""
+    tools or the model keeps writing its calls as text, then text for the rest of the run),
+    `files` (for a small model: no tool is described; the workspace's small files are shown in
+    each session's opening, and the model changes a file by writing its path on a line, then
+    its whole new text in a fenced block, as a coding assistant does)."""
 
     @property
     def reply_byte_limit(self) -> int:

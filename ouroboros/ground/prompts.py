@@ -23,8 +23,21 @@ read and overwrote its instructions first. Where the instructions file is, the w
 when there is something to save in it (`wind_down`)."""
 
 
-def system_prompt(instructions: str, limit: int) -> str:
-    return PREAMBLE.format(limit=limit) + instructions
+FILES_PREAMBLE = """\
+You change the files in your workspace to do your task. To change a file, reply with its path \
+on a line, then its whole new text in a fenced block.
+
+Your instructions follow.
+
+"""
+"""The files protocol's (`llm.tool_protocol = "files"`): no tool, no harness, no window named. The
+real small model, told of tools, writes calls of its task's words or echoes their descriptions;
+told only this, it writes a changed file whole as a coding assistant does, a third of the time
+right (docs/benchmarks.md, "Fourth round")."""
+
+
+def system_prompt(instructions: str, limit: int, files: bool = False) -> str:
+    return (FILES_PREAMBLE if files else PREAMBLE.format(limit=limit)) + instructions
 
 
 def first_message(task: str | None) -> str:
@@ -42,6 +55,7 @@ def task_part(task: str | None) -> str:
 
 
 CONTINUE = "Continue with your task. (No one reads replies without a tool call; use the tools.)"
+CONTINUE_FILES = "Continue with your task."
 
 
 NO_CALL = (
@@ -53,6 +67,44 @@ NO_CALL = (
 """What a reply without a call is told, in turn: the same words again teach a small model
 nothing, and an example call is copied as it is, again and again (a small model once called
 `list_dir .` from then on), so none is shown here."""
+
+
+NO_CHANGE = (
+    "Nothing was changed: to change a file, write its path on a line, then its whole new text "
+    "in a fenced block.",
+    "Still nothing changed. Write the file's path alone on a line, and right after it the "
+    "file's whole new text in a fenced block.",
+)
+"""What a reply that changed nothing is told in the files protocol, in turn."""
+
+
+def no_change(streak: int) -> str:
+    return NO_CHANGE[streak % len(NO_CHANGE)]
+
+
+def fence_for(text: str) -> str:
+    """A fence longer than any run of backticks in `text`, so the block holds it whole."""
+    ticks = [len(line.strip()) - len(line.strip().lstrip("`")) for line in text.split("\n")]
+    return "`" * max(3, max(ticks, default=0) + 1)
+
+
+OTHERS_NAMED = 20
+
+
+def files_shown(files: list[tuple[str, str]], others: list[str]) -> str:
+    """The workspace's files as a session's opening shows them in the files protocol: each in
+    the form the model is to write a change in; `others`, those too big to show."""
+    if not files and not others:
+        return "\n\nYour workspace has no files yet."
+    shown = []
+    for path, text in files:
+        fence = fence_for(text)
+        shown.append(f"{path}\n{fence}\n{text.rstrip()}\n{fence}")
+    said = "\n\nYour workspace's files:\n\n" + "\n\n".join(shown) if shown else ""
+    if others:
+        more = f" and {len(others) - OTHERS_NAMED:,} more" if len(others) > OTHERS_NAMED else ""
+        said += f"\n\nFiles too long to show here: {', '.join(others[:OTHERS_NAMED])}{more}."
+    return said
 
 
 def no_call(tools: list[str], streak: int) -> str:
@@ -195,6 +247,15 @@ def loop_wind_down(kind: str, evidence: list[str], turns_left: int) -> str:
         f"You are still going in circles after being told: {loop_named(kind, evidence)}. This "
         "session restarts to break the loop. Save what you learnt to your workspace files now, "
         f"and what not to try again; you have {turns_left} more replies."
+    )
+
+
+def cut_off_in_file(max_output_tokens: int) -> str:
+    """The files protocol's: a reply cut off at the output limit before its block closed."""
+    return (
+        f"Your last reply was cut off at the output limit ({max_output_tokens:,} tokens) before "
+        "its block ended, so nothing was changed. Write only the file's path and its whole new "
+        "text, no other words."
     )
 
 

@@ -426,10 +426,13 @@ def answer(
     max_output_tokens: int,
     streak: int = 0,
     task: str | None = None,
+    files: bool = False,
 ) -> str | None:
     """What the harness tells the model of its reply, as a user message (None: the results of
     its calls say it all). `streak`: replies without a call just before this one; `task`: what
-    the session's opening gave as the task."""
+    the session's opening gave as the task; `files`: the files protocol, which names no tool."""
+    if files and not has_calls:
+        return prompts.cut_off_in_file(max_output_tokens) if cut_off else prompts.no_change(streak)
     tools = [str((s.get("function") or {}).get("name")) for s in schemas]
     listed = ", ".join(tools)
     if unknown:

@@ -268,7 +268,9 @@ fault (it would be retried for ever)."""
 
 
 def text_in_force(protocol: ToolProtocol, state: RunState) -> bool:
-    return protocol == "text" or (protocol == "auto" and state.protocol.switch_reason is not None)
+    return protocol in ("text", "files") or (
+        protocol == "auto" and state.protocol.switch_reason is not None
+    )
 
 
 def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: bool) -> int:
@@ -276,7 +278,7 @@ def schema_raw(protocol: ToolProtocol, schemas: list[dict[str, Any]], renders: b
     them), or their description in the system message; `auto`, the larger."""
     native = tools_estimate(schemas) if renders else 0
     text = raw_units(tools_description(schemas))
-    return {"native": native, "text": text}.get(protocol, max(native, text))
+    return {"native": native, "text": text, "files": 0}.get(protocol, max(native, text))
 
 
 @dataclass
@@ -296,7 +298,9 @@ class ProtocolModel:
         self._switch_if_due(state)
         text = text_in_force(self.protocol, state)
         if text:
-            sent = text_wire(messages, tools, calls_written)
+            # The files protocol describes no tool: a file written whole is its one action.
+            described = [] if self.protocol == "files" else tools
+            sent = text_wire(messages, described, calls_written)
             completion = _as_meant(await self.inner.complete(sent, []))
         else:
             try:

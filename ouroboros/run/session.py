@@ -8,7 +8,7 @@ What to do as the window fills is decided by the pure `context.policy`; `carry_o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -117,6 +117,9 @@ class Parts:
     server: window.ServerWindow | None = None
     """Asks the server its window again (None: an in-process model, whose window is fixed)."""
     features: tuple[Feature, ...] = ()
+    files_view: Callable[[Sequence[str]], tuple[str, list[str]]] | None = None
+    """The files protocol's: the workspace's files as a session's opening shows them, those
+    given first, and the paths shown whole (None: no file is shown)."""
 
     def fitted(self, figures: WindowFigures | None) -> Parts:
         """These parts for the window in force (a refusal may have stated a smaller one)."""
@@ -219,6 +222,7 @@ class Session:
             llm.max_output_tokens,
             streak,
             self.task,
+            llm.tool_protocol == "files",
         )
         if answer is not None:
             # Never two assistant messages in a row: llama-server rejects it, and with a
@@ -382,7 +386,8 @@ class Session:
             return
         started = ToolStarted(session=self.state.session, call_id=call.id, name=call.name)
         self.journal.append(started)
-        outcome = await self.tools.run(call, fits, files_seen(self.state.messages))
+        seen = files_seen(self.state.messages) | self.state.shown_files
+        outcome = await self.tools.run(call, fits, seen)
         for feature in self.parts.features:
             outcome = await feature.tool_ran(call, outcome)
         run = ToolRun(

@@ -18,6 +18,7 @@ from ouroboros.ground.messages import (
     ToolMessage,
     UserMessage,
 )
+from ouroboros.model.reply_reader import task_files
 from ouroboros.run import window
 from ouroboros.run.instructions import system_message, task_of
 from ouroboros.run.lock import mark_started
@@ -209,9 +210,15 @@ class Supervisor:
             )
         first += "".join(feature.opening(state)[0] for feature in self.parts.features)
         first += in_opening(state.plan.items)  # whole: its size is capped when it is saved
+        files: list[str] = []
+        if self.parts.files_view is not None:
+            said, files = self.parts.files_view(task_files(task))
+            first += said  # last: a small model's change follows the file it changes
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
-            opening.append(UserMessage(content=prompts.CONTINUE, origin="continue"))
+            files_protocol = self.settings.llm.tool_protocol == "files"
+            said = prompts.CONTINUE_FILES if files_protocol else prompts.CONTINUE
+            opening.append(UserMessage(content=said, origin="continue"))
         self.journal.append(
             SessionStart(
                 session=number,
@@ -219,5 +226,6 @@ class Supervisor:
                 previous_turns=previous_turns,
                 carried=len(carried),
                 messages=opening,
+                shown=files,
             )
         )

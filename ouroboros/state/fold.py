@@ -230,6 +230,8 @@ class RunState:
     calls_read: bool = field(default=False, metadata=SESSION)
     """The newest reply's calls were read from its text: each is whole (the reader reads only
     what is finished), whether or not the reply was cut off after it."""
+    shown_files: frozenset[str] = field(default=frozenset(), metadata=SESSION)
+    """The files this session's opening showed whole (the files protocol)."""
     drawn_again: bool = field(default=False, metadata=SESSION)
     """The newest reply was empty and is left out of the view: the same prompt is asked again
     (`EMPTY_DRAWN_AGAIN`)."""
@@ -468,6 +470,7 @@ class RunState:
                 setattr(self, f.name, getattr(fresh, f.name))
         self.session_open = True
         self.view = ContextView(record.messages)
+        self.shown_files = frozenset(record.shown)
 
     @_fold.register
     def _(self, record: Starting) -> None:

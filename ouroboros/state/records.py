@@ -184,6 +184,9 @@ class SessionStart(Record):
     """Messages carried over from the session before."""
     messages: list[Message]
     """The opening: system prompt, restart marker, carried messages."""
+    shown: list[str] = []
+    """The workspace files the opening shows whole (the files protocol): read, as if by
+    `file_read`, so `file_write` may replace them."""
 
 
 class ToolRun(BaseModel):

@@ -1,0 +1,84 @@
+"""The files protocol (`llm.tool_protocol = "files"`) through whole runs in the process: no tool
+described, the workspace's small files shown whole in each session's opening (task's first,
+never through a link, never in part), a file changed by its path and a fenced block without a
+read first, and a reply that changes nothing told how, in the protocol's own words."""
+
+from __future__ import annotations
+
+import os
+
+from ouroboros.ground import prompts
+from ouroboros.model.scripted import Reply
+from ouroboros.tools.shown import MAX_FILE_BYTES
+from tests.conftest import Project
+from tests.inprocess import run_here
+
+FINISH = Reply(text='{"name": "finish", "arguments": {"summary": "done"}}')
+FILES = {"tool_protocol": "files"}
+
+
+def test_a_file_shown_is_changed_by_its_path_and_a_block_without_a_read(project: Project) -> None:
+    (project.root / "SYSTEM_PROMPT.md").write_text("# Purpose\nFix `add` in `calc.py`.\n")
+    (project.workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (project.workspace / "notes").mkdir()
+    (project.workspace / "notes" / "a.txt").write_text("a note\n")
+    nothing = Reply(text="The bug is the minus sign.")
+    block = Reply(text="calc.py\n```python\ndef add(a, b):\n    return a + b\n```")
+    ran = run_here(project, [nothing, block, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    first = ran.chat_requests()[0]
+    assert "tools" not in first
+    system, opening = (m["content"] for m in first["messages"])
+    assert system.startswith(prompts.FILES_PREAMBLE)
+    assert "tool" not in system.replace("Purpose", "")
+    assert opening.endswith(
+        "Your workspace's files:\n\ncalc.py\n```\ndef add(a, b):\n    return a - b\n```"
+        "\n\nnotes/a.txt\n```\na note\n```"
+    )
+    told = ran.chat_requests()[1]["messages"][-1]
+    assert told == {"role": "user", "content": prompts.NO_CHANGE[0]}
+
+
+def test_no_file_is_shown_through_a_link_in_part_or_as_bytes(
+    project: Project, tmp_path: os.PathLike[str]
+) -> None:
+    """A link the agent planted is not followed (its target is outside); a file too big is
+    named, never cut (a model writing it whole from a part would lose the rest); bytes that
+    are no text are left out."""
+    secret = project.root.parent / "secret.txt"
+    secret.write_text("the secret outside\n")
+    (project.workspace / "inside.txt").symlink_to(secret)
+    (project.workspace / "big.log").write_text("x" * (MAX_FILE_BYTES + 1))
+    (project.workspace / "blob.bin").write_bytes(b"\x00\x01\x02")
+    (project.workspace / "small.txt").write_text("small\n")
+    ran = run_here(project, [FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    opening = ran.chat_requests()[0]["messages"][1]["content"]
+    assert "the secret outside" not in opening
+    assert "small.txt\n```\nsmall\n```" in opening
+    assert opening.endswith("Files too long to show here: big.log.")
+    assert "blob.bin" not in opening and "inside.txt" not in opening
+
+
+def test_the_files_shown_fit_their_share_and_the_tasks_come_first(project: Project) -> None:
+    """What does not fit the share of the window is named; the file the task names is shown
+    before the others, whatever its name's order."""
+    (project.root / "SYSTEM_PROMPT.md").write_text("# Purpose\nFix `zeta.py`.\n")
+    (project.workspace / "zeta.py").write_text("z = 1\n")
+    for n in range(40):
+        (project.workspace / f"a{n:02}.txt").write_text(f"line {n}\n" * 30)
+    ran = run_here(project, [FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    opening = ran.chat_requests()[0]["messages"][1]["content"]
+    assert opening.index("zeta.py\n```") < opening.index("a00.txt\n```")
+    assert "Files too long to show here: " in opening
+    assert "and " in opening.rsplit("Files too long", 1)[1]  # more than are named
+    assert len(opening) < 4096 * 2
+
+
+def test_a_file_with_fences_is_shown_in_a_longer_fence(project: Project) -> None:
+    (project.workspace / "README.md").write_text("Run:\n```sh\nmake\n```\n")
+    ran = run_here(project, [FINISH], llm=FILES)
+    opening = ran.chat_requests()[0]["messages"][1]["content"]
+    assert opening.endswith("README.md\n````\nRun:\n```sh\nmake\n```\n````")
