@@ -151,7 +151,12 @@ def build_parts(
         os.path.relpath(tools.workspace.system_prompt, tools.workspace.root),
     )
     spoken = tool_protocol.ProtocolModel(
-        model, journal, s.llm.tool_protocol, s.llm.max_tool_argument_bytes, renders
+        model,
+        journal,
+        protocol,
+        s.llm.max_tool_argument_bytes,
+        renders,
+        partial(shown.text_of, tools.workspace) if protocol == "files" else None,
     )
 
     def fit_tools(lines: Budget) -> None:

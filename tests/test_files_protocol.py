@@ -9,9 +9,12 @@ import os
 
 from ouroboros.ground import prompts
 from ouroboros.model.scripted import Reply
+from ouroboros.progress import tasks
+from ouroboros.progress.records import Task
 from ouroboros.tools.shown import MAX_FILE_BYTES
 from tests.conftest import Project
 from tests.inprocess import run_here
+from tests.test_tool_protocol_run import messages
 
 FINISH = Reply(text='{"name": "finish", "arguments": {"summary": "done"}}')
 FILES = {"tool_protocol": "files"}
@@ -58,7 +61,8 @@ def test_no_file_is_shown_through_a_link_in_part_or_as_bytes(
     assert "the secret outside" not in opening
     assert "small.txt\n```\nsmall\n```" in opening
     assert opening.endswith("Files too long to show here: big.log.")
-    assert "blob.bin" not in opening and "inside.txt" not in opening
+    assert "blob.bin" not in opening
+    assert "inside.txt" not in opening
 
 
 def test_the_files_shown_fit_their_share_and_the_tasks_come_first(project: Project) -> None:
@@ -82,3 +86,51 @@ def test_a_file_with_fences_is_shown_in_a_longer_fence(project: Project) -> None
     ran = run_here(project, [FINISH], llm=FILES)
     opening = ran.chat_requests()[0]["messages"][1]["content"]
     assert opening.endswith("README.md\n````\nRun:\n```sh\nmake\n```\n````")
+
+
+def test_a_bare_block_that_keeps_most_of_a_shown_file_is_its_new_text(project: Project) -> None:
+    """The real small model often writes the changed file with no path: taken for the one file
+    shown whose lines it keeps most of; a snippet (a new function alone) would lose the rest of
+    the file written whole, and is not taken."""
+    (project.workspace / "todo.txt").write_text("call mom\npay rent\n")
+    (project.workspace / "mathlib.py").write_text("def double(x):\n    return x * 2\n")
+    snippet = Reply(text="```\ndef square(x):\n    return x * x\n```")
+    whole = Reply(text="Here it is:\n\n```\ncall mom\npay rent\nbuy milk\n```")
+    ran = run_here(project, [snippet, whole, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "mathlib.py").read_text() == "def double(x):\n    return x * 2\n"
+    assert (project.workspace / "todo.txt").read_text() == "call mom\npay rent\nbuy milk\n"
+    assert ran.chat_requests()[1]["messages"][-1]["content"] == prompts.NO_CHANGE[0]
+    sent = ran.chat_requests()[2]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": whole.text}  # as written, no call added
+
+
+def test_a_bare_block_two_files_share_alike_changes_neither(project: Project) -> None:
+    (project.workspace / "a.txt").write_text("same\n")
+    (project.workspace / "b.txt").write_text("same\n")
+    ran = run_here(project, [Reply(text="```\nsame\nmore\n```"), FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "a.txt").read_text() == "same\n"
+    assert (project.workspace / "b.txt").read_text() == "same\n"
+
+
+def test_an_operators_task_is_checked_after_a_write_and_not_listed(project: Project) -> None:
+    """The opening is the task and the files: a small model answered a listed task's name with
+    names like it. A write's result says the check's outcome instead, failing or passing; once
+    every task passes the run ends (no tool is offered to finish with)."""
+    (project.workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    check = 'python3 -c "import calc; assert calc.add(2, 3) == 5"'
+    tasks.post(project.state, [Task(text="fix-add", check=check)])
+    # Of another size: Python's cached bytecode of a file written in the same second at the
+    # same size is taken for it.
+    wrong = Reply(text="calc.py\n```\ndef add(a, b):\n    return a * b  # wrong\n```")
+    right = Reply(text="calc.py\n```\ndef add(a, b):\n    return a + b\n```")
+    ran = run_here(project, [wrong, right, Reply(text="more")], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    requests = ran.chat_requests()
+    assert len(requests) == 2  # every task passes: the run ends, as a finish would end it
+    assert "fix-add" not in requests[0]["messages"][1]["content"]
+    after_wrong = requests[1]["messages"][-1]["content"]
+    assert "[the task's check exited 1:\n" in after_wrong
+    assert "AssertionError" in after_wrong
+    assert "the check of T1 passes now" in messages(project)[-1].message.content

@@ -366,13 +366,18 @@ def recorded() -> list[dict[str, Any]]:
 def test_a_real_models_reply_is_read_as_recorded(reply: dict[str, Any]) -> None:
     """Each recorded reply says what it shows (`what`), what its text holds and what the harness
     must make of it: the calls (name and arguments, in order), the unknown tools, and a phrase
-    the answer holds."""
+    the answer holds; in the files protocol, the files the session showed (`files`)."""
     cut_off = reply["finish_reason"] == "length"
-    found = read_reply(reply["content"], False, reply["tools"], False, cut_off)
+    files = reply.get("protocol") == "files"
+    found = read_reply(
+        reply["content"], False, reply["tools"], files, cut_off, files=reply.get("files")
+    )
     assert [[c.name, json.loads(c.arguments)] for c in found.calls] == reply["calls"]
     assert list(found.unknown) == reply.get("unknown", [])
     schemas = [{"function": {"name": name, "parameters": {}}} for name in reply["tools"]]
-    told = answer(found.text, bool(found.calls), found.unknown, schemas, False, cut_off, 512)
+    told = answer(
+        found.text, bool(found.calls), found.unknown, schemas, files, cut_off, 512, files=files
+    )
     if "told" in reply:
         assert told is not None
         assert reply["told"] in told, told

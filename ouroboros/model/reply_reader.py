@@ -275,11 +275,36 @@ def _shell_block(text: str, block: Fence, look: bool) -> tuple[int, str]:
     return close.end(), text[text.index("\n", block.start) + 1 : close.start()].rstrip("\n")
 
 
-def _blocks(text: str) -> list[Span]:
+KEPT_SHARE = 0.5
+"""Of a file's lines (blank ones aside), what a block no path names must keep to be taken for
+its whole new text: less is a snippet (a new function alone), which written whole would lose
+the rest of the file."""
+
+
+def _kept_file(body: str, files: Mapping[str, str]) -> str | None:
+    """The one file shown whose lines a block no path names keeps most of, at least
+    `KEPT_SHARE` of them: the real small model, shown a file and asked for a change, wrote the
+    changed file whole in a bare block a third of the time it wrote it at all."""
+    lines = {line.strip() for line in body.splitlines()}
+    shares = []
+    for path, text in files.items():
+        own = [line.strip() for line in text.splitlines() if line.strip()]
+        if own:
+            shares.append((sum(line in lines for line in own) / len(own), path))
+    shares.sort(reverse=True)
+    if not shares or shares[0][0] < KEPT_SHARE:
+        return None
+    if len(shares) > 1 and shares[1][0] == shares[0][0]:
+        return None  # which file it is would be a guess
+    return shares[0][1]
+
+
+def _blocks(text: str, files: Mapping[str, str]) -> list[Span]:
     """The actions written as blocks: a ```bash block is a command, a block its path names
     (before it, in its fence, or alone in a block right before it) is that file's whole new
     text: the form a small coding model writes a change in when it writes no call (as aider's
-    whole-file edits ask)."""
+    whole-file edits ask); so is a block no path names that keeps most of one of `files` (the
+    files the session showed, as they are now)."""
     found: list[Span] = []
     after, named_alone = 0, None
     blocks, looks = fences_from(text), 0
@@ -299,6 +324,8 @@ def _blocks(text: str) -> list[Span]:
             path = _block_path(text, block, after)
             if path is None and not text[after : block.start].strip():
                 path = named_alone
+            if path is None and files:
+                path = _kept_file(block.body, files)
             if path is not None:
                 content = f"{block.body}\n" if block.body else ""
                 call = TextCall(WRITE_TOOL, json.dumps({"path": path, "content": content}))
@@ -338,10 +365,12 @@ def read_reply(
     text_protocol: bool,
     cut_off: bool,
     parameters: Parameters | None = None,
+    files: Mapping[str, str] | None = None,
 ) -> Reading:
     """The calls a reply makes. `native`: the server sent calls (the text is not read for more);
     `cut_off`: the reply stopped at the output limit (what it was writing is not read);
-    `parameters`: the tools' (`parameters_of`), for a call of no tool's name."""
+    `parameters`: the tools' (`parameters_of`), for a call of no tool's name; `files`: the
+    files the session showed whole, by path, as they are now (`_kept_file`)."""
     text = reply_text(content)
     readable = None if native else finished_part(text, cut_off)
     if readable is None:
@@ -370,7 +399,7 @@ def read_reply(
         spans.append(Span(found.start, found.end, call))
         form = form or found.form
     if not calls and not unknown:
-        for span in _blocks(readable):
+        for span in _blocks(readable, files or {}):
             if span.call.name in tools and span.call not in calls:
                 calls.append(span.call)
                 spans.append(span)

@@ -308,11 +308,12 @@ def _written(message: AssistantMessage, reads: ReadCalls) -> str:
 
 
 def text_wire(
-    messages: list[Message], schemas: list[dict[str, Any]], reads: ReadCalls
+    messages: list[Message], schemas: list[dict[str, Any]], reads: ReadCalls | None
 ) -> list[Message]:
     """The conversation in the text protocol: the tools described in the system message, each
     result a user message, and user messages in a row joined (templates such as Gemma's refuse
-    two turns of one role in a row)."""
+    two turns of one role in a row). `reads`: None where every call was read from the text
+    (replies go as written)."""
     section = tools_description(schemas)
     sent: list[Message] = []
     for message in messages:
@@ -320,7 +321,8 @@ def text_wire(
             sent.append(SystemMessage(content=message.content + section))
             continue
         if isinstance(message, AssistantMessage):
-            sent.append(AssistantMessage(content=_written(message, reads)))
+            written = message.content if reads is None else _written(message, reads)
+            sent.append(AssistantMessage(content=written))
             continue
         text = result_text(message) if isinstance(message, ToolMessage) else message.content
         last = sent[-1] if sent else None

@@ -62,7 +62,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -292,6 +292,9 @@ class ProtocolModel:
     """`llm.max_tool_argument_bytes`: longer arguments are not kept."""
     renders_tools: bool = True
     """False: the server said the model's template drops tool schemas."""
+    file_text: Callable[[str], str | None] | None = None
+    """A workspace file's text as it is now (None: not a text file): in the files protocol, a
+    block no path names may be the new text of a file the session showed (`read_reply`)."""
 
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         state = self.journal.state
@@ -299,8 +302,9 @@ class ProtocolModel:
         text = text_in_force(self.protocol, state)
         if text:
             # The files protocol describes no tool: a file written whole is its one action.
-            described = [] if self.protocol == "files" else tools
-            sent = text_wire(messages, described, calls_written)
+            # Every call of the files protocol is read from the text: the replies go as written.
+            files = self.protocol == "files"
+            sent = text_wire(messages, [] if files else tools, None if files else calls_written)
             completion = _as_meant(await self.inner.complete(sent, []))
         else:
             try:
@@ -324,6 +328,7 @@ class ProtocolModel:
             text,
             cut_off,
             parameters_of(tools),
+            self._files_shown(state),
         )
         if reading.unknown:
             completion = replace(completion, unknown_tools=reading.unknown)
@@ -333,6 +338,13 @@ class ProtocolModel:
         # what is sent back is the reply as the model wrote it.
         content = self._as_kept(message.content, reading.spans) if text else reading.text
         return self._with_calls(completion, reading.calls, reading.format or "json", content)
+
+    def _files_shown(self, state: RunState) -> dict[str, str]:
+        """The files this session's opening showed, as they are now."""
+        if self.file_text is None:
+            return {}
+        texts = {path: self.file_text(path) for path in sorted(state.shown_files)}
+        return {path: text for path, text in texts.items() if text is not None}
 
     def _as_kept(self, content: str, spans: tuple[Span, ...]) -> str:
         """A text-protocol reply as kept: whole, but each call too long to keep, which would be

@@ -79,6 +79,10 @@ class Checking(Feature):
     def progress(self) -> Progress:
         return self.journal.state.part(Progress)
 
+    @property
+    def files_protocol(self) -> bool:
+        return self.settings.llm.tool_protocol == "files"
+
     async def session_starting(self, session: int) -> None:
         take_tasks(self.settings.paths.state_dir, self.journal)
 
@@ -163,11 +167,19 @@ class Checking(Feature):
             return outcome
         ran = await self.run_checks(self.oldest_tasks(most, passing), "write")
         passed = [r.item for r in ran if r.passed]
+        if self.files_protocol and not passed and ran:
+            # Its opening lists no task: the write's result is where the check is seen.
+            note = f"\n[the task's check {failure(ran[0])}]"
+            message = outcome.message.model_copy(update={"content": outcome.message.content + note})
+            return replace(outcome, message=message)
         if not passed:
             return outcome
         left = len(tasks) - len(passing) - len(passed)
         note = passes_now(passed, left)
         message = outcome.message.model_copy(update={"content": outcome.message.content + note})
+        if self.files_protocol and left <= 0:
+            # No tool is offered to finish with: the operator's checks are what done means.
+            return replace(outcome, message=message, finish_summary=ALL_PASS)
         return replace(outcome, message=message)
 
     async def plan_checked(self, outcome: ToolOutcome) -> ToolOutcome:
@@ -279,7 +291,9 @@ class Checking(Feature):
                 f"\n\nNo check newly passed in {stalling.sessions} sessions (failing: "
                 f"{', '.join(stalling.failing)}). If this session passes none, the run stops."
             )
-        return said + self.tasks_view(progress), True
+        # The files protocol's opening is the task and the files: a small model answered a
+        # listed task's name (`T1 [todo] 02-fix-typo`) with names like it, and nothing else.
+        return said + ("" if self.files_protocol else self.tasks_view(progress)), True
 
     def tasks_view(self, progress: Progress) -> str:
         """The operator's tasks: counts, those in progress, the next few open; within the
@@ -319,6 +333,9 @@ FINISH_CALL = '{"name": "finish", "arguments": {}}'
 this call ends the run as it should (`finish` runs every check again first)."""
 
 
+ALL_PASS = "every operator's task passes its check"
+
+
 def passes_now(passed: list[str], left: int) -> str:
     """What a result says of the operator's tasks whose checks pass since it."""
     named = ", ".join(passed[:REFUSED_SAID]) + (" and more" if len(passed) > REFUSED_SAID else "")
@@ -333,7 +350,8 @@ def failure(ran: CheckRun) -> str:
         return f"could not run: {last_line(ran.tail)}"
     if ran.exit_code == -9:
         return f"timed out:\n{ran.tail}"
-    return f"exited {ran.exit_code}:\n{ran.output}"
+    output = ran.output
+    return f"exited {ran.exit_code}" + (f":\n{output}" if output else "")
 
 
 def take_tasks(state_dir: Path, journal: Journal) -> None:

@@ -45,7 +45,7 @@ def _walk(ws: Workspace) -> list[tuple[str, int]]:
     return found
 
 
-def _text(ws: Workspace, path: str) -> str | None:
+def text_of(ws: Workspace, path: str) -> str | None:
     """The file's text, or None: not a regular file now, too big, or not UTF-8 text."""
     try:
         fd = safefs.open_regular(ws.locate(path))
@@ -74,7 +74,7 @@ def shown_files(
     for path, size in files:
         if ws.is_instructions(ws.locate(path)):
             continue  # every request's system message holds it
-        text = _text(ws, path) if size <= MAX_FILE_BYTES else None
+        text = text_of(ws, path) if size <= MAX_FILE_BYTES else None
         if text is None:
             others += [path] if size > MAX_FILE_BYTES else []  # binary: nothing to write whole
         elif fits([*shown, (path, text)]):
