@@ -11,7 +11,8 @@ from ouroboros.ground import prompts
 from ouroboros.model.scripted import Reply
 from ouroboros.progress import tasks
 from ouroboros.progress.records import Task
-from ouroboros.tools.shown import MAX_FILE_BYTES
+from ouroboros.tools.shown import MAX_FILE_BYTES, text_of
+from ouroboros.tools.workspace import Workspace
 from tests.conftest import Project
 from tests.inprocess import run_here
 from tests.test_tool_protocol_run import messages
@@ -52,6 +53,7 @@ def test_no_file_is_shown_through_a_link_in_part_or_as_bytes(
     secret = project.root.parent / "secret.txt"
     secret.write_text("the secret outside\n")
     (project.workspace / "inside.txt").symlink_to(secret)
+    (project.workspace / "folder").symlink_to(project.root.parent)
     (project.workspace / "big.log").write_text("x" * (MAX_FILE_BYTES + 1))
     (project.workspace / "blob.bin").write_bytes(b"\x00\x01\x02")
     (project.workspace / "small.txt").write_text("small\n")
@@ -63,6 +65,8 @@ def test_no_file_is_shown_through_a_link_in_part_or_as_bytes(
     assert opening.endswith("Files too long to show here: big.log.")
     assert "blob.bin" not in opening
     assert "inside.txt" not in opening
+    workspace = Workspace(project.workspace, project.root / "SYSTEM_PROMPT.md")
+    assert text_of(workspace, "inside.txt") is None  # were it listed (a race): not read through
 
 
 def test_the_files_shown_fit_their_share_and_the_tasks_come_first(project: Project) -> None:
@@ -93,16 +97,21 @@ def test_a_bare_block_that_keeps_most_of_a_shown_file_is_its_new_text(project: P
     shown whose lines it keeps most of; a snippet (a new function alone) would lose the rest of
     the file written whole, and is not taken."""
     (project.workspace / "todo.txt").write_text("call mom\npay rent\n")
+    whole = Reply(text="Here it is:\n\n```\ncall mom\npay rent\nbuy milk\n```")
+    ran = run_here(project, [whole, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "todo.txt").read_text() == "call mom\npay rent\nbuy milk\n"
+    sent = ran.chat_requests()[1]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": whole.text}  # as written, no call added
+
+
+def test_a_bare_snippet_of_a_shown_file_changes_nothing(project: Project) -> None:
     (project.workspace / "mathlib.py").write_text("def double(x):\n    return x * 2\n")
     snippet = Reply(text="```\ndef square(x):\n    return x * x\n```")
-    whole = Reply(text="Here it is:\n\n```\ncall mom\npay rent\nbuy milk\n```")
-    ran = run_here(project, [snippet, whole, FINISH], llm=FILES)
+    ran = run_here(project, [snippet, FINISH], llm=FILES)
     assert ran.returncode == 0, ran.stderr
     assert (project.workspace / "mathlib.py").read_text() == "def double(x):\n    return x * 2\n"
-    assert (project.workspace / "todo.txt").read_text() == "call mom\npay rent\nbuy milk\n"
     assert ran.chat_requests()[1]["messages"][-1]["content"] == prompts.NO_CHANGE[0]
-    sent = ran.chat_requests()[2]["messages"]
-    assert sent[-2] == {"role": "assistant", "content": whole.text}  # as written, no call added
 
 
 def test_a_bare_block_two_files_share_alike_changes_neither(project: Project) -> None:

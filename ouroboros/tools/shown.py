@@ -23,8 +23,8 @@ SKIPPED = frozenset({"__pycache__", "node_modules"})
 
 
 def _walk(ws: Workspace) -> list[tuple[str, int]]:
-    """The workspace's regular files (path, size), breadth first, by name; links and hidden
-    entries left out."""
+    """The workspace's regular files (path, size), breadth first, by name; hidden entries left
+    out, and links (their mode is the link's: neither a folder nor a regular file)."""
     found: list[tuple[str, int]] = []
     folders: list[tuple[str, ...]] = [()]
     seen = 0
@@ -36,7 +36,7 @@ def _walk(ws: Workspace) -> list[tuple[str, int]]:
             continue
         for entry in listing:
             seen += 1
-            if entry.name.startswith(".") or entry.target is not None or seen > MAX_ENTRIES:
+            if entry.name.startswith(".") or seen > MAX_ENTRIES:
                 continue
             if stat.S_ISDIR(entry.mode) and entry.name not in SKIPPED:
                 folders.append((*parts, entry.name))
