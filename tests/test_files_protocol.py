@@ -143,3 +143,27 @@ def test_an_operators_task_is_checked_after_a_write_and_not_listed(project: Proj
     assert "[the task's check exited 1:\n" in after_wrong
     assert "AssertionError" in after_wrong
     assert "the check of T1 passes now" in messages(project)[-1].message.content
+
+
+def test_every_file_a_reply_writes_whole_is_written(project: Project) -> None:
+    """A change to two files comes in one reply: each block is that file's last word."""
+    (project.workspace / "cart.py").write_text("def calc_total(items):\n    return 0\n")
+    (project.workspace / "shop.py").write_text("from cart import calc_total\n")
+    both = Reply(
+        text="cart.py\n```\ndef cart_total(items):\n    return 0\n```\n\n"
+        "shop.py\n```\nfrom cart import cart_total\n```"
+    )
+    ran = run_here(project, [both, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "cart.py").read_text() == "def cart_total(items):\n    return 0\n"
+    assert (project.workspace / "shop.py").read_text() == "from cart import cart_total\n"
+    assert "only the first ran" not in str(ran.chat_requests()[1]["messages"])
+
+
+def test_a_file_written_back_unchanged_is_said_to_be_unchanged(project: Project) -> None:
+    (project.workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    same = Reply(text="calc.py\n```\ndef add(a, b):\n    return a - b\n```")
+    ran = run_here(project, [same, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    said = ran.chat_requests()[1]["messages"][-1]["content"]
+    assert said.endswith("calc.py already holds exactly this text: nothing changed")

@@ -239,11 +239,16 @@ def dropped_calls(dropped: int, ran: int) -> str:
 
 def admitted_reply(completion: Completion, seen: Collection[str], llm: LLMSettings) -> Admitted:
     """The reply as it is recorded and run (`admit`), with what was read of its text. `seen`:
-    every call id the run has recorded."""
+    every call id the run has recorded. Of calls read from the text only the first runs (a
+    small model writes a call, then results it makes up and more calls from them), but files
+    written whole: each is the model's last word on its file, and a change to two files comes
+    in one reply."""
+    whole_files = completion.calls_from_text == "file_block"
+    one = completion.calls_from_text is not None and not whole_files
     admitted = admit(
         completion.message,
         seen,
-        1 if completion.calls_from_text else llm.max_tool_calls_per_reply,
+        1 if one else llm.max_tool_calls_per_reply,
         llm.max_tool_argument_bytes,
         cut_off=completion.finish_reason == "length",
     )

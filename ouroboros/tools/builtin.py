@@ -136,6 +136,10 @@ def file_write(ws: Workspace, args: FileWriteArgs, seen: frozenset[str] = frozen
     with _told(loc, "no such folder"):
         # The instructions file is in every request's system message: seen.
         seen_here = ws.is_instructions(loc) or _among(loc, seen, ws)
+        if seen_here and _holds(loc, data):
+            # Said, not done again: a small model writes the file it was shown back unchanged,
+            # and "wrote 194 bytes" told it nothing was wrong.
+            return Output(f"{loc.shown} already holds exactly this text: nothing changed")
         written = safefs.replace_file(loc, data, overwrite=seen_here)
     if not written:
         raise ToolFailed(
@@ -143,6 +147,16 @@ def file_write(ws: Workspace, args: FileWriteArgs, seen: frozenset[str] = frozen
             "file_read first, then write it whole. Nothing was written"
         )
     return Output(f"wrote {len(data):,} bytes to {loc.shown}")
+
+
+def _holds(loc: Location, data: bytes) -> bool:
+    """The file at `loc` is a regular file holding exactly `data`."""
+    try:
+        fd = safefs.open_regular(loc)
+    except (OSError, PathRefused):
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return os.fstat(fd).st_size == len(data) and f.read(len(data) + 1) == data
 
 
 def _among(loc: Location, paths: frozenset[str], ws: Workspace) -> bool:
