@@ -149,6 +149,9 @@ def build_parts(
         s.loops,
         tool_protocol.schema_raw(protocol, tools.schemas(1), renders),
         os.path.relpath(tools.workspace.system_prompt, tools.workspace.root),
+        # A small model copies a nudge as it copies its own loop: a fresh session, with the
+        # files as they are now, is what varies (docs/benchmarks.md, "Fourth round").
+        loop_nudge=protocol != "files",
     )
     spoken = tool_protocol.ProtocolModel(
         model,

@@ -167,3 +167,19 @@ def test_a_file_written_back_unchanged_is_said_to_be_unchanged(project: Project)
     assert ran.returncode == 0, ran.stderr
     said = ran.chat_requests()[1]["messages"][-1]["content"]
     assert said.endswith("calc.py already holds exactly this text: nothing changed")
+
+
+def test_a_loop_restarts_the_session_at_once_without_a_nudge(project: Project) -> None:
+    """A small model copies a nudge as it copies its own loop: in the files protocol a loop
+    starts a fresh session right away, with the files as they are now."""
+    (project.workspace / "todo.txt").write_text("call mom\n")
+    same = Reply(text="I will add it.")
+    ran = run_here(project, [same, same, same, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    requests = ran.chat_requests()
+    assert len(requests) == 4
+    fresh = requests[3]["messages"]
+    assert len(fresh) == 2
+    assert fresh[1]["content"].startswith("Session 2.")
+    said = [m["content"] for r in requests for m in r["messages"] if m["role"] == "user"]
+    assert not any("going in circles:" in s for s in said)

@@ -163,9 +163,9 @@ def detect(state: RunState, settings: LoopSettings) -> Loop | None:
     return None
 
 
-def level(state: RunState, settings: LoopSettings) -> int:
-    """1: the session's first loop, a nudge; 2: a loop after it, a restart; 3: one after
-    `max_loops` such restarts in the run, a stop."""
-    if not state.session_loops.nudged:
+def level(state: RunState, settings: LoopSettings, nudge: bool = True) -> int:
+    """1: the session's first loop, a nudge (unless `nudge` is off); 2: a loop after it, a
+    restart; 3: one after `max_loops` such restarts in the run, a stop."""
+    if nudge and not state.session_loops.nudged:
         return 1
     return 2 if state.loops.restarts < settings.max_loops else 3

@@ -167,8 +167,8 @@ def still_wanted(
 
 def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decision]:
     """A loop: the session's first is named to the agent; one after it winds the session down
-    and restarts it (at once when a context wind-down is under way); one after `max_loops`
-    such restarts stops the run as `stuck`."""
+    and restarts it (at once when a context wind-down is under way, or where loops are not
+    named: `Rules.loop_nudge`); one after `max_loops` such restarts stops the run as `stuck`."""
     winding = state.session_loops.winding
     if winding is not None:
         if state.wind_down_replies is None:  # killed between the loop's record and its wind-down
@@ -179,7 +179,8 @@ def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decis
     loop = loops.detect(state, rules.loops)
     if loop is None:
         return []
-    level, named = loops.level(state, rules.loops), prompts.loop_named(loop.kind, loop.evidence)
+    level = loops.level(state, rules.loops, rules.loop_nudge)
+    named = prompts.loop_named(loop.kind, loop.evidence)
     caught = LoopDetected(
         session=state.session, loop=loop.kind, evidence=loop.evidence, level=level
     )
@@ -188,7 +189,8 @@ def loops_caught(state: RunState, rules: Rules, step: StepFigures) -> list[Decis
         return [caught.model_copy(update={"message": nudge})]
     if level == 3:
         return [caught, End(EndReason.STUCK, named)]
-    if rules.wind_down_turns == 0 or state.wind_down_replies is not None:
+    if rules.wind_down_turns == 0 or state.wind_down_replies is not None or not rules.loop_nudge:
+        # Without a nudge, no wind-down either: a model that copies would save its loop.
         return [caught, End(EndReason.LOOP, named)]
     return [caught, loop_wind_down(state, rules, step, loop.kind, loop.evidence)]
 

@@ -154,6 +154,9 @@ class Rules:
     instructions: str = "../SYSTEM_PROMPT.md"
     """The instructions file as the workspace's tools reach it (a path relative to the
     workspace): the wind-down names it for what every later session should know."""
+    loop_nudge: bool = True
+    """A session's first loop is named to the agent; False (the files protocol): it restarts
+    the session at once."""
 
     @cached_property
     def longest_wind_down(self) -> UserMessage:
