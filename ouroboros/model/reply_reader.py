@@ -299,6 +299,22 @@ def _kept_file(body: str, files: Mapping[str, str]) -> str | None:
     return shares[0][1]
 
 
+_UNFENCED = re.compile(
+    r"\n++(?![ \t]*+`{3})((?:(?![ \t]*+`{3})[^\n]*+\n)*?[^\n]*+)\n([ \t]*+`{3,}+[ \t]*+)(?:\n|$)"
+)
+"""After a block that is a path alone, the file's text with no fence of its own, ended by a
+fence line that opens no block: the real small model wrote its change so (```README.md```, the
+text, ```). A fence line that opens a block ends prose before it, not a file."""
+
+
+def _unfenced(text: str, after: int) -> re.Match[str] | None:
+    found = _UNFENCED.match(text, after)
+    if found is None:
+        return None
+    opened = next(fences_from(text, found.start(2)), None)
+    return None if opened is not None and opened.start == found.start(2) else found
+
+
 def _blocks(text: str, files: Mapping[str, str]) -> list[Span]:
     """The actions written as blocks: a ```bash block is a command, a block its path names
     (before it, in its fence, or alone in a block right before it) is that file's whole new
@@ -320,6 +336,13 @@ def _blocks(text: str, files: Mapping[str, str]) -> list[Span]:
                 blocks = fences_from(text, end)
         elif (alone := _NAMED_BEFORE.fullmatch(block.body.strip())) is not None:
             named = alone.group(1)
+            unfenced = _unfenced(text, block.end)
+            if unfenced is not None:  # the text follows its path's block, closed by a fence
+                path = named.replace("\\", "/").removeprefix("./")
+                content = json.dumps({"path": path, "content": f"{unfenced[1]}\n"})
+                found.append(Span(block.start, unfenced.end(), TextCall(WRITE_TOOL, content)))
+                end, named = unfenced.end(), None
+                blocks = fences_from(text, end)
         else:
             path = _block_path(text, block, after)
             if path is None and not text[after : block.start].strip():
