@@ -128,7 +128,7 @@ def check(task: Task, workspace: Path) -> bool:
     return done.returncode == 0
 
 
-def project(task: Task, where: Path, window: int, seed: int, protocol: str = "auto") -> Path:
+def project(task: Task, where: Path, window: int, seed: int, protocol: str = "") -> Path:
     """A project of the run's own: the task's workspace, the template with its purpose, and the
     newcomer's config with the bench's bounds."""
     # A task whose agent starts with nothing has no workspace/ in a checkout (git keeps no empty
@@ -140,7 +140,10 @@ def project(task: Task, where: Path, window: int, seed: int, protocol: str = "au
     server = real_server.config(window, real_server.free_port(), ["--threads", "2"], "instruct")
     # The seed is the harness's (`llm.seed`, varied per request): a server's `--seed` would
     # draw a prompt asked again the same way.
-    server = server.replace("[llm]\n", f'[llm]\nseed = {seed}\ntool_protocol = "{protocol}"\n', 1)
+    server = server.replace("[llm]\n", f"[llm]\nseed = {seed}\n", 1)
+    if protocol:  # another protocol than the newcomer's config says
+        server = re.sub(r'(?m)^tool_protocol = ".*"\n', "", server)
+        server = server.replace("[llm]\n", f'[llm]\ntool_protocol = "{protocol}"\n', 1)
     bounds = (
         f"\n[supervisor]\nmax_total_turns = {MAX_CALLS}\nmax_wall_time_s = {WALL_S}\n"
         "\n[checkpoints]\nenabled = false\n"
@@ -274,16 +277,19 @@ def measured(
 
 
 def own_words(task: Task) -> set[tuple[str, ...]]:
-    """The task's words: a reply that repeats them repeats the user, not the harness."""
+    """The task's words: a reply that repeats them repeats the user, not the harness. A file is
+    the user's as a whole, its path with its text (as the files protocol shows it, and as a
+    reply writing it back whole writes it)."""
     texts = [task.purpose, (task.folder / "check").read_text()]
-    for path in (task.folder / "workspace").rglob("*"):
+    workspace = task.folder / "workspace"
+    for path in workspace.rglob("*"):
         if path.is_file():
-            texts.append(path.read_text(errors="replace"))
+            texts.append(f"{path.relative_to(workspace)}\n{path.read_text(errors='replace')}")
     return set().union(*(ngrams(t) for t in texts))
 
 
 def run_ouroboros(
-    task: Task, window: int, seed: int, keep: Path | None, protocol: str = "auto"
+    task: Task, window: int, seed: int, keep: Path | None, protocol: str = ""
 ) -> Outcome:
     with tempfile.TemporaryDirectory(prefix=f"bench-{task.name}-") as folder:
         where = project(task, Path(folder), window, seed, protocol)
@@ -313,7 +319,7 @@ def run_ouroboros(
             target = keep / f"{task.name}-{window}-s{seed}"
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(where, target, symlinks=True)
-        harness = "ouroboros" if protocol == "auto" else f"ouroboros ({protocol})"
+        harness = f"ouroboros ({protocol})" if protocol else "ouroboros"
         return Outcome(harness, task.name, window, seed, passed, stop=stop,
                        seconds=round(seconds, 1), **figures)  # fmt: skip
 
@@ -383,7 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="", help="comma-separated seeds at 4K (default 1,2,3)")
     parser.add_argument("--windows", default="", help="comma-separated windows (4096,8192)")
     parser.add_argument("--no-baseline", action="store_true")
-    parser.add_argument("--protocol", default="auto", help="llm.tool_protocol of the runs")
+    parser.add_argument(
+        "--protocol", default="", help="llm.tool_protocol of the runs (default: the config's)"
+    )
     parser.add_argument("--baseline-only", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--keep", type=Path, help="copy each run's project folder here")

@@ -503,6 +503,10 @@ def config(ctx: int, port: int | None, extra: Sequence[str], model: str = "base"
     if model != "base":
         # A small model's reply rarely needs more; a longer one is a model that rambles.
         llm["max_output_tokens"] = 512
+    if model == "instruct":
+        # Told of tools, this 0.5B model calls its task's words; shown the files and asked
+        # for a changed file whole, it writes one (docs/benchmarks.md, "Fourth round").
+        llm["tool_protocol"] = "files"
     return to_toml({"llm": llm, "server": {"command": server.command()}})
 
 

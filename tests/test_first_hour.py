@@ -152,8 +152,7 @@ def test_a_long_example_command_is_broken_where_a_shell_goes_on(
     assert all(len(line) <= 62 for line in lines)
     assert all(line.endswith(" \\") for line in lines[:-1])
     command = (
-        'python -m ouroboros task add "parse ISO dates" '
-        '--check "pytest -q tests/test_dates.py"'
+        'python -m ouroboros task add "parse ISO dates" --check "pytest -q tests/test_dates.py"'
     )
     assert " ".join(line.removesuffix(" \\").strip() for line in lines) == command
 

@@ -25,11 +25,12 @@ real_tasks = load_module(PROJECT_ROOT / "bench" / "real_tasks.py")
 
 
 def test_the_instruct_model_works_a_task_end_to_end(tmp_path: Path) -> None:
-    """The ladder's first task: the run starts llama-server on the instruct model, the model's
-    calls are read and run (whatever form it writes them in), and the run ends by its bounds or
-    `finish` with the check run after it. Whether this small model passes is the bench's figure
+    """A task of the ladder (fix a bug in `calc.py`) as a newcomer's config runs it: the run
+    starts llama-server on the instruct model in the files protocol, shows the file, reads the
+    model's change from its reply and writes it, and ends by its bounds or once the check
+    passes, the check run again after it. Whether this small model passes is the bench's figure
     (`docs/benchmarks.md`), not this test's: it varies with any word of the prompt."""
-    (task,) = real_tasks.tasks(real_tasks.TASKS, ["01"])
+    (task,) = real_tasks.tasks(real_tasks.TASKS, ["05"])
     outcome = real_tasks.run_ouroboros(task, 4096, 1, tmp_path)
     kept = tmp_path / f"{task.name}-4096-s1"
     events = (kept / ".ouroboros" / "events.jsonl").read_text()
@@ -39,6 +40,8 @@ def test_the_instruct_model_works_a_task_end_to_end(tmp_path: Path) -> None:
     assert outcome.stop in ended, (outcome, events)
     assert outcome.loop_carried == 0, outcome
     assert '"kind": "tool_call"' in events or '"kind":"tool_call"' in events
+    journal = (kept / ".ouroboros" / "journal.jsonl").read_text()
+    assert '"shown":["calc.py"]' in journal.replace(" ", ""), journal[:2000]
 
 
 def test_a_reply_cut_off_before_any_call_is_its_own_first_words_in_the_next_request(

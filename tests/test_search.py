@@ -169,10 +169,14 @@ def test_ambient_summary_in_the_restart_marker(recorded: Project) -> None:
     second = next(r for r in journal if r["kind"] == "session_start" and r["session"] == 2)
     marker = second["messages"][1]["content"]
     # The task follows the actions, then the calls that failed (`deadends/`).
-    assert marker.split(prompts.DEAD_ENDS)[0].split("\n\nYour task:")[0].endswith(
-        "Its last actions:\n"
-        "- shell_exec echo building; exit 0 → exit 0\n"
-        "- shell_exec pytest -q tests/unit; exit 1 → exit 1\n"
-        "- file_read notes.md → ok\n"
-        "- shell_exec make deploy; exit 2 → exit 2"
+    assert (
+        marker.split(prompts.DEAD_ENDS)[0]
+        .split("\n\nYour task:")[0]
+        .endswith(
+            "Its last actions:\n"
+            "- shell_exec echo building; exit 0 → exit 0\n"
+            "- shell_exec pytest -q tests/unit; exit 1 → exit 1\n"
+            "- file_read notes.md → ok\n"
+            "- shell_exec make deploy; exit 2 → exit 2"
+        )
     )
