@@ -183,3 +183,18 @@ def test_a_loop_restarts_the_session_at_once_without_a_nudge(project: Project) -
     assert fresh[1]["content"].startswith("Session 2.")
     said = [m["content"] for r in requests for m in r["messages"] if m["role"] == "user"]
     assert not any("going in circles:" in s for s in said)
+
+
+def test_a_bare_block_labelled_with_its_files_path_writes_the_rest(project: Project) -> None:
+    """The real model wrote `shapes.py` as the first line inside the block: a label, not a line
+    of the file (kept, the file would no longer run)."""
+    (project.workspace / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
+    labelled = Reply(
+        text="```\nshapes.py\ndef area(w, h):\n    return w * h\n\n\n"
+        "def perimeter(w, h):\n    return 2 * (w + h)\n```"
+    )
+    ran = run_here(project, [labelled, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    written = (project.workspace / "shapes.py").read_text()
+    assert written.startswith("def area(w, h):\n")
+    assert written.endswith("return 2 * (w + h)\n")

@@ -347,10 +347,14 @@ def _blocks(text: str, files: Mapping[str, str]) -> list[Span]:
             path = _block_path(text, block, after)
             if path is None and not text[after : block.start].strip():
                 path = named_alone
+            body = block.body
             if path is None and files:
-                path = _kept_file(block.body, files)
+                path = _kept_file(body, files)
+                label, _, rest = body.partition("\n")
+                if path is not None and label.strip().strip("`") == path and rest:
+                    body = rest  # its path as its first line labels the file, as a model does
             if path is not None:
-                content = f"{block.body}\n" if block.body else ""
+                content = f"{body}\n" if body else ""
                 call = TextCall(WRITE_TOOL, json.dumps({"path": path, "content": content}))
                 found.append(Span(block.start, block.end, call))
         after, named_alone = end, named
