@@ -198,3 +198,19 @@ def test_a_bare_block_labelled_with_its_files_path_writes_the_rest(project: Proj
     written = (project.workspace / "shapes.py").read_text()
     assert written.startswith("def area(w, h):\n")
     assert written.endswith("return 2 * (w + h)\n")
+
+
+def test_a_snippet_under_a_shown_files_path_is_not_written(project: Project) -> None:
+    """The real model wrote `square` alone under `mathlib.py`: written whole, the file lost
+    `double`, and no later session could know it had been there. A block that keeps less than
+    half of a shown file's lines is no whole new text: nothing is written, and the model is
+    told to write the whole file. A file of one line may be rewritten."""
+    (project.workspace / "mathlib.py").write_text("def double(x):\n    return x * 2\n")
+    (project.workspace / "hello.txt").write_text("hi\n")
+    snippet = Reply(text="mathlib.py\n```\ndef square(x):\n    return x * x\n```")
+    rewrite = Reply(text="hello.txt\n```\nhello\n```")
+    ran = run_here(project, [snippet, rewrite, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "mathlib.py").read_text() == "def double(x):\n    return x * 2\n"
+    assert ran.chat_requests()[1]["messages"][-1]["content"] == prompts.NO_CHANGE[0]
+    assert (project.workspace / "hello.txt").read_text() == "hello\n"

@@ -276,27 +276,43 @@ def _shell_block(text: str, block: Fence, look: bool) -> tuple[int, str]:
 
 
 KEPT_SHARE = 0.5
-"""Of a file's lines (blank ones aside), what a block no path names must keep to be taken for
-its whole new text: less is a snippet (a new function alone), which written whole would lose
-the rest of the file."""
+"""Of a file's lines (blank ones aside), what a block must keep to be taken for its whole new
+text: less is a snippet (a new function alone), which written whole would lose the rest of the
+file."""
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _kept(body: str, text: str) -> float | None:
+    """The share of `text`'s lines (blank ones aside) `body` keeps; None for a file of none."""
+    kept, own = set(_lines(body)), _lines(text)
+    return sum(line in kept for line in own) / len(own) if own else None
 
 
 def _kept_file(body: str, files: Mapping[str, str]) -> str | None:
     """The one file shown whose lines a block no path names keeps most of, at least
     `KEPT_SHARE` of them: the real small model, shown a file and asked for a change, wrote the
     changed file whole in a bare block a third of the time it wrote it at all."""
-    lines = {line.strip() for line in body.splitlines()}
-    shares = []
-    for path, text in files.items():
-        own = [line.strip() for line in text.splitlines() if line.strip()]
-        if own:
-            shares.append((sum(line in lines for line in own) / len(own), path))
-    shares.sort(reverse=True)
+    shares = sorted(
+        ((share, path) for path, text in files.items() if (share := _kept(body, text)) is not None),
+        reverse=True,
+    )
     if not shares or shares[0][0] < KEPT_SHARE:
         return None
     if len(shares) > 1 and shares[1][0] == shares[0][0]:
         return None  # which file it is would be a guess
     return shares[0][1]
+
+
+def _loses(body: str, path: str, files: Mapping[str, str]) -> bool:
+    """A block under the path of a file shown keeps less than `KEPT_SHARE` of its lines, two or
+    more: a snippet, not the whole new text asked for (the real model wrote `square` alone
+    under `mathlib.py`, and the file lost `double`), so it is not written."""
+    text = files.get(path)
+    share = _kept(body, text) if text is not None else None
+    return share is not None and share < KEPT_SHARE and len(_lines(text or "")) >= 2
 
 
 _UNFENCED = re.compile(
@@ -337,8 +353,10 @@ def _blocks(text: str, files: Mapping[str, str]) -> list[Span]:
         elif (alone := _NAMED_BEFORE.fullmatch(block.body.strip())) is not None:
             named = alone.group(1)
             unfenced = _unfenced(text, block.end)
+            path = named.replace("\\", "/").removeprefix("./")
+            if unfenced is not None and _loses(unfenced[1], path, files):
+                unfenced = None
             if unfenced is not None:  # the text follows its path's block, closed by a fence
-                path = named.replace("\\", "/").removeprefix("./")
                 content = json.dumps({"path": path, "content": f"{unfenced[1]}\n"})
                 found.append(Span(block.start, unfenced.end(), TextCall(WRITE_TOOL, content)))
                 end, named = unfenced.end(), None
@@ -353,7 +371,7 @@ def _blocks(text: str, files: Mapping[str, str]) -> list[Span]:
                 label, _, rest = body.partition("\n")
                 if path is not None and label.strip().strip("`") == path and rest:
                     body = rest  # its path as its first line labels the file, as a model does
-            if path is not None:
+            if path is not None and not _loses(body, path, files):
                 content = f"{body}\n" if body else ""
                 call = TextCall(WRITE_TOOL, json.dumps({"path": path, "content": content}))
                 found.append(Span(block.start, block.end, call))
