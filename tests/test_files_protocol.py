@@ -214,3 +214,16 @@ def test_a_snippet_under_a_shown_files_path_is_not_written(project: Project) -> 
     assert (project.workspace / "mathlib.py").read_text() == "def double(x):\n    return x * 2\n"
     assert ran.chat_requests()[1]["messages"][-1]["content"] == prompts.NO_CHANGE[0]
     assert (project.workspace / "hello.txt").read_text() == "hello\n"
+
+
+def test_a_bare_block_keeping_half_of_a_two_line_file_is_not_taken_for_it(
+    project: Project,
+) -> None:
+    """The real model wrote `def square(x): return x * 2` bare, for a `mathlib.py` of `double`
+    returning `x * 2`: half its lines, and not its new text."""
+    (project.workspace / "mathlib.py").write_text("def double(x):\n    return x * 2\n")
+    ran = run_here(
+        project, [Reply(text="```\ndef square(x):\n    return x * 2\n```"), FINISH], llm=FILES
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "mathlib.py").read_text() == "def double(x):\n    return x * 2\n"

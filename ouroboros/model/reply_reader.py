@@ -292,15 +292,16 @@ def _kept(body: str, text: str) -> float | None:
 
 
 def _kept_file(body: str, files: Mapping[str, str]) -> str | None:
-    """The one file shown whose lines a block no path names keeps most of, at least
-    `KEPT_SHARE` of them: the real small model, shown a file and asked for a change, wrote the
-    changed file whole in a bare block a third of the time it wrote it at all."""
+    """The one file shown whose lines a block no path names keeps most of, more than
+    `KEPT_SHARE` of them (no path says which file it is, so its lines must): the real small
+    model, shown a file and asked for a change, wrote the changed file whole in a bare block a
+    third of the time it wrote it at all."""
     shares = sorted(
         ((share, path) for path, text in files.items() if (share := _kept(body, text)) is not None),
         reverse=True,
     )
-    if not shares or shares[0][0] < KEPT_SHARE:
-        return None
+    if not shares or shares[0][0] <= KEPT_SHARE:
+        return None  # half of a file of two lines: `square` for `double`, both returning x * 2
     if len(shares) > 1 and shares[1][0] == shares[0][0]:
         return None  # which file it is would be a guess
     return shares[0][1]
