@@ -147,15 +147,16 @@ def test_an_operators_task_is_checked_after_a_write_and_not_listed(project: Proj
 
 def test_every_file_a_reply_writes_whole_is_written(project: Project) -> None:
     """A change to two files comes in one reply: each block is that file's last word."""
-    (project.workspace / "cart.py").write_text("def calc_total(items):\n    return 0\n")
+    cart = '"""A cart."""\n\n\ndef calc_total(items):\n    total = sum(items)\n    return total\n'
+    (project.workspace / "cart.py").write_text(cart)
     (project.workspace / "shop.py").write_text("from cart import calc_total\n")
+    renamed = cart.replace("calc_total", "cart_total")
     both = Reply(
-        text="cart.py\n```\ndef cart_total(items):\n    return 0\n```\n\n"
-        "shop.py\n```\nfrom cart import cart_total\n```"
+        text=f"cart.py\n```\n{renamed}```\n\nshop.py\n```\nfrom cart import cart_total\n```"
     )
     ran = run_here(project, [both, FINISH], llm=FILES)
     assert ran.returncode == 0, ran.stderr
-    assert (project.workspace / "cart.py").read_text() == "def cart_total(items):\n    return 0\n"
+    assert (project.workspace / "cart.py").read_text() == renamed
     assert (project.workspace / "shop.py").read_text() == "from cart import cart_total\n"
     assert "only the first ran" not in str(ran.chat_requests()[1]["messages"])
 
@@ -207,7 +208,7 @@ def test_a_snippet_under_a_shown_files_path_is_not_written(project: Project) -> 
     told to write the whole file. A file of one line may be rewritten."""
     (project.workspace / "mathlib.py").write_text("def double(x):\n    return x * 2\n")
     (project.workspace / "hello.txt").write_text("hi\n")
-    snippet = Reply(text="mathlib.py\n```\ndef square(x):\n    return x * x\n```")
+    snippet = Reply(text="mathlib.py\n```\ndef square(x):\n    return x * 2\n```")
     rewrite = Reply(text="hello.txt\n```\nhello\n```")
     ran = run_here(project, [snippet, rewrite, FINISH], llm=FILES)
     assert ran.returncode == 0, ran.stderr
@@ -227,3 +228,14 @@ def test_a_bare_block_keeping_half_of_a_two_line_file_is_not_taken_for_it(
     )
     assert ran.returncode == 0, ran.stderr
     assert (project.workspace / "mathlib.py").read_text() == "def double(x):\n    return x * 2\n"
+
+
+def test_a_bare_block_keeping_half_of_a_two_line_file_from_its_start_is_its_new_text(
+    project: Project,
+) -> None:
+    """`add` fixed keeps `def add(a, b):`, where the file starts: its new text."""
+    (project.workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    fixed = Reply(text="Here:\n\n```\ndef add(a, b):\n    return a + b\n```")
+    ran = run_here(project, [fixed, FINISH], llm=FILES)
+    assert ran.returncode == 0, ran.stderr
+    assert (project.workspace / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"

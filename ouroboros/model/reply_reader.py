@@ -291,29 +291,39 @@ def _kept(body: str, text: str) -> float | None:
     return sum(line in kept for line in own) / len(own) if own else None
 
 
+def _whole(body: str, text: str) -> bool:
+    """`body` reads as `text`'s whole new text: it keeps more than `KEPT_SHARE` of its lines,
+    or that share and its first line, where it starts (a whole file begins where it began: of
+    a file of two lines, `add` fixed keeps `def add(a, b):`, and `square` written for `double`,
+    both returning x * 2, keeps only the return)."""
+    share = _kept(body, text)
+    if share is None:
+        return False
+    return share > KEPT_SHARE or (share == KEPT_SHARE and _lines(body)[:1] == _lines(text)[:1])
+
+
 def _kept_file(body: str, files: Mapping[str, str]) -> str | None:
-    """The one file shown whose lines a block no path names keeps most of, more than
-    `KEPT_SHARE` of them (no path says which file it is, so its lines must): the real small
-    model, shown a file and asked for a change, wrote the changed file whole in a bare block a
-    third of the time it wrote it at all."""
+    """The one file shown a block no path names is the whole new text of (`_whole`), the one it
+    keeps most of: the real small model, shown a file and asked for a change, wrote the changed
+    file whole in a bare block a third of the time it wrote it at all."""
     shares = sorted(
-        ((share, path) for path, text in files.items() if (share := _kept(body, text)) is not None),
-        reverse=True,
+        (share, path)
+        for path, text in files.items()
+        if _whole(body, text) and (share := _kept(body, text)) is not None
     )
-    if not shares or shares[0][0] <= KEPT_SHARE:
-        return None  # half of a file of two lines: `square` for `double`, both returning x * 2
-    if len(shares) > 1 and shares[1][0] == shares[0][0]:
+    if not shares:
+        return None
+    if len(shares) > 1 and shares[-2][0] == shares[-1][0]:
         return None  # which file it is would be a guess
-    return shares[0][1]
+    return shares[-1][1]
 
 
 def _loses(body: str, path: str, files: Mapping[str, str]) -> bool:
-    """A block under the path of a file shown keeps less than `KEPT_SHARE` of its lines, two or
-    more: a snippet, not the whole new text asked for (the real model wrote `square` alone
-    under `mathlib.py`, and the file lost `double`), so it is not written."""
+    """A block under the path of a file shown of two lines or more is not its whole new text
+    (`_whole`): a snippet (the real model wrote `square` alone under `mathlib.py`, and the file
+    lost `double`), so it is not written."""
     text = files.get(path)
-    share = _kept(body, text) if text is not None else None
-    return share is not None and share < KEPT_SHARE and len(_lines(text or "")) >= 2
+    return text is not None and len(_lines(text)) >= 2 and not _whole(body, text)
 
 
 _UNFENCED = re.compile(
