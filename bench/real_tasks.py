@@ -15,8 +15,8 @@ files the agent starts with) and `check` (a `sh` script run in the workspace aft
 each session's end and at `finish`, which it refuses while the check fails. A run is
 `python -m ouroboros run` in a project of its own whose config is what
 `scripts/real_server.py config --model instruct` prints (`[server]` starts llama-server on
-Qwen2.5-Coder-0.5B-Instruct), with `llm.seed` set to the run's seed, bounded in model calls and
-wall time. The baseline
+Qwen2.5-Coder-0.5B-Instruct; the files protocol, unless `--protocol` says another), with
+`llm.seed` set to the run's seed, bounded in model calls and wall time. The baseline
 runs the same tasks through mini-swe-agent's text-based config against one llama-server
 (`bench/mini_baseline.py`).
 
