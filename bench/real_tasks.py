@@ -1,7 +1,7 @@
 """The real-task bench: small real tasks done by a real small instruct model, through the real
 harness, checked after each run.
 
-    python bench/real_tasks.py --quick              # 4K, one seed: for iterating (~5 min in the files protocol)
+    python bench/real_tasks.py --quick              # 4K, one seed: for iterating (~5 min, files)
     python bench/real_tasks.py                      # 4K with seeds 1-3, 8K with seed 1, and the
                                                     # mini-swe-agent baseline at 4K (< 90 min)
     python bench/real_tasks.py --tasks 01,05 --seeds 1 --windows 4096 --no-baseline
