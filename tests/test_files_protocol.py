@@ -130,9 +130,8 @@ def test_an_operators_task_is_checked_after_a_write_and_not_listed(project: Proj
     (project.workspace / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     check = 'python3 -c "import calc; assert calc.add(2, 3) == 5"'
     tasks.post(project.state, [Task(text="fix-add", check=check)])
-    # Of another size: Python's cached bytecode of a file written in the same second at the
-    # same size is taken for it.
-    wrong = Reply(text="calc.py\n```\ndef add(a, b):\n    return a * b  # wrong\n```")
+    # The same size, in the same second: a cached bytecode of the wrong one would be run.
+    wrong = Reply(text="calc.py\n```\ndef add(a, b):\n    return a * b\n```")
     right = Reply(text="calc.py\n```\ndef add(a, b):\n    return a + b\n```")
     ran = run_here(project, [wrong, right, Reply(text="more")], llm=FILES)
     assert ran.returncode == 0, ran.stderr

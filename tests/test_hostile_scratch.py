@@ -137,7 +137,8 @@ def test_a_command_too_long_for_exec_is_refused_in_one_line(project: Project) ->
 
 @pytest.mark.slow
 def test_the_environment_is_not_the_harness_one(project: Project) -> None:
-    """The whole environment the command saw is a subset of the allow-list and TMPDIR."""
+    """The whole environment the command saw is a subset of the allow-list, TMPDIR and the
+    harness's own PYTHONDONTWRITEBYTECODE (set, not inherited)."""
     run_commands(project, "env -0 > env.bin")
     names = {
         item.split("=", 1)[0]
@@ -148,7 +149,7 @@ def test_the_environment_is_not_the_harness_one(project: Project) -> None:
     allowed = {
         "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
         "COLUMNS", "LINES", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONIOENCODING",
-        "TMPDIR", "TMP", "TEMP", "PWD", "SHLVL", "_", "OLDPWD",
+        "TMPDIR", "TMP", "TEMP", "PWD", "SHLVL", "_", "OLDPWD", "PYTHONDONTWRITEBYTECODE",
     }  # fmt: skip
     extra = {n for n in names if n not in allowed and not n.startswith(allowed_prefixes)}
     assert not extra, f"commands inherited {sorted(extra)}"

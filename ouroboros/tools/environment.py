@@ -40,9 +40,12 @@ def allowed_env(harness_env: Mapping[str, str], allowed: Sequence[str]) -> dict[
 def command_env(
     harness_env: Mapping[str, str], allowed: Sequence[str], scratch: Path
 ) -> dict[str, str]:
-    """The allowed variables of `harness_env`, and TMPDIR (TMP, TEMP) set to `scratch`."""
+    """The allowed variables of `harness_env`, TMPDIR (TMP, TEMP) set to `scratch`, and no
+    Python bytecode written: a module rewritten in the same second at the same size is taken
+    for its cached bytecode, so a check run right after the agent's fix ran the code before it."""
     kept = allowed_env(harness_env, allowed)
-    return {**kept, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
+    scratch_dirs = {"TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
+    return {"PYTHONDONTWRITEBYTECODE": "1", **kept, **scratch_dirs}
 
 
 def make_scratch() -> Path:
