@@ -74,6 +74,7 @@ from ouroboros.ground.messages import (
     Message,
     ToolCall,
 )
+from ouroboros.model.block_actions import Span
 from ouroboros.model.llm import (
     CUT,
     Completion,
@@ -82,7 +83,7 @@ from ouroboros.model.llm import (
     TransientError,
     unfinished,
 )
-from ouroboros.model.reply_reader import Span, parameters_of, read_reply
+from ouroboros.model.reply_reader import parameters_of, read_reply
 from ouroboros.model.text_calls import (
     TextCall,
     action_text,
