@@ -151,7 +151,7 @@ def build_parts(
         os.path.relpath(tools.workspace.system_prompt, tools.workspace.root),
         # A small model copies a nudge as it copies its own loop: a fresh session, with the
         # files as they are now, is what varies (docs/benchmarks.md, "Fourth round").
-        loop_nudge=protocol != "files",
+        loop_nudge=not s.llm.files_protocol,
     )
     spoken = tool_protocol.ProtocolModel(
         model,
@@ -159,7 +159,7 @@ def build_parts(
         protocol,
         s.llm.max_tool_argument_bytes,
         renders,
-        partial(shown.text_of, tools.workspace) if protocol == "files" else None,
+        partial(shown.text_of, tools.workspace) if s.llm.files_protocol else None,
     )
 
     def fit_tools(lines: Budget) -> None:
@@ -178,7 +178,7 @@ def build_parts(
         Recall(s.dead_ends.share, journal),
     )
     files_view = None
-    if protocol == "files":
+    if s.llm.files_protocol:
         room = int(budget.prompt_budget * FILES_SHARE)
         files_view = partial(shown.files_view, tools.workspace, tools.caps.plan_cap.price, room)
     parts = Parts(

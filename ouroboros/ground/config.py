@@ -86,6 +86,11 @@ class LLMSettings(_Section):
     its whole new text in a fenced block, as a coding assistant does)."""
 
     @property
+    def files_protocol(self) -> bool:
+        """The model changes files by writing them whole, and is told of no tool."""
+        return self.tool_protocol == "files"
+
+    @property
     def reply_byte_limit(self) -> int:
         return self.max_reply_bytes or max(4 << 20, 512 * self.max_output_tokens)
 

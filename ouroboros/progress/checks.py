@@ -81,7 +81,7 @@ class Checking(Feature):
 
     @property
     def files_protocol(self) -> bool:
-        return self.settings.llm.tool_protocol == "files"
+        return self.settings.llm.files_protocol
 
     async def session_starting(self, session: int) -> None:
         take_tasks(self.settings.paths.state_dir, self.journal)

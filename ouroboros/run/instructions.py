@@ -132,5 +132,5 @@ def system_message(
     # What a person wrote for themselves in comments is no instruction, and would be paid for
     # in every request.
     shown = COMMENT.sub("", instructions)
-    text = prompts.system_prompt(shown, budget.limit, s.llm.tool_protocol == "files")
+    text = prompts.system_prompt(shown, budget.limit, s.llm.files_protocol)
     return SystemMessage(content=text)

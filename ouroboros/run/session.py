@@ -222,7 +222,7 @@ class Session:
             llm.max_output_tokens,
             streak,
             self.task,
-            llm.tool_protocol == "files",
+            llm.files_protocol,
         )
         if answer is not None:
             # Never two assistant messages in a row: llama-server rejects it, and with a

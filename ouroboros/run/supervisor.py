@@ -216,8 +216,7 @@ class Supervisor:
             first += said  # last: a small model's change follows the file it changes
         opening: list[Message] = [system, UserMessage(content=first, origin="restart"), *carried]
         if isinstance(opening[-1], AssistantMessage) and not opening[-1].tool_calls:
-            files_protocol = self.settings.llm.tool_protocol == "files"
-            said = prompts.CONTINUE_FILES if files_protocol else prompts.CONTINUE
+            said = prompts.CONTINUE_FILES if self.settings.llm.files_protocol else prompts.CONTINUE
             opening.append(UserMessage(content=said, origin="continue"))
         self.journal.append(
             SessionStart(
